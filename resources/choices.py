@@ -1,0 +1,29 @@
+from django.db import models
+
+
+class ResourceState(models.TextChoices):
+    AVAILABLE = "available", "Available"
+    IN_USE = "in_use", "In use"
+    DONE = "done", "Done (consumed)"
+    FAILED = "failed", "Failed"
+    QUARANTINED = "quarantined", "Quarantined"
+
+
+class FailureCategory(models.TextChoices):
+    RETRYABLE = "retryable", "Retryable"
+    NON_RETRYABLE = "non_retryable", "Non-retryable"
+
+
+class Outcome(models.TextChoices):
+    SUCCESS = "success", "Success"
+    FAILURE = "failure", "Failure"
+
+
+class EventKind(models.TextChoices):
+    CLAIMED = "claimed", "Claimed"
+    RELEASED_SUCCESS = "released_success", "Released with success"
+    RELEASED_FAILURE = "released_failure", "Released with failure"
+    RESET = "reset", "Reset"
+    QUARANTINED = "quarantined", "Quarantined"
+    UNQUARANTINED = "unquarantined", "Released from quarantine"
+    LEASE_EXPIRED = "lease_expired", "Lease expired"

@@ -1,0 +1,82 @@
+"""Decide whether a failure is worth retrying, from the error's class and message.
+
+Patterns are regular expressions matched, case-insensitively, against "ClassName: message".
+Non-retryable patterns are checked first: an error that says "banned" stays banned even when
+it also mentions a timeout. An error no pattern recognises is retryable, because a transient
+failure retried once costs less than a good resource lost to quarantine.
+"""
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from resources.choices import FailureCategory
+
+DEFAULT_RETRYABLE_PATTERNS = (
+    r"time(d)?[ _-]?out",
+    r"connection (reset|refused|aborted|closed)",
+    r"temporar(y|ily)",
+    r"\b(HTTP|status)[ :]*(429|5\d\d)\b",
+    r"too many requests",
+    r"service unavailable",
+    r"bad gateway",
+    r"rate[ _-]?limit",
+)
+DEFAULT_NON_RETRYABLE_PATTERNS = (
+    r"\bbanned\b",
+    r"\bsuspended\b",
+    r"(invalid|revoked|expired) (credentials?|token|api[ _-]?key|password)",
+    r"\b(HTTP|status)[ :]*(401|403)\b",
+    r"unauthori[sz]ed",
+    r"forbidden",
+)
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The verdict on one error: its category, the pattern that decided, and the text it was read from."""
+
+    category: str
+    pattern: str | None
+    text: str
+
+    @property
+    def retryable(self) -> bool:
+        return self.category == FailureCategory.RETRYABLE
+
+
+def error_text(error: BaseException | str) -> str:
+    """The text classification reads: "ClassName: message" for exceptions, the string itself otherwise."""
+    if isinstance(error, BaseException):
+        message = str(error)
+        return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return str(error)
+
+
+@lru_cache(maxsize=256)
+def compile_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+    """Compile patterns once; a bad one raises ValueError naming it."""
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as exc:
+            raise ValueError(f"invalid error pattern {pattern!r}: {exc}") from None
+    return tuple(compiled)
+
+
+def classify(
+    error: BaseException | str,
+    *,
+    retryable_patterns: tuple[str, ...] | list[str] = DEFAULT_RETRYABLE_PATTERNS,
+    non_retryable_patterns: tuple[str, ...] | list[str] = DEFAULT_NON_RETRYABLE_PATTERNS,
+) -> Classification:
+    """Classify an exception or error text as retryable or non_retryable."""
+    text = error_text(error)
+    for regex in compile_patterns(tuple(non_retryable_patterns)):
+        if regex.search(text):
+            return Classification(FailureCategory.NON_RETRYABLE, regex.pattern, text)
+    for regex in compile_patterns(tuple(retryable_patterns)):
+        if regex.search(text):
+            return Classification(FailureCategory.RETRYABLE, regex.pattern, text)
+    return Classification(FailureCategory.RETRYABLE, None, text)

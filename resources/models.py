@@ -1,0 +1,133 @@
+"""The resource pool: pools, their resources, and each resource's append-only timeline."""
+
+from django.db import models
+from django.db.models import Q
+
+from resources.choices import EventKind, FailureCategory, ResourceState
+
+
+class ResourcePool(models.Model):
+    """A named set of interchangeable resources (accounts, phone numbers, API keys, coupons)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    resource_noun = models.CharField(
+        max_length=40, default="resource", help_text="What one resource is called in messages: account, number, key."
+    )
+    lease_seconds = models.PositiveIntegerField(default=300, help_text="How long a claim lasts without a heartbeat.")
+    consume_on_success = models.BooleanField(
+        default=False, help_text="A resource used successfully is consumed (done) instead of going back to the pool."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(lease_seconds__gt=0), name="pool_lease_seconds_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Resource(models.Model):
+    """One resource of a pool, with its current lease and the failure statistics operators judge it by."""
+
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="resources")
+    key = models.CharField(max_length=200, help_text="The identifier an operator types, unique within its pool.")
+    label = models.CharField(max_length=200, blank=True)
+    attributes = models.JSONField(default=dict, blank=True, help_text="Non-secret attributes handed to flows.")
+    state = models.CharField(max_length=20, choices=ResourceState.choices, default=ResourceState.AVAILABLE)
+
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_holder = models.CharField(max_length=200, blank=True)
+    leased_at = models.DateTimeField(null=True, blank=True)
+    leased_until = models.DateTimeField(null=True, blank=True)
+
+    failure_count = models.PositiveIntegerField(default=0)
+    success_count = models.PositiveIntegerField(default=0)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    last_failure_reason = models.TextField(blank=True)
+    last_failure_category = models.CharField(max_length=20, choices=FailureCategory.choices, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    quarantine_reason = models.TextField(blank=True)
+    quarantined_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pool_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "key"], name="resource_key_unique_in_pool"),
+            models.CheckConstraint(
+                condition=Q(state__in=ResourceState.values), name="resource_state_valid"
+            ),
+            # A lease exists exactly while the resource is in use: nobody holds a free resource.
+            models.CheckConstraint(
+                condition=(
+                    Q(
+                        state=ResourceState.IN_USE,
+                        lease_token__isnull=False,
+                        leased_at__isnull=False,
+                        leased_until__isnull=False,
+                    )
+                    & ~Q(lease_holder="")
+                )
+                | (
+                    ~Q(state=ResourceState.IN_USE)
+                    & Q(lease_token__isnull=True, leased_at__isnull=True, leased_until__isnull=True, lease_holder="")
+                ),
+                name="resource_lease_iff_in_use",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=ResourceState.QUARANTINED) | (~Q(quarantine_reason="") & Q(quarantined_at__isnull=False)),
+                name="resource_quarantine_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(consecutive_failures__lte=models.F("failure_count")),
+                name="resource_consecutive_within_total",
+            ),
+            models.CheckConstraint(
+                condition=Q(last_failure_category__in=["", *FailureCategory.values]),
+                name="resource_failure_category_valid",
+            ),
+        ]
+        indexes = [
+            # claim_next: the next available id of a pool. The only index the claim/release
+            # hot path has to maintain besides the primary key and the (pool, key) unique one.
+            models.Index(
+                fields=["pool", "id"], condition=Q(state=ResourceState.AVAILABLE), name="resource_available_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def noun(self) -> str:
+        return self.pool.resource_noun if "pool" in self._state.fields_cache else "resource"
+
+
+class ResourceEvent(models.Model):
+    """One thing that happened to a resource. Rows are only ever appended."""
+
+    # No index of its own: resource_event_timeline_idx starts with resource_id.
+    resource = models.ForeignKey(Resource, on_delete=models.PROTECT, related_name="events", db_index=False)
+    kind = models.CharField(max_length=30, choices=EventKind.choices)
+    actor = models.CharField(max_length=200, blank=True, help_text="Who or what did it: a user, a task, a sweeper.")
+    reason = models.TextField(blank=True)
+    category = models.CharField(max_length=20, choices=FailureCategory.choices, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["resource_id", "id"]
+        indexes = [
+            # The resource's timeline, newest first, in the admin and the API.
+            models.Index(fields=["resource", "-id"], name="resource_event_timeline_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.resource_id} by {self.actor}"

@@ -1,0 +1,489 @@
+"""The only code that changes resource state. Admin, API, jobs and commands call these.
+
+The hot paths (claim_next, claim_by_id, release) are each one SQL statement: a data-modifying
+CTE that checks the current state, changes the row, and appends the timeline event. That is one
+round trip and one implicit transaction when called alone, and it joins the caller's
+transaction when called inside `transaction.atomic()`. When the statement changes no row, a
+second, read-only query finds out why, so the error can name what was wrong.
+"""
+
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from resources.choices import EventKind, Outcome, ResourceState
+from resources.classification import Classification, classify, error_text
+from resources.errors import (
+    IllegalTransition,
+    LeaseMismatch,
+    PoolExhausted,
+    PoolNotFound,
+    ResourceError,
+    ResourceNotFound,
+    ResourceUnavailable,
+)
+from resources.models import Resource, ResourceEvent, ResourcePool
+
+LEASE_EXPIRED_REASON = "lease expired"
+MAX_REASON_LENGTH = 2000
+
+_R = Resource._meta.db_table
+_P = ResourcePool._meta.db_table
+_E = ResourceEvent._meta.db_table
+
+# The row's columns in the model's field order, so rows become Resource objects without raw().
+_COLUMNS = [f.column for f in Resource._meta.concrete_fields]
+_RETURNING = ", ".join(f"r.{column}" for column in _COLUMNS)
+
+_LEASE_COLUMNS = """
+    state = 'in_use', lease_token = %(token)s::uuid, lease_holder = %(holder)s::text, leased_at = now(),
+    leased_until = now() + make_interval(secs => coalesce(%(lease_seconds)s::integer, p.lease_seconds))
+"""
+_CLAIM_EVENT = f"""
+    , event AS (
+        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
+        SELECT id, 'claimed', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM claimed
+    )
+    SELECT * FROM claimed
+"""
+
+# Start the scan at a random id of the pool, so concurrent claimers spread over the pool instead
+# of queueing on its first rows. Scanning forward from there (and once from the start when
+# nothing lies past it) costs the same whatever the pool's size.
+_CLAIM_NEXT_SQL = f"""
+    WITH pick AS (
+        SELECT r.id FROM {_R} r
+        WHERE r.pool_id = %(pool_id)s::bigint AND r.state = 'available' AND r.id >= %(start_id)s::bigint
+        ORDER BY r.pool_id, r.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE {_R} r SET {_LEASE_COLUMNS}
+        FROM pick, {_P} p
+        WHERE r.id = pick.id AND p.id = r.pool_id
+        RETURNING {_RETURNING}
+    )
+    {_CLAIM_EVENT}
+"""
+
+# A named resource: waits for a concurrent claimer's row lock, then re-checks the state, so
+# two strict claims of the same resource never both succeed. A failed resource may be claimed
+# by name: that is how an operator retries it.
+_CLAIM_BY_ID_SQL = f"""
+    WITH claimed AS (
+        UPDATE {_R} r SET {_LEASE_COLUMNS}
+        FROM {_P} p
+        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id AND r.state IN ('available', 'failed')
+        RETURNING {_RETURNING}
+    )
+    {_CLAIM_EVENT}
+"""
+
+_RELEASE_SUCCESS_SQL = f"""
+    WITH released AS (
+        UPDATE {_R} r SET
+            state = CASE WHEN p.consume_on_success THEN 'done' ELSE 'available' END,
+            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
+            success_count = r.success_count + 1, consecutive_failures = 0, last_success_at = now()
+        FROM {_P} p
+        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id
+          AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
+        RETURNING {_RETURNING}
+    ), event AS (
+        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
+        SELECT id, 'released_success', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM released
+    )
+    SELECT * FROM released
+"""
+
+_RELEASE_FAILURE_SQL = f"""
+    WITH released AS (
+        UPDATE {_R} r SET
+            state = %(new_state)s::text,
+            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
+            failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
+            last_failure_reason = %(reason)s::text, last_failure_category = %(category)s::text, last_failure_at = now(),
+            quarantine_reason = CASE WHEN %(new_state)s::text = 'quarantined' THEN %(reason)s::text ELSE r.quarantine_reason END,
+            quarantined_at = CASE WHEN %(new_state)s::text = 'quarantined' THEN now() ELSE r.quarantined_at END
+        WHERE r.id = %(resource_id)s::bigint AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
+        RETURNING {_RETURNING}
+    ), event AS (
+        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
+        SELECT released.id, k.kind, %(actor)s::text, %(reason)s::text, %(category)s::text, %(token)s::uuid, %(details)s::jsonb, now()
+        FROM released, (VALUES (1, 'released_failure'), (2, 'quarantined')) AS k(n, kind)
+        WHERE k.kind = 'released_failure' OR released.state = 'quarantined'
+        ORDER BY k.n
+    )
+    SELECT * FROM released
+"""
+
+_SWEEP_SQL = f"""
+    WITH expired AS (
+        SELECT id, lease_token, lease_holder, leased_until FROM {_R}
+        WHERE state = 'in_use' AND leased_until < %(now)s::timestamptz
+        ORDER BY leased_until
+        LIMIT %(limit)s::integer
+        FOR UPDATE SKIP LOCKED
+    ), swept AS (
+        UPDATE {_R} r SET
+            state = 'failed',
+            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
+            failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
+            last_failure_reason = %(reason)s::text, last_failure_category = 'retryable', last_failure_at = now()
+        FROM expired
+        WHERE r.id = expired.id
+        RETURNING r.id, expired.lease_token AS expired_token, expired.lease_holder AS expired_holder,
+                  expired.leased_until AS expired_at
+    ), event AS (
+        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
+        SELECT id, 'lease_expired', %(actor)s::text, %(reason)s::text, 'retryable', expired_token,
+               jsonb_build_object('holder', expired_holder, 'leased_until', expired_at), now()
+        FROM swept
+    )
+    SELECT * FROM swept
+"""
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A lease the sweeper took back: which resource, whose lease it was, and when it ran out."""
+
+    resource_id: int
+    lease_token: uuid.UUID
+    holder: str
+    leased_until: datetime
+
+
+def _json(details: dict | None) -> str:
+    return json.dumps(details or {}, cls=DjangoJSONEncoder)
+
+
+# pool id -> (lowest id, highest id, when read). The random start needs the pool's id range;
+# asking for it on every claim would cost more than the claim when one pool holds most rows
+# (the planner then walks the primary key through the other pools' rows), so each process
+# reads it at most every BOUNDS_TTL seconds. Stale bounds are harmless: the scan runs forward
+# from the start without an upper bound, and falls back to the pool's beginning.
+BOUNDS_TTL = 30.0
+_pool_bounds: dict[int, tuple[int, int, float]] = {}
+
+
+def _random_start(pool_id: int) -> int:
+    now = time.monotonic()
+    cached = _pool_bounds.get(pool_id)
+    if cached is None or now - cached[2] > BOUNDS_TTL:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT min(id), max(id) FROM {_R} WHERE pool_id = %s::bigint", [pool_id])
+            low, high = cursor.fetchone()
+        if low is None:
+            return 0
+        cached = _pool_bounds[pool_id] = (low, high, now)
+    return random.randint(cached[0], cached[1])
+
+
+def _one(sql: str, params: dict) -> Resource | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else Resource.from_db(connection.alias, _COLUMNS, row)
+
+
+def _lease_seconds(value: int | None) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise ValueError(f"lease_seconds must be a positive whole number of seconds, got {value!r}")
+    return value
+
+
+def _holder(holder: str) -> str:
+    if not isinstance(holder, str) or not holder.strip():
+        raise ValueError("holder must name who takes the resource (for example 'task 812'), got an empty value")
+    return holder.strip()[:200]
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "an unknown time"
+    local = timezone.localtime(moment)
+    if local.date() == timezone.localdate():
+        return f"{local:%H:%M:%S} {local.tzname()}"
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
+
+
+def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
+    """The pool itself, from an instance, a primary key or a name."""
+    if isinstance(pool, ResourcePool):
+        return pool
+    lookup = {"pk": pool} if isinstance(pool, int) else {"name": pool}
+    try:
+        return ResourcePool.objects.get(**lookup)
+    except ResourcePool.DoesNotExist:
+        raise PoolNotFound(f"no resource pool {pool!r}") from None
+
+
+def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
+                 key: str | None = None) -> Resource:
+    """A resource by primary key, or by pool and key, with its pool loaded."""
+    queryset = Resource.objects.select_related("pool")
+    if resource_id is not None:
+        try:
+            return queryset.get(pk=resource_id)
+        except Resource.DoesNotExist:
+            raise ResourceNotFound(f"no resource with id {resource_id}") from None
+    if pool is None or key is None:
+        raise ValueError("name a resource by resource_id, or by pool and key")
+    pool = get_pool(pool)
+    try:
+        return queryset.get(pool=pool, key=key)
+    except Resource.DoesNotExist:
+        raise ResourceNotFound(f"pool {pool.name} has no {pool.resource_noun} with key {key!r}") from None
+
+
+def _resource_id(resource: Resource | int) -> int:
+    return resource.pk if isinstance(resource, Resource) else int(resource)
+
+
+def describe_unavailability(resource: Resource) -> ResourceUnavailable:
+    """Why a named resource cannot be claimed, in an operator's words."""
+    noun = resource.pool.resource_noun
+    name = f"{noun} {resource.key}"
+    state = resource.state
+    if state == ResourceState.IN_USE:
+        message = f"{name} is in use by {resource.lease_holder} until {_when(resource.leased_until)}"
+    elif state == ResourceState.QUARANTINED:
+        message = f"{name} is quarantined since {_when(resource.quarantined_at)}: {resource.quarantine_reason}"
+    elif state == ResourceState.DONE:
+        message = f"{name} was consumed by a successful run at {_when(resource.last_success_at)} and is done"
+    else:
+        message = f"{name} is {resource.get_state_display().lower()}"
+    return ResourceUnavailable(message, code=state, resource_id=resource.pk)
+
+
+def _exhausted(pool_id: int) -> PoolExhausted | PoolNotFound:
+    try:
+        pool = ResourcePool.objects.get(pk=pool_id)
+    except ResourcePool.DoesNotExist:
+        return PoolNotFound(f"no resource pool with id {pool_id}")
+    counts = dict(
+        Resource.objects.filter(pool_id=pool_id).values_list("state").annotate(n=Count("id")).order_by()
+    )
+    if not counts:
+        return PoolExhausted(f"pool {pool.name} has no {pool.resource_noun}s at all")
+    busy = ", ".join(f"{n} {ResourceState(state).label.lower()}" for state, n in sorted(counts.items()))
+    return PoolExhausted(f"pool {pool.name} has no available {pool.resource_noun}: {busy}")
+
+
+def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: int | None = None,
+               actor: str | None = None, details: dict | None = None) -> Resource:
+    """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED)."""
+    holder = _holder(holder)
+    # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
+    pool_id = pool.pk if isinstance(pool, ResourcePool) else pool if isinstance(pool, int) else get_pool(pool).pk
+    params = {
+        "pool_id": pool_id,
+        "token": uuid.uuid4(),
+        "holder": holder,
+        "lease_seconds": _lease_seconds(lease_seconds),
+        "actor": actor or holder,
+        "details": _json(details),
+        "start_id": _random_start(pool_id),
+    }
+    resource = _one(_CLAIM_NEXT_SQL, params)
+    if resource is None:
+        # Everything past the random start was taken or locked: scan from the pool's beginning.
+        resource = _one(_CLAIM_NEXT_SQL, {**params, "start_id": 0})
+    if resource is None:
+        raise _exhausted(pool_id)
+    return resource
+
+
+def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
+                key: str | None = None, strict: bool = True, lease_seconds: int | None = None,
+                actor: str | None = None, details: dict | None = None) -> Resource:
+    """Take the named resource. Strict (the default): if it cannot be had, raise ResourceUnavailable
+    and never hand out another one. Not strict: fall back to claim_next on the same pool."""
+    holder = _holder(holder)
+    try:
+        resource = get_resource(resource_id=resource_id, pool=pool, key=key)
+    except ResourceNotFound as missing:
+        if strict or pool is None:
+            raise ResourceUnavailable(str(missing), code="missing", resource_id=resource_id) from None
+        return claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
+    params = {
+        "resource_id": resource.pk,
+        "token": uuid.uuid4(),
+        "holder": holder,
+        "lease_seconds": _lease_seconds(lease_seconds),
+        "actor": actor or holder,
+        "details": _json(details),
+    }
+    claimed = _one(_CLAIM_BY_ID_SQL, params)
+    if claimed is not None:
+        return claimed
+    if strict:
+        raise describe_unavailability(get_resource(resource_id=resource.pk))
+    return claim_next(pool=resource.pool_id, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
+
+
+def _lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> ResourceError:
+    resource = get_resource(resource_id=resource_id)
+    name = f"{resource.pool.resource_noun} {resource.key}"
+    expired = ResourceEvent.objects.filter(
+        resource_id=resource_id, kind=EventKind.LEASE_EXPIRED, lease_token=lease_token
+    ).first()
+    if expired is not None:
+        why = f"lease {lease_token} on {name} expired and was swept back at {_when(expired.created_at)}"
+    elif ResourceEvent.objects.filter(resource_id=resource_id, lease_token=lease_token).exists():
+        why = f"lease {lease_token} on {name} was already released"
+    else:
+        why = f"lease {lease_token} was never granted on {name}"
+    if resource.state == ResourceState.IN_USE:
+        now = f"it is now held by {resource.lease_holder}"
+    else:
+        now = f"it is now {resource.get_state_display().lower()}"
+    return LeaseMismatch(f"{why}; {now}")
+
+
+def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str,
+            error: BaseException | str | None = None, classification: Classification | None = None,
+            actor: str | None = None, details: dict | None = None) -> Resource:
+    """Give back a claimed resource with the outcome of its use, updating its statistics.
+
+    A failure is classified (unless the caller already did, with its own patterns): retryable
+    leaves the resource failed, where a retry may pick it again; non-retryable quarantines it.
+    Only the current lease token releases; a late or foreign one raises LeaseMismatch."""
+    resource_id = _resource_id(resource)
+    try:
+        token = lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
+    except ValueError:
+        raise LeaseMismatch(f"lease token {lease_token!r} is not a UUID") from None
+    if outcome not in Outcome.values:
+        raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, got {outcome!r}")
+    params = {"resource_id": resource_id, "token": token, "actor": actor or "", "details": _json(details)}
+    if outcome == Outcome.SUCCESS:
+        released = _one(_RELEASE_SUCCESS_SQL, params)
+    else:
+        if classification is None:
+            if error is None:
+                raise ValueError("a failure needs the error that caused it")
+            classification = classify(error)
+        reason = (error_text(error) if error is not None else classification.text)[:MAX_REASON_LENGTH]
+        new_state = ResourceState.FAILED if classification.retryable else ResourceState.QUARANTINED
+        released = _one(
+            _RELEASE_FAILURE_SQL,
+            {**params, "new_state": new_state, "reason": reason or "unknown error", "category": classification.category},
+        )
+    if released is None:
+        raise _lease_mismatch(resource_id, token)
+    return released
+
+
+def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seconds: int | None = None) -> Resource:
+    """Heartbeat: push the lease's end `seconds` (default: the pool's lease length) from now."""
+    resource_id = _resource_id(resource)
+    seconds = _lease_seconds(seconds)
+    with transaction.atomic():
+        current = Resource.objects.select_for_update().select_related("pool").filter(pk=resource_id).first()
+        if current is None:
+            raise ResourceNotFound(f"no resource with id {resource_id}")
+        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
+            raise _lease_mismatch(resource_id, lease_token)
+        current.leased_until = timezone.now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
+        current.save(update_fields=["leased_until"])
+    return current
+
+
+def _locked(resource: Resource | int) -> Resource:
+    resource_id = _resource_id(resource)
+    current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
+    if current is None:
+        raise ResourceNotFound(f"no resource with id {resource_id}")
+    return current
+
+
+def _illegal(resource: Resource, action: str, allowed: tuple[str, ...]) -> IllegalTransition:
+    names = [ResourceState(s).value.replace("_", " ") for s in allowed]
+    states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return IllegalTransition(
+        f"cannot {action} {resource.pool.resource_noun} {resource.key}: it is "
+        f"{resource.get_state_display().lower()}; only {states} ones can be"
+    )
+
+
+def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", details: dict | None = None) -> None:
+    ResourceEvent.objects.create(resource=resource, kind=kind, actor=actor, reason=reason, details=details or {})
+
+
+def _actor(actor: str) -> str:
+    if not isinstance(actor, str) or not actor.strip():
+        raise ValueError("actor must name who does this (a user name, a task, a command)")
+    return actor.strip()[:200]
+
+
+def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
+    """Make a failed or consumed resource available again. Counters, reasons and history stay."""
+    actor = _actor(actor)
+    allowed = (ResourceState.FAILED, ResourceState.DONE)
+    with transaction.atomic():
+        current = _locked(resource)
+        if current.state not in allowed:
+            raise _illegal(current, "reset", allowed)
+        previous = current.state
+        current.state = ResourceState.AVAILABLE
+        current.save(update_fields=["state"])
+        _event(current, EventKind.RESET, actor=actor, reason=reason, details={"from": previous})
+    return current
+
+
+def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource:
+    """Take a resource out of rotation until someone releases it from quarantine."""
+    actor = _actor(actor)
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("a quarantine needs a reason that operators will read")
+    allowed = (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)
+    with transaction.atomic():
+        current = _locked(resource)
+        if current.state not in allowed:
+            raise _illegal(current, "quarantine", allowed)
+        current.state = ResourceState.QUARANTINED
+        current.quarantine_reason = reason.strip()[:MAX_REASON_LENGTH]
+        current.quarantined_at = timezone.now()
+        current.save(update_fields=["state", "quarantine_reason", "quarantined_at"])
+        _event(current, EventKind.QUARANTINED, actor=actor, reason=current.quarantine_reason)
+    return current
+
+
+def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
+    """Put a quarantined resource back in the pool; the quarantine stays in its timeline."""
+    actor = _actor(actor)
+    allowed = (ResourceState.QUARANTINED,)
+    with transaction.atomic():
+        current = _locked(resource)
+        if current.state not in allowed:
+            raise _illegal(current, "unquarantine", allowed)
+        previous = current.quarantine_reason
+        current.state = ResourceState.AVAILABLE
+        current.quarantine_reason = ""
+        current.quarantined_at = None
+        current.save(update_fields=["state", "quarantine_reason", "quarantined_at"])
+        _event(current, EventKind.UNQUARANTINED, actor=actor, reason=reason, details={"quarantine_reason": previous})
+    return current
+
+
+def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease sweeper",
+                         limit: int = 1000) -> list[ExpiredLease]:
+    """Take back resources whose lease ran out (their holder died or hung): they become failed,
+    retryable, "lease expired", counted as a failure, each with a timeline event."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SWEEP_SQL,
+            {"now": now or timezone.now(), "limit": limit, "actor": actor, "reason": LEASE_EXPIRED_REASON},
+        )
+        rows = cursor.fetchall()
+    return [ExpiredLease(resource_id=r[0], lease_token=r[1], holder=r[2], leased_until=r[3]) for r in rows]

@@ -1,0 +1,110 @@
+"""RetryOps settings: everything that differs between machines comes from the environment."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from retryops import devservices
+from retryops.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+# Unset, a random key is generated once per checkout and kept in .embedded/ (never a known constant).
+SECRET_KEY = env_str("SECRET_KEY") or devservices.local_secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_rq",
+    "rest_framework",
+    "django_filters",
+    "retryops",
+    "resources",
+    "scheduling",
+    "compensation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "retryops.urls"
+WSGI_APPLICATION = "retryops.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
+DATABASES = {
+    "default": dj_database_url.parse(
+        devservices.database_url(),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True,
+    )
+}
+# Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
+# saves their planning on every claim (see bench/claim.py). Turn off behind a transaction-mode
+# pgbouncer, which cannot keep prepared statements.
+if env_bool("DB_SERVER_SIDE_BINDING", True):
+    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"DATABASE_URL must point at PostgreSQL, got engine {DATABASES['default']['ENGINE']!r}")
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = devservices.redis_url()
+RQ_QUEUES = {
+    name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
+    for name in ("default", "flows", "scheduler")
+}
+# Jobs are enqueued only once the transaction that wrote their rows has committed.
+RQ = {"COMMIT_MODE": "on_db_commit"}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+

@@ -1,0 +1,321 @@
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from resources import services
+from resources.choices import EventKind, FailureCategory, ResourceState
+from resources.errors import (
+    IllegalTransition,
+    LeaseMismatch,
+    PoolExhausted,
+    PoolNotFound,
+    ResourceUnavailable,
+)
+from resources.models import Resource, ResourceEvent
+from tests.factories import ResourceFactory, ResourcePoolFactory
+
+
+def kinds(resource):
+    return list(ResourceEvent.objects.filter(resource_id=resource.pk).order_by("id").values_list("kind", flat=True))
+
+
+def fresh(resource):
+    return Resource.objects.get(pk=resource.pk)
+
+
+# claim_next
+
+
+def test_claim_next_takes_an_available_resource_and_leases_it(alice):
+    claimed = services.claim_next(pool="accounts", holder="task 1")
+    row = fresh(claimed)
+    assert row.pk == alice.pk
+    assert row.state == ResourceState.IN_USE
+    assert row.lease_holder == "task 1"
+    assert row.lease_token == claimed.lease_token
+    assert row.leased_until - row.leased_at == timedelta(seconds=300)
+    assert kinds(row) == [EventKind.CLAIMED]
+
+
+def test_claim_next_never_hands_out_a_resource_twice(pool):
+    ResourceFactory.create_batch(5, pool=pool)
+    taken = {services.claim_next(pool=pool, holder=f"task {n}").pk for n in range(5)}
+    assert len(taken) == 5
+
+
+def test_claim_next_on_an_empty_pool_says_what_the_resources_are_doing(pool, claimed_alice, bob):
+    ResourceFactory(pool=pool, state=ResourceState.FAILED)
+    services.quarantine(resource=bob, actor="ops", reason="banned upstream")
+    with pytest.raises(PoolExhausted, match=r"pool accounts has no available account: 1 failed, 1 in use, 1 quarantined"):
+        services.claim_next(pool="accounts", holder="task 2")
+
+
+def test_claim_next_of_an_unknown_pool_names_it(db):
+    with pytest.raises(PoolNotFound, match="no resource pool 'nope'"):
+        services.claim_next(pool="nope", holder="task 1")
+
+
+def test_claim_next_skips_failed_and_quarantined_resources(pool, alice, bob):
+    ResourceFactory(pool=pool, key="carol@x", state=ResourceState.FAILED)
+    services.quarantine(resource=bob, actor="ops", reason="suspended")
+    assert services.claim_next(pool=pool, holder="task 1").pk == alice.pk
+
+
+def test_claim_next_uses_the_lease_length_asked_for(alice):
+    claimed = services.claim_next(pool="accounts", holder="task 1", lease_seconds=30)
+    assert claimed.leased_until - claimed.leased_at == timedelta(seconds=30)
+
+
+def test_claim_rejects_an_empty_holder(alice):
+    with pytest.raises(ValueError, match="holder must name"):
+        services.claim_next(pool="accounts", holder="  ")
+
+
+# claim_by_id
+
+
+def test_strict_claim_by_key_takes_exactly_that_resource(alice, bob):
+    claimed = services.claim_by_id(pool="accounts", key="bob@x", holder="task 9")
+    assert claimed.pk == bob.pk
+
+
+def test_strict_claim_of_in_use_resource_names_the_holder(claimed_alice, bob):
+    with pytest.raises(ResourceUnavailable, match=r"account alice@x is in use by task 812 until \d\d:\d\d") as caught:
+        services.claim_by_id(resource_id=claimed_alice.pk, holder="task 900")
+    assert caught.value.code == "in_use"
+    assert fresh(bob).state == ResourceState.AVAILABLE
+
+
+def test_strict_claim_of_quarantined_resource_gives_the_quarantine_reason(alice):
+    services.quarantine(resource=alice, actor="ops", reason="account banned")
+    with pytest.raises(ResourceUnavailable, match="account alice@x is quarantined since .*: account banned") as caught:
+        services.claim_by_id(resource_id=alice.pk, holder="task 1")
+    assert caught.value.code == "quarantined"
+
+
+def test_strict_claim_of_consumed_resource_says_it_is_done(db):
+    pool = ResourcePoolFactory(name="coupons", resource_noun="coupon", consume_on_success=True)
+    coupon = ResourceFactory(pool=pool, key="SAVE10")
+    lease = services.claim_by_id(resource_id=coupon.pk, holder="task 1")
+    services.release(resource=coupon, lease_token=lease.lease_token, outcome="success")
+    with pytest.raises(ResourceUnavailable, match="coupon SAVE10 was consumed") as caught:
+        services.claim_by_id(pool="coupons", key="SAVE10", holder="task 2")
+    assert caught.value.code == "done"
+
+
+def test_strict_claim_of_missing_resource_names_the_key(pool):
+    with pytest.raises(ResourceUnavailable, match="pool accounts has no account with key 'ghost@x'") as caught:
+        services.claim_by_id(pool="accounts", key="ghost@x", holder="task 1")
+    assert caught.value.code == "missing"
+
+
+def test_strict_claim_of_a_failed_resource_is_allowed_so_operators_can_retry_it(claimed_alice):
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="TimeoutError: upstream")
+    again = services.claim_by_id(resource_id=claimed_alice.pk, holder="task 813")
+    assert again.state == ResourceState.IN_USE
+
+
+def test_non_strict_claim_of_in_use_resource_falls_back_to_another(claimed_alice, bob):
+    claimed = services.claim_by_id(resource_id=claimed_alice.pk, holder="task 900", strict=False)
+    assert claimed.pk == bob.pk
+
+
+def test_non_strict_claim_of_missing_key_falls_back_to_the_pool(alice):
+    claimed = services.claim_by_id(pool="accounts", key="ghost@x", holder="task 900", strict=False)
+    assert claimed.pk == alice.pk
+
+
+# release
+
+
+def test_release_with_success_counts_it_and_frees_the_resource(claimed_alice):
+    released = services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="success")
+    row = fresh(released)
+    assert row.state == ResourceState.AVAILABLE
+    assert row.success_count == 1 and row.last_success_at is not None
+    assert row.lease_token is None and row.lease_holder == ""
+    assert kinds(row) == [EventKind.CLAIMED, EventKind.RELEASED_SUCCESS]
+
+
+def test_release_with_success_consumes_the_resource_when_the_pool_says_so(db):
+    coupon = ResourceFactory(pool=ResourcePoolFactory(consume_on_success=True))
+    lease = services.claim_next(pool=coupon.pool, holder="task 1")
+    assert services.release(resource=coupon, lease_token=lease.lease_token, outcome="success").state == "done"
+
+
+def test_retryable_failure_records_reason_and_statistics(claimed_alice):
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error=TimeoutError("upstream took 30s"))
+    row = fresh(claimed_alice)
+    assert row.state == ResourceState.FAILED
+    assert (row.failure_count, row.consecutive_failures) == (1, 1)
+    assert row.last_failure_reason == "TimeoutError: upstream took 30s"
+    assert row.last_failure_category == FailureCategory.RETRYABLE
+    event = ResourceEvent.objects.filter(resource=row, kind=EventKind.RELEASED_FAILURE).get()
+    assert (event.reason, event.category) == (row.last_failure_reason, "retryable")
+
+
+def test_non_retryable_failure_quarantines_the_resource(claimed_alice):
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error=PermissionError("HTTP 403: account banned"))
+    row = fresh(claimed_alice)
+    assert row.state == ResourceState.QUARANTINED
+    assert row.quarantine_reason == "PermissionError: HTTP 403: account banned"
+    assert row.last_failure_category == FailureCategory.NON_RETRYABLE
+    assert kinds(row) == [EventKind.CLAIMED, EventKind.RELEASED_FAILURE, EventKind.QUARANTINED]
+
+
+def test_success_ends_a_run_of_consecutive_failures_but_keeps_the_total(alice):
+    for _ in range(2):
+        lease = services.claim_by_id(resource_id=alice.pk, holder="task 1")
+        services.release(resource=alice, lease_token=lease.lease_token, outcome="failure", error="timeout")
+    lease = services.claim_by_id(resource_id=alice.pk, holder="task 1")
+    services.release(resource=alice, lease_token=lease.lease_token, outcome="success")
+    row = fresh(alice)
+    assert (row.failure_count, row.consecutive_failures, row.success_count) == (2, 0, 1)
+    assert row.last_failure_reason == "timeout"
+
+
+def test_release_with_a_foreign_token_is_rejected_and_changes_nothing(claimed_alice):
+    with pytest.raises(LeaseMismatch, match="was never granted on account alice@x; it is now held by task 812"):
+        services.release(resource=claimed_alice, lease_token=uuid.uuid4(), outcome="success")
+    row = fresh(claimed_alice)
+    assert row.state == ResourceState.IN_USE and row.success_count == 0
+    assert kinds(row) == [EventKind.CLAIMED]
+
+
+def test_a_late_worker_cannot_release_a_resource_someone_else_now_holds(claimed_alice):
+    old_token = claimed_alice.lease_token
+    services.release(resource=claimed_alice, lease_token=old_token, outcome="success")
+    services.claim_by_id(resource_id=claimed_alice.pk, holder="task 813")
+    with pytest.raises(LeaseMismatch, match="was already released; it is now held by task 813"):
+        services.release(resource=claimed_alice, lease_token=old_token, outcome="failure", error="timeout")
+    assert fresh(claimed_alice).lease_holder == "task 813"
+
+
+def test_release_with_a_token_that_is_not_a_uuid_says_so(claimed_alice):
+    with pytest.raises(LeaseMismatch, match="'abc' is not a UUID"):
+        services.release(resource=claimed_alice, lease_token="abc", outcome="success")
+
+
+def test_release_with_an_unknown_outcome_names_it(claimed_alice):
+    with pytest.raises(ValueError, match="got 'maybe'"):
+        services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="maybe")
+
+
+def test_release_uses_the_callers_classification(claimed_alice):
+    from resources.classification import classify
+
+    verdict = classify("captcha required", non_retryable_patterns=["captcha"])
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="captcha required", classification=verdict)
+    assert fresh(claimed_alice).state == ResourceState.QUARANTINED
+
+
+# leases
+
+
+def test_extend_lease_pushes_the_end_of_the_lease(claimed_alice):
+    extended = services.extend_lease(resource=claimed_alice, lease_token=claimed_alice.lease_token, seconds=3600)
+    assert extended.leased_until > timezone.now() + timedelta(minutes=59)
+
+
+def test_extend_lease_with_a_stale_token_is_rejected(claimed_alice):
+    with pytest.raises(LeaseMismatch):
+        services.extend_lease(resource=claimed_alice, lease_token=uuid.uuid4())
+
+
+def test_sweep_takes_back_expired_leases_as_retryable_failures(claimed_alice, bob):
+    live = services.claim_by_id(resource_id=bob.pk, holder="task 2")
+    swept = services.sweep_expired_leases(now=timezone.now() + timedelta(seconds=301))
+    assert [(s.resource_id, s.lease_token, s.holder) for s in swept] == [
+        (claimed_alice.pk, claimed_alice.lease_token, "task 812"),
+        (bob.pk, live.lease_token, "task 2"),
+    ]
+    row = fresh(claimed_alice)
+    assert row.state == ResourceState.FAILED
+    assert (row.last_failure_reason, row.last_failure_category, row.failure_count) == ("lease expired", "retryable", 1)
+    assert kinds(row) == [EventKind.CLAIMED, EventKind.LEASE_EXPIRED]
+
+
+def test_sweep_leaves_leases_that_have_not_expired(claimed_alice):
+    assert services.sweep_expired_leases() == []
+    assert fresh(claimed_alice).state == ResourceState.IN_USE
+
+
+def test_releasing_a_swept_lease_explains_that_it_expired(claimed_alice):
+    services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    with pytest.raises(LeaseMismatch, match="expired and was swept back at .*; it is now failed"):
+        services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="success")
+
+
+# reset, quarantine, unquarantine
+
+
+def test_reset_makes_a_failed_resource_available_and_keeps_its_history(claimed_alice):
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="ConnectionResetError: peer reset")
+    services.reset(resource=claimed_alice, actor="ops:carol", reason="network fixed")
+    row = fresh(claimed_alice)
+    assert row.state == ResourceState.AVAILABLE
+    assert (row.failure_count, row.last_failure_reason) == (1, "ConnectionResetError: peer reset")
+    assert kinds(row) == [EventKind.CLAIMED, EventKind.RELEASED_FAILURE, EventKind.RESET]
+    reset_event = ResourceEvent.objects.filter(resource=row, kind=EventKind.RESET).get()
+    assert (reset_event.actor, reset_event.reason, reset_event.details) == ("ops:carol", "network fixed", {"from": "failed"})
+
+
+def test_reset_of_an_in_use_resource_is_an_illegal_transition(claimed_alice):
+    with pytest.raises(IllegalTransition, match="cannot reset account alice@x: it is in use; only failed or done ones"):
+        services.reset(resource=claimed_alice, actor="ops")
+    assert kinds(claimed_alice) == [EventKind.CLAIMED]
+
+
+def test_reset_of_an_available_resource_is_an_illegal_transition(alice):
+    with pytest.raises(IllegalTransition, match="it is available"):
+        services.reset(resource=alice, actor="ops")
+
+
+def test_quarantine_needs_a_reason(alice):
+    with pytest.raises(ValueError, match="needs a reason"):
+        services.quarantine(resource=alice, actor="ops", reason="")
+
+
+def test_quarantine_of_an_in_use_resource_is_refused(claimed_alice):
+    with pytest.raises(IllegalTransition, match="cannot quarantine account alice@x: it is in use"):
+        services.quarantine(resource=claimed_alice, actor="ops", reason="suspicious")
+
+
+def test_unquarantine_returns_the_resource_and_the_timeline_keeps_the_reason(alice):
+    services.quarantine(resource=alice, actor="ops", reason="risk control block")
+    services.unquarantine(resource=alice, actor="ops:dave", reason="block lifted")
+    row = fresh(alice)
+    assert (row.state, row.quarantine_reason, row.quarantined_at) == (ResourceState.AVAILABLE, "", None)
+    event = ResourceEvent.objects.filter(resource=row, kind=EventKind.UNQUARANTINED).get()
+    assert event.details == {"quarantine_reason": "risk control block"}
+
+
+def test_unquarantine_of_a_resource_not_in_quarantine_is_refused(alice):
+    with pytest.raises(IllegalTransition, match="only quarantined ones"):
+        services.unquarantine(resource=alice, actor="ops")
+
+
+# the database backs the invariants even against code that bypasses the services
+
+
+def test_database_refuses_an_in_use_resource_without_a_lease(alice):
+    with pytest.raises(IntegrityError, match="resource_lease_iff_in_use"), transaction.atomic():
+        Resource.objects.filter(pk=alice.pk).update(state=ResourceState.IN_USE)
+
+
+def test_database_refuses_a_quarantine_without_a_reason(alice):
+    with pytest.raises(IntegrityError, match="resource_quarantine_has_reason"), transaction.atomic():
+        Resource.objects.filter(pk=alice.pk).update(state=ResourceState.QUARANTINED, quarantined_at=timezone.now())
+
+
+def test_database_refuses_a_duplicate_key_in_one_pool(alice):
+    with pytest.raises(IntegrityError, match="resource_key_unique_in_pool"), transaction.atomic():
+        ResourceFactory(pool=alice.pool, key="alice@x")

@@ -1,0 +1,34 @@
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from retryops.env import env_bool, env_int, env_list, env_str
+
+
+def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
+    monkeypatch.setenv("DEBUG", "sometimes")
+    with pytest.raises(ImproperlyConfigured, match="DEBUG='sometimes' is not a boolean"):
+        env_bool("DEBUG", False)
+
+
+def test_env_int_names_the_variable_and_the_minimum(monkeypatch):
+    monkeypatch.setenv("DB_CONN_MAX_AGE", "-1")
+    with pytest.raises(ImproperlyConfigured, match="DB_CONN_MAX_AGE=-1 must be at least 0"):
+        env_int("DB_CONN_MAX_AGE", 60, minimum=0)
+
+
+def test_env_str_reads_secrets_from_a_file(monkeypatch, tmp_path):
+    secret = tmp_path / "key"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("SECRET_KEY_FILE", str(secret))
+    assert env_str("SECRET_KEY") == "s3cret"
+
+
+def test_env_str_with_an_unreadable_file_names_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("SECRET_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY_FILE=.*missing.* cannot be read"):
+        env_str("SECRET_KEY")
+
+
+def test_env_list_splits_on_commas(monkeypatch):
+    monkeypatch.setenv("ALLOWED_HOSTS", "a.example, b.example,")
+    assert env_list("ALLOWED_HOSTS", []) == ["a.example", "b.example"]
