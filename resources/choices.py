@@ -23,6 +23,7 @@ class EventKind(models.TextChoices):
     CLAIMED = "claimed", "Claimed"
     RELEASED_SUCCESS = "released_success", "Released with success"
     RELEASED_FAILURE = "released_failure", "Released with failure"
+    HELD_FOR_RETRY = "held_for_retry", "Failed, held for its retry"
     RESET = "reset", "Reset"
     QUARANTINED = "quarantined", "Quarantined"
     UNQUARANTINED = "unquarantined", "Released from quarantine"

@@ -99,6 +99,11 @@ class Resource(models.Model):
             models.Index(
                 fields=["pool", "id"], condition=Q(state=ResourceState.AVAILABLE), name="resource_available_idx"
             ),
+            # The failed-first scheduler: a pool's recently failed resources. Only rows entering
+            # the failed state write to it.
+            models.Index(
+                fields=["pool", "-last_failure_at"], condition=Q(state=ResourceState.FAILED), name="resource_failed_recent_idx"
+            ),
         ]
 
     def __str__(self) -> str:

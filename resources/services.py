@@ -399,6 +399,34 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
     return current
 
 
+def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str, error: BaseException | str,
+                       classification: Classification, hold_until: datetime, actor: str = "") -> Resource:
+    """Record a retryable failure but keep the lease until `hold_until`, so the same task's retry
+    finds the resource waiting for it and neither claim_next nor a scheduler takes it meanwhile."""
+    if not classification.retryable:
+        raise IllegalTransition("a non-retryable failure cannot hold its resource for a retry")
+    resource_id = _resource_id(resource)
+    reason = (error_text(error) or "unknown error")[:MAX_REASON_LENGTH]
+    with transaction.atomic():
+        current = _locked(resource_id)
+        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
+            raise _lease_mismatch(resource_id, lease_token)
+        now = timezone.now()
+        current.failure_count += 1
+        current.consecutive_failures += 1
+        current.last_failure_reason, current.last_failure_category, current.last_failure_at = (
+            reason, classification.category, now)
+        current.leased_until = max(hold_until, now)
+        current.save(update_fields=["failure_count", "consecutive_failures", "last_failure_reason",
+                                    "last_failure_category", "last_failure_at", "leased_until"])
+        ResourceEvent.objects.create(
+            resource=current, kind=EventKind.HELD_FOR_RETRY, actor=actor, reason=reason,
+            category=classification.category, lease_token=current.lease_token,
+            details={"held_until": current.leased_until.isoformat()},
+        )
+    return current
+
+
 def _locked(resource: Resource | int) -> Resource:
     resource_id = _resource_id(resource)
     current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()

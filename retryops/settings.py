@@ -108,3 +108,17 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
+
+# Flows: name -> dotted path of a callable(FlowContext). Add your own here or with @flow.
+RETRYOPS_FLOWS = {
+    "http_call": "scheduling.flows.http_call.http_call",
+    "demo": "scheduling.flows.demo.demo",
+    "noop": "scheduling.flows.demo.noop",
+}
+RETRYOPS_DEFAULT_POLICY = env_str("RETRYOPS_DEFAULT_POLICY", "default")
+RETRYOPS_POLICY_FILE = BASE_DIR / "config" / "tasks" / "retry-policies.yaml"
+RETRYOPS_HTTP_CALL_URL = env_str("RETRYOPS_HTTP_CALL_URL", "")
+RETRYOPS_HTTP_CALL_TIMEOUT = env_int("RETRYOPS_HTTP_CALL_TIMEOUT", 10, minimum=1)
+# Seconds between runs of the periodic jobs (lease sweep + dispatcher, batch ticks).
+RETRYOPS_DISPATCH_INTERVAL = env_int("RETRYOPS_DISPATCH_INTERVAL", 15, minimum=1)
+RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)

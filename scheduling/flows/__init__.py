@@ -1,0 +1,56 @@
+"""The flow registry. A flow is a callable `flow(context) -> JSON-able result` that runs one
+business instance with one claimed resource, and raises to fail. Flows come from
+settings.RETRYOPS_FLOWS ({name: dotted path}) and from the @flow decorator."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+_registry: dict[str, Callable] = {}
+
+
+class UnknownFlow(LookupError):
+    """A task names a flow that no setting and no decorator registered."""
+
+
+@dataclass
+class FlowContext:
+    """What a flow gets: the payload, the resource it runs with, and who it is."""
+
+    task_id: int
+    attempt: int
+    payload: dict
+    resource_key: str
+    resource_attributes: dict = field(default_factory=dict)
+    idempotency_key: str = ""
+    heartbeat: Callable[[], None] = lambda: None
+
+
+def flow(name: str):
+    """Register the decorated callable as the flow `name`."""
+
+    def register(func: Callable) -> Callable:
+        _registry[name] = func
+        return func
+
+    return register
+
+
+def known_flows() -> list[str]:
+    return sorted(set(_registry) | set(getattr(settings, "RETRYOPS_FLOWS", {})))
+
+
+def get_flow(name: str) -> Callable:
+    if name in _registry:
+        return _registry[name]
+    path = getattr(settings, "RETRYOPS_FLOWS", {}).get(name)
+    if path is None:
+        raise UnknownFlow(f"unknown flow {name!r}; known flows: {', '.join(known_flows()) or 'none'}")
+    try:
+        func = import_string(path)
+    except ImportError as exc:
+        raise UnknownFlow(f"flow {name!r} points at {path!r}, which cannot be imported: {exc}") from None
+    _registry[name] = func
+    return func

@@ -1,0 +1,49 @@
+"""The http_call flow: POST the payload and the resource's attributes to a configured URL.
+
+2xx is success (the JSON body, if any, is the result). Timeouts, connection errors, 429 and 5xx
+raise errors the default patterns classify as retryable; 401 and 403 as non-retryable; any
+other status fails with its code. The URL and timeout are settings, not payload, so a task
+cannot point the worker at an arbitrary host: RETRYOPS_HTTP_CALL_URL, RETRYOPS_HTTP_CALL_TIMEOUT.
+"""
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+from django.conf import settings
+
+from scheduling.flows import FlowContext
+
+
+class HttpCallError(Exception):
+    """An HTTP answer the flow does not accept; the message carries the status."""
+
+
+def http_call(context: FlowContext):
+    url = getattr(settings, "RETRYOPS_HTTP_CALL_URL", "")
+    if not url:
+        raise HttpCallError("RETRYOPS_HTTP_CALL_URL is not set: the http_call flow has nowhere to send")
+    body = json.dumps({
+        "task": context.task_id, "attempt": context.attempt, "payload": context.payload,
+        "resource": {"key": context.resource_key, "attributes": context.resource_attributes},
+    }).encode()
+    request = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": "application/json", "Idempotency-Key": context.idempotency_key,
+    })
+    timeout = float(getattr(settings, "RETRYOPS_HTTP_CALL_TIMEOUT", 10))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            text = response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        raise HttpCallError(f"HTTP {exc.code} from {url}: {exc.read()[:200].decode('utf-8', 'replace')}") from None
+    except (socket.timeout, TimeoutError):
+        raise TimeoutError(f"POST {url} timed out after {timeout:g}s") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, (socket.timeout, TimeoutError)):
+            raise TimeoutError(f"POST {url} timed out after {timeout:g}s") from None
+        raise ConnectionError(f"connection refused or reset by {url}: {exc.reason}") from None
+    try:
+        return json.loads(text) if text.strip() else None
+    except json.JSONDecodeError:
+        return {"body": text[:2000]}

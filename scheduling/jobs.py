@@ -1,0 +1,29 @@
+"""RQ jobs: thin wrappers that load ids and call one service."""
+
+import logging
+
+from rq import get_current_job
+
+from scheduling import services
+
+log = logging.getLogger(__name__)
+
+
+def run_attempt_job(task_id: int, attempt_number: int):
+    job = get_current_job()
+    worker = getattr(job, "worker_name", "") or "" if job else ""
+    attempt = services.run_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker or "",
+                                   rq_job_id=job.id if job else "")
+    return attempt.outcome if attempt else "skipped"
+
+
+def dispatch_job():
+    """Periodic: recover attempts whose workers died, then re-enqueue waiting tasks Redis lost."""
+    abandoned = services.recover_lost_attempts()
+    enqueued = services.dispatch_waiting()
+    return {"abandoned": len(abandoned), "enqueued": len(enqueued)}
+
+
+def batch_tick_job():
+    """Periodic: one tick of every enabled batch config."""
+    return services.run_batches()

@@ -1,0 +1,27 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from resources import services as pool_services
+from resources.errors import ResourceError
+from scheduling import services
+from scheduling.policies import PolicyError
+
+
+class Command(BaseCommand):
+    help = ("Retry a resource in strict mode: reset it if failed and start a task on exactly that resource, "
+            "atomically. Flow and payload default to those of the last task that ran on it.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--pool", required=True)
+        parser.add_argument("--key", required=True)
+        parser.add_argument("--actor", required=True, help="Who asks for the retry (recorded in the timeline).")
+        parser.add_argument("--flow")
+        parser.add_argument("--payload", help="JSON object; default: the last task's payload.")
+        parser.add_argument("--policy")
+
+    def handle(self, *args, pool, key, actor, flow, payload, policy, **options):
+        try:
+            resource = pool_services.get_resource(pool=pool, key=key)
+            task = services.retry_resource(resource=resource, actor=actor, flow=flow, payload=payload, policy=policy)
+        except (ResourceError, services.TaskError, PolicyError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(self.style.SUCCESS(f"started {task} ({task.flow}) on {resource.key}"))

@@ -1,0 +1,29 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from resources import services as pool_services
+from resources.errors import ResourceError
+from scheduling import services
+
+
+class Command(BaseCommand):
+    help = "Start a task: a flow run on a pool's resource (a named one with --key, strict unless --not-strict)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--flow", required=True)
+        parser.add_argument("--pool", required=True)
+        parser.add_argument("--payload", default="{}", help="A JSON object.")
+        parser.add_argument("--key", help="Run on this resource of the pool.")
+        parser.add_argument("--not-strict", action="store_true", help="If the named resource cannot be had, take another.")
+        parser.add_argument("--policy")
+        parser.add_argument("--idempotency-key")
+        parser.add_argument("--actor", default="start_task command")
+
+    def handle(self, *args, flow, pool, payload, key, not_strict, policy, idempotency_key, actor, **options):
+        try:
+            resource = pool_services.get_resource(pool=pool, key=key) if key else None
+            task = services.start_task(flow=flow, pool_name=pool, payload=payload, resource=resource,
+                                       strict=not not_strict, policy=policy, created_by=actor,
+                                       idempotency_key=idempotency_key)
+        except (ResourceError, services.TaskError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(self.style.SUCCESS(f"started {task} ({task.flow} on pool {task.pool.name})"))

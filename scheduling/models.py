@@ -1,0 +1,214 @@
+"""Tasks (business instances), their attempts, retry policies and batch schedules."""
+
+from django.db import models
+from django.db.models import Q
+
+from resources.models import Resource, ResourcePool
+from scheduling.choices import (
+    WAITING_STATES,
+    AttemptOutcome,
+    Backoff,
+    TaskEventKind,
+    TaskState,
+)
+
+
+class RetryPolicy(models.Model):
+    """How a failed task comes back: how often, after how long, on which resource."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    max_attempts = models.PositiveIntegerField(default=5)
+    backoff = models.CharField(max_length=30, choices=Backoff.choices, default=Backoff.EXPONENTIAL)
+    initial_delay_seconds = models.FloatField(default=120.0)
+    multiplier = models.FloatField(default=2.0)
+    max_delay_seconds = models.FloatField(default=3600.0)
+    # Lists of {"pattern": regex, "action": PatternAction, "probation": bool}; see policies.py.
+    retryable_error_patterns = models.JSONField(default=list, blank=True)
+    non_retryable_error_patterns = models.JSONField(default=list, blank=True)
+    same_resource_on_retry = models.BooleanField(default=True)
+    deadline_seconds = models.FloatField(
+        null=True, blank=True, help_text="No retry is scheduled later than this after the task was created."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "retry policies"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="policy_max_attempts_positive"),
+            models.CheckConstraint(condition=Q(initial_delay_seconds__gte=0), name="policy_initial_delay_not_negative"),
+            models.CheckConstraint(condition=Q(multiplier__gte=1), name="policy_multiplier_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(max_delay_seconds__gte=models.F("initial_delay_seconds")), name="policy_max_delay_covers_initial"
+            ),
+            models.CheckConstraint(
+                condition=Q(deadline_seconds__isnull=True) | Q(deadline_seconds__gt=0), name="policy_deadline_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RetryPolicyChange(models.Model):
+    """Who changed a policy, when, and what it was before and after."""
+
+    policy = models.ForeignKey(RetryPolicy, on_delete=models.CASCADE, related_name="changes")
+    changed_by = models.CharField(max_length=200)
+    changed_at = models.DateTimeField(auto_now_add=True)
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-id"]
+
+
+class Task(models.Model):
+    """One business instance: a flow run with one resource of a pool, retried until it succeeds or dies."""
+
+    flow = models.CharField(max_length=100)
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="tasks")
+    payload = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.PENDING)
+    requested_resource = models.ForeignKey(
+        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks"
+    )
+    strict = models.BooleanField(default=True, help_text="A named resource that cannot be had fails the attempt.")
+    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks")
+    attempt_count = models.PositiveIntegerField(default=0)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    # The resource of the latest attempt, and the lease the task holds on it between attempts
+    # (same-resource retry, operator retry, scheduler pick). The lease lives on the resource row.
+    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    # The resource the next attempt must run on (the requested one, or the same one after a
+    # retryable failure); empty: any resource of the pool.
+    pinned_resource = models.ForeignKey(
+        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="pinned_tasks"
+    )
+    held_lease_token = models.UUIDField(null=True, blank=True)
+    rq_job_id = models.CharField(max_length=100, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_signature = models.CharField(max_length=500, blank=True)
+    last_error_category = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=TaskState.values), name="task_state_valid"),
+            models.CheckConstraint(
+                condition=~Q(state__in=WAITING_STATES) | Q(next_run_at__isnull=False), name="task_waiting_has_next_run"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state__in=[TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED])
+                | Q(finished_at__isnull=False, held_lease_token__isnull=True),
+                name="task_finished_holds_nothing",
+            ),
+        ]
+        indexes = [
+            # The dispatcher: waiting tasks by due time.
+            models.Index(fields=["next_run_at"], condition=Q(state__in=WAITING_STATES), name="task_waiting_due_idx"),
+            # Running tasks, whose attempts the dispatcher checks for lost workers.
+            models.Index(fields=["id"], condition=Q(state=TaskState.RUNNING), name="task_running_idx"),
+            models.Index(fields=["state", "-id"], name="task_state_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk}"
+
+    @property
+    def holder(self) -> str:
+        """How the task appears as a resource's holder, in operators' messages."""
+        return f"task {self.pk}"
+
+
+class Attempt(models.Model):
+    """One execution of a task: what a resource's retry history shows."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="attempts")
+    lease_token = models.UUIDField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    rq_job_id = models.CharField(max_length=100, blank=True)
+    started_at = models.DateTimeField()
+    scheduled_for = models.DateTimeField(null=True, blank=True, help_text="The next_run_at this attempt was due at.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, default=AttemptOutcome.RUNNING)
+    error_class = models.CharField(max_length=200, blank=True)
+    error_message = models.TextField(blank=True)
+    error_signature = models.CharField(max_length=500, blank=True)
+    category = models.CharField(max_length=20, blank=True)
+    action = models.CharField(max_length=30, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task_id", "number"]
+        constraints = [
+            # A job delivered twice cannot record the same attempt twice, so it cannot run the flow twice.
+            models.UniqueConstraint(fields=["task", "number"], name="attempt_number_unique_per_task"),
+            models.UniqueConstraint(
+                fields=["task"], condition=Q(outcome=AttemptOutcome.RUNNING), name="attempt_one_running_per_task"
+            ),
+            models.CheckConstraint(condition=Q(number__gte=1), name="attempt_number_positive"),
+            models.CheckConstraint(
+                condition=Q(outcome=AttemptOutcome.RUNNING) | Q(finished_at__isnull=False), name="attempt_finished_has_end"
+            ),
+        ]
+        indexes = [
+            # A resource's retry history, newest first.
+            models.Index(fields=["resource", "-id"], name="attempt_resource_history_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} attempt {self.number}"
+
+
+class TaskEvent(models.Model):
+    """task.execution.failed, task.retry.scheduled, task.retry.succeeded, task.dead: rows to count and alert on."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=40, choices=TaskEventKind.choices)
+    attempt_number = models.PositiveIntegerField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx")]
+
+
+class BatchConfig(models.Model):
+    """Automatic scheduling: start this many tasks of a flow on a pool at every tick."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    pool = models.ForeignKey(ResourcePool, on_delete=models.CASCADE, related_name="batch_configs")
+    flow = models.CharField(max_length=100)
+    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="batch_configs")
+    payload = models.JSONField(default=dict, blank=True, help_text="The payload of every task this config starts.")
+    enabled = models.BooleanField(default=True)
+    tasks_per_tick = models.PositiveIntegerField(default=10)
+    retry_failed_first = models.BooleanField(
+        default=False, help_text="Reclaim recently failed, retryable resources before taking fresh ones."
+    )
+    recent_window_seconds = models.PositiveIntegerField(default=3600)
+    retryable_error_patterns = models.JSONField(
+        default=list, blank=True, help_text="Regexes; a failed resource is reclaimed only if its last failure matches one. Empty: any retryable failure."
+    )
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(tasks_per_tick__gte=1), name="batch_tasks_per_tick_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

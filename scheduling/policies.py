@@ -1,0 +1,143 @@
+"""Retry policies: validation (shared by the YAML loader and the admin), backoff, and what a
+failure's text tells a policy to do."""
+
+import math
+import random
+from dataclasses import dataclass
+
+from resources.choices import FailureCategory
+from resources.classification import Classification, compile_patterns, error_text
+from scheduling.choices import Backoff, PatternAction
+
+REQUIRED_FIELDS = (
+    "name", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
+    "retryable_error_patterns", "non_retryable_error_patterns", "same_resource_on_retry",
+)
+OPTIONAL_FIELDS = ("description", "deadline_seconds")
+DEFAULT_ACTION = {
+    "retryable_error_patterns": PatternAction.RETRY_SAME_RESOURCE,
+    "non_retryable_error_patterns": PatternAction.QUARANTINE,
+}
+
+
+class PolicyError(ValueError):
+    """A policy definition that cannot be used; the message names the field."""
+
+
+def _number(data: dict, field: str, *, minimum: float, integer: bool = False) -> float | int:
+    value = data[field]
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise PolicyError(f"{field} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+    if value < minimum:
+        raise PolicyError(f"{field} must be at least {minimum:g}, got {value!r}")
+    return value
+
+
+def clean_patterns(field: str, entries) -> list[dict]:
+    """Normalise a pattern list to [{"pattern", "action", "probation"}]; a bad entry or regex names itself."""
+    if not isinstance(entries, list):
+        raise PolicyError(f"{field} must be a list of regexes or {{pattern, action}} entries, got {entries!r}")
+    cleaned = []
+    for n, entry in enumerate(entries):
+        where = f"{field}[{n}]"
+        if isinstance(entry, str):
+            entry = {"pattern": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("pattern"), str) or not entry["pattern"]:
+            raise PolicyError(f"{where} must be a regex or a mapping with a 'pattern' string, got {entry!r}")
+        unknown = set(entry) - {"pattern", "action", "probation"}
+        if unknown:
+            raise PolicyError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+        action = entry.get("action", DEFAULT_ACTION[field])
+        if action not in PatternAction.values:
+            raise PolicyError(f"{where}.action must be one of {', '.join(PatternAction.values)}, got {action!r}")
+        probation = entry.get("probation", False)
+        if not isinstance(probation, bool):
+            raise PolicyError(f"{where}.probation must be true or false, got {probation!r}")
+        try:
+            compile_patterns((entry["pattern"],))
+        except ValueError as exc:
+            raise PolicyError(f"{where}: {exc}") from None
+        cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
+    return cleaned
+
+
+def clean_policy(data) -> dict:
+    """Validate one policy definition and return the model's field values."""
+    if not isinstance(data, dict):
+        raise PolicyError(f"a policy must be a mapping of fields, got {data!r}")
+    for field in REQUIRED_FIELDS:
+        if field not in data:
+            raise PolicyError(f"missing field {field!r}")
+    unknown = set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS)
+    if unknown:
+        raise PolicyError(f"unknown fields: {', '.join(sorted(unknown))}")
+    if not isinstance(data["name"], str) or not data["name"].strip():
+        raise PolicyError(f"name must be a non-empty string, got {data['name']!r}")
+    if data["backoff"] not in Backoff.values:
+        raise PolicyError(f"backoff must be one of {', '.join(Backoff.values)}, got {data['backoff']!r}")
+    if not isinstance(data["same_resource_on_retry"], bool):
+        raise PolicyError(f"same_resource_on_retry must be true or false, got {data['same_resource_on_retry']!r}")
+    cleaned = {
+        "name": data["name"].strip(),
+        "description": str(data.get("description") or ""),
+        "max_attempts": _number(data, "max_attempts", minimum=1, integer=True),
+        "backoff": data["backoff"],
+        "initial_delay_seconds": float(_number(data, "initial_delay_seconds", minimum=0)),
+        "multiplier": float(_number(data, "multiplier", minimum=1)),
+        "max_delay_seconds": float(_number(data, "max_delay_seconds", minimum=0)),
+        "same_resource_on_retry": data["same_resource_on_retry"],
+        "deadline_seconds": None,
+    }
+    if cleaned["max_delay_seconds"] < cleaned["initial_delay_seconds"]:
+        raise PolicyError("max_delay_seconds must be at least initial_delay_seconds")
+    if data.get("deadline_seconds") is not None:
+        cleaned["deadline_seconds"] = float(_number(data, "deadline_seconds", minimum=1))
+    for field in ("retryable_error_patterns", "non_retryable_error_patterns"):
+        cleaned[field] = clean_patterns(field, data[field])
+    return cleaned
+
+
+def retry_delay(*, backoff: str, attempt: int, initial: float, multiplier: float, maximum: float,
+                rng: random.Random | None = None) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1 = the first)."""
+    if backoff == Backoff.FIXED:
+        return min(initial, maximum)
+    # Past ~1000 doublings the float overflows; the cap has long been reached by then.
+    exponent = min(attempt - 1, 1000)
+    capped = min(maximum, initial * math.pow(multiplier, exponent)) if multiplier > 1 else min(initial, maximum)
+    if backoff == Backoff.EXPONENTIAL:
+        return capped
+    if backoff == Backoff.EXPONENTIAL_JITTER:
+        return (rng or random).uniform(0, capped)
+    raise PolicyError(f"unknown backoff {backoff!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a policy makes of one failure: its category, the action, and the rule that decided."""
+
+    classification: Classification
+    action: str
+    probation: bool = False
+
+    @property
+    def category(self) -> str:
+        return self.classification.category
+
+
+def judge(policy, error: BaseException | str) -> Verdict:
+    """Match a failure against the policy's patterns (non-retryable first), then the defaults."""
+    from resources.classification import classify
+
+    text = error_text(error)
+    for field, category in (
+        ("non_retryable_error_patterns", FailureCategory.NON_RETRYABLE),
+        ("retryable_error_patterns", FailureCategory.RETRYABLE),
+    ):
+        for entry in getattr(policy, field):
+            if compile_patterns((entry["pattern"],))[0].search(text):
+                return Verdict(Classification(category, entry["pattern"], text), entry["action"], entry.get("probation", False))
+    verdict = classify(error)
+    action = DEFAULT_ACTION["retryable_error_patterns" if verdict.retryable else "non_retryable_error_patterns"]
+    return Verdict(verdict, action)
