@@ -1,9 +1,45 @@
-import pytest
+import os
 
-from retryops import devservices
+import pytest
+from django.conf import settings
 
 from resources import services
-from tests.factories import ResourceFactory, ResourcePoolFactory
+from retryops import devservices
+from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
+
+# RQ in tests uses its own Redis database, so flushing it never touches the app's queues.
+TEST_REDIS_DB = 15
+
+
+def pytest_report_header(config):
+    return [f"retryops: {what} from {where}" for what, where in devservices.SOURCES.items()]
+
+
+def test_redis_url() -> str:
+    url = settings.REDIS_URL
+    if url.startswith("unix://"):
+        return f"{url.split('?')[0]}?db={TEST_REDIS_DB}"
+    return f"{url.rsplit('/', 1)[0] if url.count('/') > 2 else url}/{TEST_REDIS_DB}"
+
+
+test_redis_url.__test__ = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _rq_on_test_redis():
+    for config in settings.RQ_QUEUES.values():
+        config["URL"] = test_redis_url()
+    os.environ["REDIS_URL"] = test_redis_url()
+
+
+@pytest.fixture
+def redis_conn():
+    import django_rq
+
+    conn = django_rq.get_connection("flows")
+    conn.flushdb()
+    yield conn
+    conn.flushdb()
 
 
 @pytest.fixture
@@ -26,5 +62,13 @@ def claimed_alice(alice):
     return services.claim_by_id(resource_id=alice.pk, holder="task 812")
 
 
-def pytest_report_header(config):
-    return [f"retryops: {what} from {where}" for what, where in devservices.SOURCES.items()]
+@pytest.fixture
+def instant_policy(db):
+    """Retries at once, so a burst worker runs a task's whole life."""
+    return RetryPolicyFactory(name="instant", max_attempts=3, initial_delay_seconds=0)
+
+
+@pytest.fixture
+def default_policy(db):
+    return RetryPolicyFactory(name="default", max_attempts=5, backoff="exponential", initial_delay_seconds=120,
+                              multiplier=2, max_delay_seconds=1800)

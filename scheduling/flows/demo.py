@@ -4,7 +4,7 @@ Payload keys (all optional):
 - "script": a list of outcomes, one per attempt ("ok", or an error such as "TimeoutError: slow");
   the last one repeats.
 - "failure_rate", "non_retryable_rate": chances of a retryable / non-retryable failure.
-- "sleep": seconds each run takes.
+- "sleep": seconds each run takes; with "sleep_attempts" (a list of numbers), only those attempts sleep.
 """
 
 import random
@@ -28,7 +28,7 @@ def _fail(outcome: str):
 
 def demo(context: FlowContext):
     payload = context.payload
-    if payload.get("sleep"):
+    if payload.get("sleep") and context.attempt in payload.get("sleep_attempts", [context.attempt]):
         time.sleep(float(payload["sleep"]))
     script = payload.get("script")
     if script:
