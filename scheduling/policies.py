@@ -103,9 +103,15 @@ def retry_delay(*, backoff: str, attempt: int, initial: float, multiplier: float
     """Seconds to wait after failed attempt number `attempt` (1 = the first)."""
     if backoff == Backoff.FIXED:
         return min(initial, maximum)
-    # Past ~1000 doublings the float overflows; the cap has long been reached by then.
-    exponent = min(attempt - 1, 1000)
-    capped = min(maximum, initial * math.pow(multiplier, exponent)) if multiplier > 1 else min(initial, maximum)
+    # Compared in logarithms, because multiplier ** attempt overflows a float long before
+    # attempts run out.
+    exponent = attempt - 1
+    if initial <= 0:
+        capped = 0.0
+    elif math.log(initial) + exponent * math.log(multiplier) >= math.log(maximum):
+        capped = maximum
+    else:
+        capped = initial * multiplier ** exponent
     if backoff == Backoff.EXPONENTIAL:
         return capped
     if backoff == Backoff.EXPONENTIAL_JITTER:

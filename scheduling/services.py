@@ -166,6 +166,7 @@ class StartedAttempt:
     attempt: Attempt
     context: FlowContext
     flow: object
+    lease_seconds: float
 
 
 def _emit(task: Task, kind: str, *, attempt_number: int | None = None, **details) -> None:
@@ -201,7 +202,7 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
     """Lock the task, make sure this delivery is the one due, claim the resource, record the attempt.
     Returns None when there is nothing to run (a duplicate or early delivery, a failed claim)."""
     with transaction.atomic():
-        task = Task.objects.select_for_update().select_related("policy").filter(pk=task_id).first()
+        task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").filter(pk=task_id).first()
         if task is None or task.state not in WAITING_STATES or task.attempt_count + 1 != attempt_number:
             return None  # delivered twice, or for an attempt that has already happened
         now = timezone.now()
@@ -232,7 +233,7 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
         resource_attributes=lease.attributes, idempotency_key=f"{task.idempotency_key}:{attempt_number}",
         heartbeat=lambda: pool.extend_lease(resource=resource_id, lease_token=token),
     )
-    return StartedAttempt(attempt=attempt, context=context, flow=flow)
+    return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=task.pool.lease_seconds)
 
 
 def _record_unrun_attempt(task: Task, number: int, now: datetime, error: Exception, verdict: Verdict) -> None:
@@ -261,12 +262,51 @@ def run_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job_i
     if started is None:
         return None
     began = time.monotonic()
+    heartbeat = _Heartbeat(started.context.heartbeat, interval=started.lease_seconds / 3)
+    heartbeat.start()
     try:
         result = started.flow(started.context)
         json.dumps(result)
     except Exception as exc:  # a flow's failure is data, whatever its type
-        return finish_attempt(attempt_id=started.attempt.pk, error=exc, duration=time.monotonic() - began)
-    return finish_attempt(attempt_id=started.attempt.pk, result=result, duration=time.monotonic() - began)
+        error, result = exc, None
+    else:
+        error = None
+    finally:
+        heartbeat.stop()
+    return finish_attempt(attempt_id=started.attempt.pk, result=result, error=error, duration=time.monotonic() - began)
+
+
+class _Heartbeat:
+    """Extends the attempt's lease while its flow runs, so only a dead or hung worker's lease
+    expires. Runs in a thread with its own database connection; dies with the worker."""
+
+    def __init__(self, beat, *, interval: float):
+        import threading
+
+        self._beat, self._interval = beat, max(interval, 0.5)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self._stopped.wait(self._interval):
+                try:
+                    self._beat()
+                except LeaseMismatch:
+                    return  # swept or released: nothing left to keep alive
+                except Exception:
+                    log.exception("lease heartbeat failed; trying again")
+        finally:
+            connection.close()
 
 
 def finish_attempt(*, attempt_id: int, result=None, error: BaseException | None = None, duration: float = 0.0) -> Attempt:
@@ -274,7 +314,7 @@ def finish_attempt(*, attempt_id: int, result=None, error: BaseException | None 
     now = timezone.now()
     with transaction.atomic():
         attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
-        task = Task.objects.select_for_update().select_related("policy", "pool").get(pk=attempt.task_id)
+        task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
         attempt.refresh_from_db()
         if attempt.outcome != AttemptOutcome.RUNNING:
             log.warning("%s finished after it was %s; its outcome is dropped", attempt, attempt.outcome)
@@ -390,7 +430,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     task that ran on the resource."""
     resource_id = resource.pk if isinstance(resource, Resource) else int(resource)
     with transaction.atomic():
-        current = Resource.objects.select_for_update().select_related("pool").filter(pk=resource_id).first()
+        current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
         if current is None:
             raise ResourceUnavailable(f"no resource with id {resource_id}", code="missing", resource_id=resource_id)
         last = Task.objects.filter(attempts__resource=current).order_by("-id").first()
@@ -422,7 +462,7 @@ def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
     for attempt_id in lost:
         with transaction.atomic():
             attempt = Attempt.objects.get(pk=attempt_id)
-            task = Task.objects.select_for_update().select_related("policy", "pool").get(pk=attempt.task_id)
+            task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
             attempt.refresh_from_db()
             if attempt.outcome != AttemptOutcome.RUNNING:
                 continue

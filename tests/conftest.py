@@ -5,31 +5,18 @@ from django.conf import settings
 
 from resources import services
 from retryops import devservices
+from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
-
-# RQ in tests uses its own Redis database, so flushing it never touches the app's queues.
-TEST_REDIS_DB = 15
 
 
 def pytest_report_header(config):
     return [f"retryops: {what} from {where}" for what, where in devservices.SOURCES.items()]
 
-
-def test_redis_url() -> str:
-    url = settings.REDIS_URL
-    if url.startswith("unix://"):
-        return f"{url.split('?')[0]}?db={TEST_REDIS_DB}"
-    return f"{url.rsplit('/', 1)[0] if url.count('/') > 2 else url}/{TEST_REDIS_DB}"
-
-
-test_redis_url.__test__ = False
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _rq_on_test_redis():
     for config in settings.RQ_QUEUES.values():
-        config["URL"] = test_redis_url()
-    os.environ["REDIS_URL"] = test_redis_url()
+        config["URL"] = servers.redis_url()
+    os.environ["REDIS_URL"] = servers.redis_url()
 
 
 @pytest.fixture

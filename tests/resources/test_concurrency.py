@@ -6,10 +6,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent
+from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
 PROCESSES = 8
@@ -18,25 +18,12 @@ SECONDS = 3
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_database_url() -> str:
-    """A URL to the test database, which the worker processes must use instead of the real one."""
-    from urllib.parse import quote
-
-    s = connection.settings_dict
-    host = quote(s["HOST"] or "localhost", safe="")
-    port = f":{s['PORT']}" if s["PORT"] else ""
-    return f"postgresql://{s['USER']}@{host}{port}/{s['NAME']}"
-
-
-test_database_url.__test__ = False
-
-
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claimers_never_share_a_resource_and_release_every_claim():
     pool = ResourcePoolFactory(name="contended")
     ResourceFactory.create_batch(RESOURCES, pool=pool)
-    env = {**os.environ, "DATABASE_URL": test_database_url()}
+    env = {**os.environ, "DATABASE_URL": servers.database_url()}
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.resources.claim_worker", str(pool.pk), str(SECONDS), f"worker {n}"],

@@ -1,0 +1,134 @@
+import random
+
+import pytest
+import yaml
+
+from scheduling import services
+from scheduling.models import RetryPolicy, RetryPolicyChange
+from scheduling.policies import PolicyError, clean_policy, judge, retry_delay
+
+GOOD = {
+    "name": "p", "max_attempts": 3, "backoff": "exponential", "initial_delay_seconds": 120, "multiplier": 2,
+    "max_delay_seconds": 600, "same_resource_on_retry": True,
+    "retryable_error_patterns": ["timeout", {"pattern": "captcha", "action": "retry_other_resource"}],
+    "non_retryable_error_patterns": [{"pattern": "risk control", "probation": True}],
+}
+
+
+def document(*policies):
+    return yaml.safe_dump({"policies": list(policies)})
+
+
+# backoff
+
+
+def test_fixed_backoff_waits_the_same_every_time():
+    assert [retry_delay(backoff="fixed", attempt=n, initial=120, multiplier=2, maximum=600) for n in (1, 2, 5)] == [120] * 3
+
+
+def test_exponential_backoff_multiplies_and_stops_at_the_cap():
+    delays = [retry_delay(backoff="exponential", attempt=n, initial=120, multiplier=2, maximum=600) for n in range(1, 6)]
+    assert delays == [120, 240, 480, 600, 600]
+
+
+def test_exponential_backoff_survives_huge_attempt_numbers():
+    assert retry_delay(backoff="exponential", attempt=10_000, initial=1, multiplier=10, maximum=60) == 60
+
+
+@pytest.mark.parametrize("attempt", [1, 3, 8])
+def test_full_jitter_stays_between_zero_and_the_capped_exponential(attempt):
+    rng = random.Random(attempt)
+    cap = min(600, 120 * 2 ** (attempt - 1))
+    delays = [retry_delay(backoff="exponential_jitter", attempt=attempt, initial=120, multiplier=2, maximum=600, rng=rng)
+              for _ in range(500)]
+    assert all(0 <= d <= cap for d in delays)
+    assert max(delays) > cap * 0.9 and min(delays) < cap * 0.1  # it really spreads over the range
+
+
+# validation
+
+
+def test_a_valid_policy_is_normalised():
+    cleaned = clean_policy(GOOD)
+    assert cleaned["retryable_error_patterns"] == [
+        {"pattern": "timeout", "action": "retry_same_resource", "probation": False},
+        {"pattern": "captcha", "action": "retry_other_resource", "probation": False},
+    ]
+    assert cleaned["non_retryable_error_patterns"][0]["action"] == "quarantine"
+
+
+@pytest.mark.parametrize("field", ["max_attempts", "backoff", "initial_delay_seconds", "retryable_error_patterns"])
+def test_a_missing_field_is_named(field):
+    with pytest.raises(PolicyError, match=f"missing field '{field}'"):
+        clean_policy({k: v for k, v in GOOD.items() if k != field})
+
+
+def test_a_bad_regex_is_named_with_its_place():
+    with pytest.raises(PolicyError, match=r"retryable_error_patterns\[1\]: invalid error pattern '\(oops'"):
+        clean_policy({**GOOD, "retryable_error_patterns": ["ok", "(oops"]})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"backoff": "linear"}, "backoff must be one of"),
+    ({"max_attempts": 0}, "max_attempts must be at least 1"),
+    ({"max_attempts": "3"}, "max_attempts must be a whole number"),
+    ({"max_delay_seconds": 60}, "max_delay_seconds must be at least initial_delay_seconds"),
+    ({"retryable_error_patterns": [{"pattern": "x", "action": "explode"}]}, r"\[0\].action must be one of"),
+    ({"colour": "blue"}, "unknown fields: colour"),
+])
+def test_bad_values_are_refused_with_the_field_named(change, message):
+    with pytest.raises(PolicyError, match=message):
+        clean_policy({**GOOD, **change})
+
+
+# matching
+
+
+def test_judge_uses_the_policys_patterns_and_their_actions(db):
+    policy = RetryPolicy(**{k: v for k, v in clean_policy(GOOD).items()})
+    assert judge(policy, "captcha required").action == "retry_other_resource"
+    risk = judge(policy, "blocked by risk control")
+    assert (risk.category, risk.action, risk.probation) == ("non_retryable", "quarantine", True)
+    assert judge(policy, PermissionError("HTTP 403")).category == "non_retryable"  # the defaults still apply
+    assert judge(policy, ValueError("odd")).action == "retry_same_resource"
+
+
+# loading
+
+
+def test_loading_writes_every_policy_and_records_the_change(db):
+    services.load_retry_policies(text=document(GOOD, {**GOOD, "name": "q"}), source="t.yaml", actor="loader")
+    assert set(RetryPolicy.objects.values_list("name", flat=True)) == {"p", "q"}
+    change = RetryPolicyChange.objects.filter(policy__name="p").get()
+    assert (change.changed_by, change.before, change.after["max_attempts"]) == ("loader", {}, 3)
+
+
+def test_reloading_an_unchanged_file_records_nothing(db):
+    services.load_retry_policies(text=document(GOOD), source="t.yaml", actor="loader")
+    services.load_retry_policies(text=document(GOOD), source="t.yaml", actor="loader")
+    assert RetryPolicyChange.objects.count() == 1
+
+
+def test_a_bad_policy_anywhere_loads_nothing(db):
+    bad = {k: v for k, v in GOOD.items() if k != "max_attempts"} | {"name": "broken"}
+    with pytest.raises(PolicyError, match=r"t.yaml: policies\[1\] \(broken\): missing field 'max_attempts'"):
+        services.load_retry_policies(text=document(GOOD, bad), source="t.yaml", actor="loader")
+    assert not RetryPolicy.objects.exists()
+
+
+def test_the_shipped_policy_file_loads(db):
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("load_retry_policies", str(settings.RETRYOPS_POLICY_FILE))
+    default = RetryPolicy.objects.get(name="default")
+    assert (default.initial_delay_seconds, default.same_resource_on_retry) == (120, True)
+
+
+def test_the_command_reports_a_bad_file_clearly(db, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "p.yaml"
+    path.write_text("policies: [{name: x}]")
+    with pytest.raises(CommandError, match="missing field 'max_attempts'"):
+        call_command("load_retry_policies", str(path))
