@@ -515,3 +515,30 @@ def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease swe
         )
         rows = cursor.fetchall()
     return [ExpiredLease(resource_id=r[0], lease_token=r[1], holder=r[2], leased_until=r[3]) for r in rows]
+
+
+def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
+                consume_on_success: bool = False, description: str = "") -> ResourcePool:
+    """A new, empty pool; a taken name raises ValueError naming it."""
+    if ResourcePool.objects.filter(name=name).exists():
+        raise ValueError(f"a resource pool named {name!r} exists already")
+    return ResourcePool.objects.create(name=name, resource_noun=resource_noun, lease_seconds=_lease_seconds(lease_seconds),
+                                       consume_on_success=consume_on_success, description=description)
+
+
+def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> list[Resource]:
+    """Add resources ({"key", "label", "attributes"}) to a pool, all or none; duplicate keys are named."""
+    target = get_pool(pool)
+    keys = [item.get("key") for item in resources]
+    if any(not isinstance(key, str) or not key.strip() for key in keys):
+        raise ValueError("every resource needs a non-empty key")
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    taken = sorted(Resource.objects.filter(pool=target, key__in=keys).values_list("key", flat=True))
+    if repeated or taken:
+        raise ValueError(f"pool {target.name} already has or is given twice: {', '.join(repeated + taken)}")
+    with transaction.atomic():
+        return Resource.objects.bulk_create(
+            Resource(pool=target, key=item["key"].strip(), label=item.get("label", ""),
+                     attributes=item.get("attributes") or {})
+            for item in resources
+        )

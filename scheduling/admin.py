@@ -1,0 +1,160 @@
+"""Plain admin for tasks, attempts, policies and batch configs. Task and attempt state is
+written only by scheduling.services, so it is read-only here; policy edits go through the
+service that records each change."""
+
+import json
+
+from django import forms
+from django.contrib import admin
+from django.template.defaultfilters import truncatechars
+
+from scheduling import services
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, RetryPolicyChange, Task, TaskEvent
+from scheduling.policies import PolicyError, clean_patterns, clean_policy
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    fields = ("number", "resource", "outcome", "started_at", "duration_ms", "category", "action", "error_signature")
+    readonly_fields = fields
+    extra = max_num = 0
+    can_delete = False
+
+
+class TaskEventInline(admin.TabularInline):
+    model = TaskEvent
+    fields = ("created_at", "kind", "attempt_number", "details")
+    readonly_fields = fields
+    extra = max_num = 0
+    can_delete = False
+
+
+@admin.register(Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run_at", "short_error")
+    list_filter = ("state", "flow", "pool")
+    list_select_related = ("pool", "resource")
+    search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
+    show_full_result_count = False
+    inlines = [AttemptInline, TaskEventInline]
+
+    @admin.display(description="last error")
+    def short_error(self, task):
+        return truncatechars(task.last_error, 80)
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ("task", "number", "resource", "outcome", "started_at", "duration_ms", "category", "error_signature")
+    list_filter = ("outcome", "category")
+    list_select_related = ("task", "resource")
+    search_fields = ("=task__id", "resource__key", "error_signature")
+    show_full_result_count = False
+
+
+class PatternListField(forms.JSONField):
+    widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
+
+
+class RetryPolicyForm(forms.ModelForm):
+    retryable_error_patterns = PatternListField(required=False, help_text='["regex", {"pattern": "…", "action": "retry_other_resource"}]')
+    non_retryable_error_patterns = PatternListField(required=False)
+
+    class Meta:
+        model = RetryPolicy
+        fields = ["name", "description", "max_attempts", "backoff", "initial_delay_seconds", "multiplier",
+                  "max_delay_seconds", "retryable_error_patterns", "non_retryable_error_patterns",
+                  "same_resource_on_retry", "deadline_seconds"]
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        for field in ("retryable_error_patterns", "non_retryable_error_patterns"):
+            data[field] = data.get(field) or []
+        values = {"name": self.instance.name, **data}  # the name is read-only once the policy exists
+        try:
+            self.cleaned_policy = clean_policy({k: v for k, v in values.items() if v is not None or k == "deadline_seconds"})
+        except PolicyError as exc:
+            field = next((f for f in self.Meta.fields if str(exc).startswith(f)), None)
+            raise forms.ValidationError({field: str(exc)} if field else str(exc)) from None
+        return data
+
+
+class RetryPolicyChangeInline(admin.TabularInline):
+    model = RetryPolicyChange
+    fields = ("changed_at", "changed_by", "diff")
+    readonly_fields = fields
+    extra = max_num = 0
+    can_delete = False
+
+    @admin.display(description="changed fields")
+    def diff(self, change):
+        keys = [k for k in change.after if change.before.get(k) != change.after.get(k)]
+        return json.dumps({k: [change.before.get(k), change.after.get(k)] for k in keys})
+
+
+@admin.register(RetryPolicy)
+class RetryPolicyAdmin(admin.ModelAdmin):
+    form = RetryPolicyForm
+    list_display = ("name", "max_attempts", "backoff", "initial_delay_seconds", "max_delay_seconds",
+                    "same_resource_on_retry", "deadline_seconds", "updated_at")
+    inlines = [RetryPolicyChangeInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name",) if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        saved = services.save_retry_policy(data=form.cleaned_policy, actor=request.user.get_username())
+        obj.pk = saved.pk
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # tasks refer to their policy; change it instead
+
+
+class BatchConfigForm(forms.ModelForm):
+    retryable_error_patterns = PatternListField(required=False, help_text='["timeout", "HTTP 5\\\\d\\\\d"]')
+
+    class Meta:
+        model = BatchConfig
+        fields = "__all__"
+        exclude = ["last_tick_at"]
+
+    def clean_retryable_error_patterns(self):
+        patterns = self.cleaned_data.get("retryable_error_patterns") or []
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise forms.ValidationError("a list of regexes, as strings")
+        try:
+            clean_patterns("retryable_error_patterns", patterns)
+        except PolicyError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return patterns
+
+    def clean_flow(self):
+        from scheduling.flows import UnknownFlow, get_flow
+
+        try:
+            get_flow(self.cleaned_data["flow"])
+        except UnknownFlow as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return self.cleaned_data["flow"]
+
+
+@admin.register(BatchConfig)
+class BatchConfigAdmin(admin.ModelAdmin):
+    form = BatchConfigForm
+    list_display = ("name", "pool", "flow", "policy", "enabled", "tasks_per_tick", "retry_failed_first",
+                    "recent_window_seconds", "last_tick_at")
+    list_filter = ("enabled", "retry_failed_first")
+    list_select_related = ("pool", "policy")
