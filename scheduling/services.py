@@ -10,7 +10,6 @@ everything; Redis only carries wake-ups, which the dispatcher re-creates when th
 
 import json
 import logging
-import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -145,9 +144,7 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
     try:
         queue = django_rq.get_queue(FLOW_QUEUE)
         if at is not None and at > timezone.now() + timedelta(milliseconds=500):
-            # RQ keeps whole seconds and may start a job up to a second before its time: round
-            # up, so the job is never early (begin_attempt defers an early one anyway).
-            at = datetime.fromtimestamp(math.ceil(at.timestamp()), tz=at.tzinfo)
+            # Up to a second early (see MAX_EARLY_WAIT): run_attempt waits out the rest.
             queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, job_id=job_id)
         else:
             queue.enqueue(run_attempt_job, task_id, attempt_number, job_id=job_id)
@@ -256,8 +253,23 @@ def _error_fields(error: BaseException | str, verdict: Verdict) -> dict:
     }
 
 
+# RQ's scheduler stores whole seconds (truncated) and looks once a second, so a retry's job may
+# start up to a second before next_run_at. Waiting out that second here keeps lateness under a
+# second; deferring through RQ again would add one to two more. Anything earlier is deferred.
+MAX_EARLY_WAIT = 1.5
+
+
+def _wait_out_early_wakeup(task_id: int) -> None:
+    due = Task.objects.filter(pk=task_id, state__in=WAITING_STATES).values_list("next_run_at", flat=True).first()
+    if due is not None:
+        early = (due - timezone.now()).total_seconds()
+        if 0 < early <= MAX_EARLY_WAIT:
+            time.sleep(early)
+
+
 def run_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job_id: str = "") -> Attempt | None:
     """Run one attempt of a task: what the RQ job does."""
+    _wait_out_early_wakeup(task_id)
     started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
     if started is None:
         return None

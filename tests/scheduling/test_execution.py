@@ -70,7 +70,7 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     assert task.next_run_at - failed.finished_at == timedelta(seconds=120)
     scheduled = django_rq.get_queue("flows").scheduled_job_registry
     assert scheduled.get_job_ids() == [task.rq_job_id]
-    assert 0 <= scheduled.get_scheduled_time(task.rq_job_id).timestamp() - task.next_run_at.timestamp() < 1
+    assert -1 < scheduled.get_scheduled_time(task.rq_job_id).timestamp() - task.next_run_at.timestamp() <= 0
     # Held for the retry: neither claim_next nor anyone else can take it meanwhile.
     row = Resource.objects.get(pk=alice.pk)
     assert (row.state, row.lease_holder) == (ResourceState.IN_USE, f"task {task.pk}")
@@ -79,13 +79,24 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
         pool_services.claim_next(pool=alice.pool, holder="someone else")
 
 
-def test_a_delivery_before_next_run_at_defers_without_running_the_flow(redis_conn, alice, default_policy):
+def test_a_delivery_long_before_next_run_at_defers_without_running_the_flow(redis_conn, alice, default_policy):
     task = start(alice.pool, ["TimeoutError: slow", "ok"], policy="default")
     work()
     task.refresh_from_db()
-    assert services.run_attempt(task_id=task.pk, attempt_number=2) is None  # RQ woke it early
+    assert services.run_attempt(task_id=task.pk, attempt_number=2) is None  # woken two minutes early
     task.refresh_from_db()
     assert (task.state, task.attempt_count) == (TaskState.RETRYING, 1)
+    assert len(django_rq.get_queue("flows").scheduled_job_registry.get_job_ids()) == 2  # the deferral
+
+
+def test_a_delivery_a_moment_early_waits_and_never_starts_before_next_run_at(redis_conn, alice, default_policy):
+    task = start(alice.pool, ["TimeoutError: slow", "ok"], policy="default")
+    work()
+    due = timezone.now() + timedelta(seconds=0.8)
+    Task.objects.filter(pk=task.pk).update(next_run_at=due)
+    attempt = services.run_attempt(task_id=task.pk, attempt_number=2)
+    assert attempt.outcome == AttemptOutcome.SUCCEEDED
+    assert attempt.started_at >= due
 
 
 def test_exhausted_retries_make_the_task_dead(redis_conn, alice, instant_policy):
