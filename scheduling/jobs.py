@@ -9,10 +9,10 @@ from scheduling import services
 log = logging.getLogger(__name__)
 
 
-def run_attempt_job(task_id: int, attempt_number: int):
+def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None):
     job = get_current_job()
-    worker = getattr(job, "worker_name", "") or "" if job else ""
-    attempt = services.run_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker or "",
+    worker = (getattr(job, "worker_name", "") or "") if job else ""
+    attempt = services.run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
                                    rq_job_id=job.id if job else "")
     return attempt.outcome if attempt else "skipped"
 

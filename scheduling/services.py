@@ -145,7 +145,7 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
         queue = django_rq.get_queue(FLOW_QUEUE)
         if at is not None and at > timezone.now() + timedelta(milliseconds=500):
             # Up to a second early (see MAX_EARLY_WAIT): run_attempt waits out the rest.
-            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, job_id=job_id)
+            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, at.timestamp(), job_id=job_id)
         else:
             queue.enqueue(run_attempt_job, task_id, attempt_number, job_id=job_id)
     except RedisError as exc:
@@ -199,7 +199,7 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
     """Lock the task, make sure this delivery is the one due, claim the resource, record the attempt.
     Returns None when there is nothing to run (a duplicate or early delivery, a failed claim)."""
     with transaction.atomic():
-        task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").filter(pk=task_id).first()
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
         if task is None or task.state not in WAITING_STATES or task.attempt_count + 1 != attempt_number:
             return None  # delivered twice, or for an attempt that has already happened
         now = timezone.now()
@@ -230,7 +230,8 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
         resource_attributes=lease.attributes, idempotency_key=f"{task.idempotency_key}:{attempt_number}",
         heartbeat=lambda: pool.extend_lease(resource=resource_id, lease_token=token),
     )
-    return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=task.pool.lease_seconds)
+    lease_seconds = (lease.leased_until - timezone.now()).total_seconds()
+    return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=lease_seconds)
 
 
 def _record_unrun_attempt(task: Task, number: int, now: datetime, error: Exception, verdict: Verdict) -> None:
@@ -259,17 +260,18 @@ def _error_fields(error: BaseException | str, verdict: Verdict) -> dict:
 MAX_EARLY_WAIT = 1.5
 
 
-def _wait_out_early_wakeup(task_id: int) -> None:
-    due = Task.objects.filter(pk=task_id, state__in=WAITING_STATES).values_list("next_run_at", flat=True).first()
+def _wait_out_early_wakeup(due: float | None) -> None:
     if due is not None:
-        early = (due - timezone.now()).total_seconds()
+        early = due - time.time()
         if 0 < early <= MAX_EARLY_WAIT:
             time.sleep(early)
 
 
-def run_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job_id: str = "") -> Attempt | None:
-    """Run one attempt of a task: what the RQ job does."""
-    _wait_out_early_wakeup(task_id)
+def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
+                rq_job_id: str = "") -> Attempt | None:
+    """Run one attempt of a task: what the RQ job does. `due` is the scheduled time (a Unix
+    timestamp) of a delayed wake-up, which may come up to a second early."""
+    _wait_out_early_wakeup(due)
     started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
     if started is None:
         return None
@@ -285,7 +287,7 @@ def run_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job_i
         error = None
     finally:
         heartbeat.stop()
-    return finish_attempt(attempt_id=started.attempt.pk, result=result, error=error, duration=time.monotonic() - began)
+    return finish_attempt(attempt=started.attempt, result=result, error=error, duration=time.monotonic() - began)
 
 
 class _Heartbeat:
@@ -321,13 +323,13 @@ class _Heartbeat:
             connection.close()
 
 
-def finish_attempt(*, attempt_id: int, result=None, error: BaseException | None = None, duration: float = 0.0) -> Attempt:
+def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None = None, duration: float = 0.0) -> Attempt:
     """Record an attempt's outcome, release or hold its resource, and retry or end the task."""
     now = timezone.now()
     with transaction.atomic():
-        attempt = Attempt.objects.select_related("task").get(pk=attempt_id)
-        task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
-        attempt.refresh_from_db()
+        # The task's lock first, as the dispatcher takes it: then the attempt as it is now.
+        task = Task.objects.select_for_update().get(pk=attempt.task_id)
+        attempt = Attempt.objects.get(pk=attempt.pk)
         if attempt.outcome != AttemptOutcome.RUNNING:
             log.warning("%s finished after it was %s; its outcome is dropped", attempt, attempt.outcome)
             return attempt
