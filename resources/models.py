@@ -33,7 +33,10 @@ class ResourcePool(models.Model):
 class Resource(models.Model):
     """One resource of a pool, with its current lease and the failure statistics operators judge it by."""
 
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="resources")
+    # No index of its own: resource_key_unique_in_pool starts with pool_id. Every claim and release
+    # rewrites the row's index entries (the state sits in partial-index conditions), so each index
+    # here costs on the hot path.
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="resources", db_index=False)
     key = models.CharField(max_length=200, help_text="The identifier an operator types, unique within its pool.")
     label = models.CharField(max_length=200, blank=True)
     attributes = models.JSONField(default=dict, blank=True, help_text="Non-secret attributes handed to flows.")

@@ -71,11 +71,14 @@ class Task(models.Model):
     pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="tasks")
     payload = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.PENDING)
+    # Task rows change state twice per attempt and every index is rewritten each time, so the
+    # foreign keys below carry no index unless a query needs one (resource history goes through
+    # Attempt, which is indexed by resource).
     requested_resource = models.ForeignKey(
-        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks"
+        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks", db_index=False
     )
     strict = models.BooleanField(default=True, help_text="A named resource that cannot be had fails the attempt.")
-    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks")
+    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks", db_index=False)
     attempt_count = models.PositiveIntegerField(default=0)
     next_run_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
@@ -86,11 +89,12 @@ class Task(models.Model):
 
     # The resource of the latest attempt, and the lease the task holds on it between attempts
     # (same-resource retry, operator retry, scheduler pick). The lease lives on the resource row.
-    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks",
+                                 db_index=False)
     # The resource the next attempt must run on (the requested one, or the same one after a
     # retryable failure); empty: any resource of the pool.
     pinned_resource = models.ForeignKey(
-        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="pinned_tasks"
+        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="pinned_tasks", db_index=False
     )
     held_lease_token = models.UUIDField(null=True, blank=True)
     rq_job_id = models.CharField(max_length=100, blank=True)
@@ -132,9 +136,11 @@ class Task(models.Model):
 class Attempt(models.Model):
     """One execution of a task: what a resource's retry history shows."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    # Indexed through attempt_number_unique_per_task and attempt_resource_history_idx.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
-    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="attempts")
+    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="attempts",
+                                 db_index=False)
     lease_token = models.UUIDField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True)
     rq_job_id = models.CharField(max_length=100, blank=True)

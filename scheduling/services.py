@@ -217,13 +217,11 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
         except (ResourceUnavailable, PoolExhausted) as exc:
             _record_unrun_attempt(task, attempt_number, now, exc, _claim_failure_verdict(exc))
             return None
-        attempt = Attempt.objects.create(
+        attempt = Attempt(
             task=task, number=attempt_number, resource=lease, lease_token=lease.lease_token, worker=worker[:200],
             rq_job_id=rq_job_id, started_at=now, scheduled_for=task.next_run_at,
         )
-        task.state, task.attempt_count = TaskState.RUNNING, attempt_number
-        task.resource, task.held_lease_token = lease, lease.lease_token
-        task.save(update_fields=["state", "attempt_count", "resource", "held_lease_token"])
+        _record_start(attempt)
     resource_id, token = lease.pk, lease.lease_token
     context = FlowContext(
         task_id=task.pk, attempt=attempt_number, payload=task.payload, resource_key=lease.key,
@@ -232,6 +230,49 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
     )
     lease_seconds = (lease.leased_until - timezone.now()).total_seconds()
     return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=lease_seconds)
+
+
+# Every attempt passes through here and through _record_success, so each is one statement
+# (insert the attempt and move the task, in one round trip) rather than two ORM writes.
+_START_SQL = f"""
+    WITH attempt AS (
+        INSERT INTO {Attempt._meta.db_table}
+            (task_id, number, resource_id, lease_token, worker, rq_job_id, started_at, scheduled_for, outcome,
+             error_class, error_message, error_signature, category, action)
+        VALUES (%(task)s, %(number)s, %(resource)s, %(token)s, %(worker)s, %(job)s, %(now)s, %(due)s, 'running',
+                '', '', '', '', '')
+        RETURNING id
+    ), task AS (
+        UPDATE {Task._meta.db_table}
+        SET state = 'running', attempt_count = %(number)s, resource_id = %(resource)s, held_lease_token = %(token)s
+        WHERE id = %(task)s
+    )
+    SELECT id FROM attempt
+"""
+_SUCCESS_SQL = f"""
+    WITH attempt AS (
+        UPDATE {Attempt._meta.db_table} SET outcome = 'succeeded', finished_at = %(now)s, duration_ms = %(ms)s
+        WHERE id = %(attempt)s AND outcome = 'running'
+        RETURNING id
+    )
+    UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = %(now)s, result = %(result)s::jsonb,
+        held_lease_token = NULL
+    WHERE id = %(task)s AND EXISTS (SELECT 1 FROM attempt)
+    RETURNING id
+"""
+
+
+def _record_start(attempt: Attempt) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(_START_SQL, {
+            "task": attempt.task_id, "number": attempt.number, "resource": attempt.resource_id,
+            "token": attempt.lease_token, "worker": attempt.worker, "job": attempt.rq_job_id,
+            "now": attempt.started_at, "due": attempt.scheduled_for,
+        })
+        attempt.pk = cursor.fetchone()[0]
+    attempt._state.adding = False
 
 
 def _record_unrun_attempt(task: Task, number: int, now: datetime, error: Exception, verdict: Verdict) -> None:
@@ -327,37 +368,45 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
     """Record an attempt's outcome, release or hold its resource, and retry or end the task."""
     now = timezone.now()
     with transaction.atomic():
-        # The task's lock first, as the dispatcher takes it: then the attempt as it is now.
-        task = Task.objects.select_for_update().get(pk=attempt.task_id)
-        attempt = Attempt.objects.get(pk=attempt.pk)
+        # Lock order, here and in recover_lost_attempts: the attempt, then its task.
+        if error is None:
+            return _succeed(attempt, result, now, duration)
+        attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
         if attempt.outcome != AttemptOutcome.RUNNING:
             log.warning("%s finished after it was %s; its outcome is dropped", attempt, attempt.outcome)
             return attempt
+        task = Task.objects.select_for_update().get(pk=attempt.task_id)
         attempt.finished_at, attempt.duration_ms = now, int(duration * 1000)
-        if error is None:
-            _succeed(task, attempt, result, now)
-        else:
-            verdict = judge(task.policy, error)
-            attempt.outcome = AttemptOutcome.FAILED
-            for field, value in _error_fields(error, verdict).items():
-                setattr(attempt, field, value)
-            attempt.save()
-            _after_failure(task, attempt, verdict, error, now)
+        verdict = judge(task.policy, error)
+        attempt.outcome = AttemptOutcome.FAILED
+        for field, value in _error_fields(error, verdict).items():
+            setattr(attempt, field, value)
+        attempt.save()
+        _after_failure(task, attempt, verdict, error, now)
     return attempt
 
 
-def _succeed(task: Task, attempt: Attempt, result, now: datetime) -> None:
+def _succeed(attempt: Attempt, result, now: datetime, duration: float) -> Attempt:
+    from django.db import connection
+
+    task = Task(pk=attempt.task_id)
+    with connection.cursor() as cursor:
+        # One statement: the attempt's row (locked first, by the uncorrelated EXISTS), then the task's.
+        cursor.execute(_SUCCESS_SQL, {"attempt": attempt.pk, "task": task.pk, "now": now, "ms": int(duration * 1000),
+                                      "result": json.dumps(result)})
+        recorded = cursor.fetchone() is not None
+    if not recorded:  # the dispatcher gave the attempt up as lost while the flow ran
+        log.warning("%s finished after it was abandoned; its outcome is dropped", attempt)
+        return Attempt.objects.get(pk=attempt.pk)
     try:
         pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.SUCCESS,
                      actor=task.holder, details={"attempt": attempt.number})
     except LeaseMismatch as exc:
         log.warning("%s succeeded but its lease was gone: %s", attempt, exc)
-    attempt.outcome = AttemptOutcome.SUCCEEDED
-    attempt.save(update_fields=["outcome", "finished_at", "duration_ms"])
-    task.state, task.finished_at, task.result, task.held_lease_token = TaskState.SUCCEEDED, now, result, None
-    task.save(update_fields=["state", "finished_at", "result", "held_lease_token"])
+    attempt.outcome, attempt.finished_at, attempt.duration_ms = AttemptOutcome.SUCCEEDED, now, int(duration * 1000)
     if attempt.number > 1:
         _emit(task, TaskEventKind.RETRY_SUCCEEDED, attempt_number=attempt.number, resource=attempt.resource_id)
+    return attempt
 
 
 def _after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: datetime) -> None:
@@ -475,11 +524,10 @@ def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
     abandoned = []
     for attempt_id in lost:
         with transaction.atomic():
-            attempt = Attempt.objects.get(pk=attempt_id)
-            task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
-            attempt.refresh_from_db()
+            attempt = Attempt.objects.select_for_update().get(pk=attempt_id)
             if attempt.outcome != AttemptOutcome.RUNNING:
                 continue
+            task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
             verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, ABANDONED_REASON),
                               PatternAction.RETRY_SAME_RESOURCE)
             attempt.outcome, attempt.finished_at = AttemptOutcome.ABANDONED, now
