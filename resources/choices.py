@@ -28,3 +28,4 @@ class EventKind(models.TextChoices):
     QUARANTINED = "quarantined", "Quarantined"
     UNQUARANTINED = "unquarantined", "Released from quarantine"
     LEASE_EXPIRED = "lease_expired", "Lease expired"
+    PROBE_CLAIMED = "probe_claimed", "Claimed for a probation probe"

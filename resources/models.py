@@ -56,6 +56,10 @@ class Resource(models.Model):
     last_success_at = models.DateTimeField(null=True, blank=True)
     quarantine_reason = models.TextField(blank=True)
     quarantined_at = models.DateTimeField(null=True, blank=True)
+    # Probation: a quarantine for a temporary reason gets one probe task after a cooldown;
+    # a failed probe doubles the cooldown. Empty probe_after: no probe (a permanent reason).
+    probe_after = models.DateTimeField(null=True, blank=True)
+    probation_cooldown_seconds = models.PositiveIntegerField(default=0)
 
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -86,6 +90,10 @@ class Resource(models.Model):
             models.CheckConstraint(
                 condition=~Q(state=ResourceState.QUARANTINED) | (~Q(quarantine_reason="") & Q(quarantined_at__isnull=False)),
                 name="resource_quarantine_has_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(probe_after__isnull=True) | Q(state=ResourceState.QUARANTINED),
+                name="resource_probe_only_in_quarantine",
             ),
             models.CheckConstraint(
                 condition=Q(consecutive_failures__lte=models.F("failure_count")),

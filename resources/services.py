@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from resources.choices import EventKind, Outcome, ResourceState
+from resources.choices import EventKind, FailureCategory, Outcome, ResourceState
 from resources.classification import Classification, classify, error_text
 from resources.errors import (
     IllegalTransition,
@@ -112,7 +112,9 @@ _RELEASE_FAILURE_SQL = f"""
             failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
             last_failure_reason = %(reason)s::text, last_failure_category = %(category)s::text, last_failure_at = now(),
             quarantine_reason = CASE WHEN %(new_state)s::text = 'quarantined' THEN %(reason)s::text ELSE r.quarantine_reason END,
-            quarantined_at = CASE WHEN %(new_state)s::text = 'quarantined' THEN now() ELSE r.quarantined_at END
+            quarantined_at = CASE WHEN %(new_state)s::text = 'quarantined' THEN now() ELSE r.quarantined_at END,
+            probe_after = CASE WHEN %(cooldown)s::integer > 0 THEN now() + make_interval(secs => %(cooldown)s::integer) END,
+            probation_cooldown_seconds = coalesce(%(cooldown)s::integer, 0)
         WHERE r.id = %(resource_id)s::bigint AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
         RETURNING {_RETURNING}
     ), event AS (
@@ -352,12 +354,13 @@ def _lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> ResourceE
 
 def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str,
             error: BaseException | str | None = None, classification: Classification | None = None,
-            actor: str | None = None, details: dict | None = None) -> Resource:
+            actor: str | None = None, details: dict | None = None, probation_seconds: int | None = None) -> Resource:
     """Give back a claimed resource with the outcome of its use, updating its statistics.
 
     A failure is classified (unless the caller already did, with its own patterns): retryable
     leaves the resource failed, where a retry may pick it again; non-retryable quarantines it.
-    Only the current lease token releases; a late or foreign one raises LeaseMismatch."""
+    Only the current lease token releases; a late or foreign one raises LeaseMismatch.
+    `probation_seconds` puts a quarantine on probation: one probe after that cooldown."""
     resource_id = _resource_id(resource)
     try:
         token = lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
@@ -377,7 +380,8 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
         new_state = ResourceState.FAILED if classification.retryable else ResourceState.QUARANTINED
         released = _one(
             _RELEASE_FAILURE_SQL,
-            {**params, "new_state": new_state, "reason": reason or "unknown error", "category": classification.category},
+            {**params, "new_state": new_state, "reason": reason or "unknown error", "category": classification.category,
+             "cooldown": probation_seconds if new_state == ResourceState.QUARANTINED and probation_seconds else None},
         )
     if released is None:
         raise _lease_mismatch(resource_id, token)
@@ -424,6 +428,70 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
             category=classification.category, lease_token=current.lease_token,
             details={"held_until": current.leased_until.isoformat()},
         )
+    return current
+
+
+MAX_PROBATION_SECONDS = 7 * 24 * 3600
+
+
+def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | None = None) -> Resource:
+    """Lease a quarantined resource whose probation cooldown is over, for its one probe."""
+    holder = _holder(holder)
+    now = now or timezone.now()
+    with transaction.atomic():
+        current = _locked(resource)
+        if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
+            raise IllegalTransition(
+                f"{current.pool.resource_noun} {current.key} is not due for a probe: it is "
+                f"{current.get_state_display().lower()}" + (f", probe after {_when(current.probe_after)}"
+                                                           if current.probe_after else "")
+            )
+        current.state, current.probe_after = ResourceState.IN_USE, None
+        current.lease_token, current.lease_holder = uuid.uuid4(), holder
+        current.leased_at = now
+        current.leased_until = now + timezone.timedelta(seconds=current.pool.lease_seconds)
+        current.save(update_fields=["state", "probe_after", "lease_token", "lease_holder", "leased_at", "leased_until"])
+        ResourceEvent.objects.create(resource=current, kind=EventKind.PROBE_CLAIMED, actor=holder,
+                                     reason=current.quarantine_reason, lease_token=current.lease_token)
+    return current
+
+
+def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeeded: bool,
+              error: BaseException | str | None = None, actor: str = "") -> Resource:
+    """A probe's outcome: success returns the resource to the pool; failure quarantines it again
+    with twice the cooldown (at most a week)."""
+    resource_id = _resource_id(resource)
+    now = timezone.now()
+    with transaction.atomic():
+        current = _locked(resource_id)
+        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
+            raise _lease_mismatch(resource_id, lease_token)
+        token, reason = current.lease_token, current.quarantine_reason
+        current.lease_token, current.lease_holder, current.leased_at, current.leased_until = None, "", None, None
+        if succeeded:
+            current.state, current.quarantine_reason, current.quarantined_at = ResourceState.AVAILABLE, "", None
+            current.success_count += 1
+            current.consecutive_failures, current.last_success_at = 0, now
+            current.probation_cooldown_seconds = 0
+            kinds = [(EventKind.RELEASED_SUCCESS, ""), (EventKind.UNQUARANTINED, "probe succeeded")]
+        else:
+            text = (error_text(error) if error is not None else "probe failed")[:MAX_REASON_LENGTH]
+            current.state, current.quarantined_at = ResourceState.QUARANTINED, now
+            current.failure_count += 1
+            current.consecutive_failures += 1
+            current.last_failure_reason, current.last_failure_category = text, FailureCategory.NON_RETRYABLE
+            current.last_failure_at = now
+            current.probation_cooldown_seconds = min(max(current.probation_cooldown_seconds, 1) * 2, MAX_PROBATION_SECONDS)
+            current.probe_after = now + timezone.timedelta(seconds=current.probation_cooldown_seconds)
+            kinds = [(EventKind.RELEASED_FAILURE, text),
+                     (EventKind.QUARANTINED, f"probe failed; next probe after {current.probation_cooldown_seconds} s")]
+        current.save(update_fields=[
+            "state", "lease_token", "lease_holder", "leased_at", "leased_until", "quarantine_reason", "quarantined_at",
+            "success_count", "failure_count", "consecutive_failures", "last_success_at", "last_failure_reason",
+            "last_failure_category", "last_failure_at", "probation_cooldown_seconds", "probe_after"])
+        for kind, why in kinds:
+            ResourceEvent.objects.create(resource=current, kind=kind, actor=actor, reason=why, lease_token=token,
+                                         details={"probe": True, "quarantine_reason": reason})
     return current
 
 
@@ -498,8 +566,10 @@ def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> R
         previous = current.quarantine_reason
         current.state = ResourceState.AVAILABLE
         current.quarantine_reason = ""
-        current.quarantined_at = None
-        current.save(update_fields=["state", "quarantine_reason", "quarantined_at"])
+        current.quarantined_at = current.probe_after = None
+        current.probation_cooldown_seconds = 0
+        current.save(update_fields=["state", "quarantine_reason", "quarantined_at", "probe_after",
+                                    "probation_cooldown_seconds"])
         _event(current, EventKind.UNQUARANTINED, actor=actor, reason=reason, details={"quarantine_reason": previous})
     return current
 

@@ -75,7 +75,7 @@ class RetryPolicyForm(forms.ModelForm):
         model = RetryPolicy
         fields = ["name", "description", "max_attempts", "backoff", "initial_delay_seconds", "multiplier",
                   "max_delay_seconds", "retryable_error_patterns", "non_retryable_error_patterns",
-                  "same_resource_on_retry", "deadline_seconds"]
+                  "same_resource_on_retry", "deadline_seconds", "probation_cooldown_seconds"]
 
     def clean(self):
         data = super().clean()

@@ -30,6 +30,9 @@ class RetryPolicy(models.Model):
     deadline_seconds = models.FloatField(
         null=True, blank=True, help_text="No retry is scheduled later than this after the task was created."
     )
+    probation_cooldown_seconds = models.PositiveIntegerField(
+        default=1800, help_text="Wait before the probe of a resource quarantined for a probationary reason."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -78,6 +81,7 @@ class Task(models.Model):
         Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks", db_index=False
     )
     strict = models.BooleanField(default=True, help_text="A named resource that cannot be had fails the attempt.")
+    is_probe = models.BooleanField(default=False, help_text="A probation probe of a quarantined resource.")
     policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks", db_index=False)
     attempt_count = models.PositiveIntegerField(default=0)
     next_run_at = models.DateTimeField(null=True, blank=True)

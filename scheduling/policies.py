@@ -13,7 +13,7 @@ REQUIRED_FIELDS = (
     "name", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
     "retryable_error_patterns", "non_retryable_error_patterns", "same_resource_on_retry",
 )
-OPTIONAL_FIELDS = ("description", "deadline_seconds")
+OPTIONAL_FIELDS = ("description", "deadline_seconds", "probation_cooldown_seconds")
 DEFAULT_ACTION = {
     "retryable_error_patterns": PatternAction.RETRY_SAME_RESOURCE,
     "non_retryable_error_patterns": PatternAction.QUARANTINE,
@@ -88,7 +88,10 @@ def clean_policy(data) -> dict:
         "max_delay_seconds": float(_number(data, "max_delay_seconds", minimum=0)),
         "same_resource_on_retry": data["same_resource_on_retry"],
         "deadline_seconds": None,
+        "probation_cooldown_seconds": 1800,
     }
+    if data.get("probation_cooldown_seconds") is not None:
+        cleaned["probation_cooldown_seconds"] = _number(data, "probation_cooldown_seconds", minimum=1, integer=True)
     if cleaned["max_delay_seconds"] < cleaned["initial_delay_seconds"]:
         raise PolicyError("max_delay_seconds must be at least initial_delay_seconds")
     if data.get("deadline_seconds") is not None:

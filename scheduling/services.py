@@ -75,7 +75,7 @@ def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
 def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: str, payload=None,
                policy: RetryPolicy | str | None = None, resource: Resource | int | None = None,
                strict: bool = True, reserve: bool = False, claim_now: bool = False,
-               idempotency_key: str | None = None, run_at: datetime | None = None) -> Task:
+               idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False) -> Task:
     """Write a task and enqueue its first attempt once the transaction commits.
 
     `resource` names the resource to run on (strict by default). With `reserve`, that resource is
@@ -103,13 +103,15 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     with transaction.atomic():
         task = Task.objects.create(
             flow=flow, pool=target_pool, payload=payload, policy=policy, strict=strict,
-            requested_resource=pinned, pinned_resource=pinned, created_by=created_by[:200],
+            requested_resource=pinned, pinned_resource=pinned, created_by=created_by[:200], is_probe=probe,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
             next_run_at=max(run_at or now, now),
             deadline_at=now + timedelta(seconds=policy.deadline_seconds) if policy.deadline_seconds else None,
         )
-        if reserve or claim_now:
+        if probe:
+            _hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder))
+        elif reserve or claim_now:
             if pinned is not None:
                 lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=strict)
             else:
@@ -369,6 +371,8 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
     now = timezone.now()
     with transaction.atomic():
         # Lock order, here and in recover_lost_attempts: the attempt, then its task.
+        if attempt.task.is_probe:
+            return _finish_probe(attempt, result, error, now, duration)
         if error is None:
             return _succeed(attempt, result, now, duration)
         attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
@@ -384,6 +388,56 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
         attempt.save()
         _after_failure(task, attempt, verdict, error, now)
     return attempt
+
+
+def _finish_probe(attempt: Attempt, result, error, now: datetime, duration: float) -> Attempt:
+    """A probe never retries: its outcome decides the resource's fate, then the task ends."""
+    attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
+    task = Task.objects.select_for_update().get(pk=attempt.task_id)
+    if attempt.outcome != AttemptOutcome.RUNNING:
+        return attempt
+    attempt.finished_at, attempt.duration_ms = now, int(duration * 1000)
+    try:
+        pool.end_probe(resource=attempt.resource_id, lease_token=attempt.lease_token, succeeded=error is None,
+                       error=error, actor=task.holder)
+    except LeaseMismatch as exc:
+        log.warning("probe %s ended without its lease: %s", attempt, exc)
+    task.held_lease_token = None
+    if error is None:
+        attempt.outcome = AttemptOutcome.SUCCEEDED
+        attempt.save()
+        task.state, task.finished_at, task.result = TaskState.SUCCEEDED, now, result
+        task.save(update_fields=["state", "finished_at", "result", "held_lease_token"])
+        return attempt
+    verdict = Verdict(Classification(FailureCategory.NON_RETRYABLE, None, str(error)), PatternAction.QUARANTINE)
+    attempt.outcome = AttemptOutcome.FAILED
+    for field, value in _error_fields(error, verdict).items():
+        setattr(attempt, field, value)
+    attempt.save()
+    task.last_error, task.last_error_signature = f"{attempt.error_class}: {attempt.error_message}", attempt.error_signature
+    task.last_error_category = verdict.category
+    _emit(task, TaskEventKind.EXECUTION_FAILED, attempt_number=attempt.number, category=verdict.category,
+          action=verdict.action, signature=attempt.error_signature)
+    mark_dead(task, reason="probation probe failed; the resource stays quarantined", now=now)
+    return attempt
+
+
+def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]:
+    """Start one probe task for every quarantined resource whose probation cooldown is over,
+    with the flow, payload and policy of the last task that ran on it."""
+    now = now or timezone.now()
+    due = Resource.objects.filter(state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit]
+    probes = []
+    for resource in due:
+        last = Task.objects.filter(attempts__resource=resource).order_by("-id").first()
+        if last is None:
+            continue
+        try:
+            probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
+                                     policy=last.policy, created_by="probation", resource=resource, probe=True))
+        except ResourceError as exc:
+            log.info("no probe for resource %s: %s", resource.pk, exc)
+    return probes
 
 
 def _succeed(attempt: Attempt, result, now: datetime, duration: float) -> Attempt:
@@ -466,7 +520,8 @@ def _settle_resource(task: Task, attempt: Attempt, verdict: Verdict, error, *, h
         else:
             pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.FAILURE,
                          error=error, classification=classification, actor=task.holder,
-                         details={"attempt": attempt.number})
+                         details={"attempt": attempt.number},
+                         probation_seconds=task.policy.probation_cooldown_seconds if verdict.probation else None)
             task.held_lease_token = None
     except LeaseMismatch as exc:
         log.warning("%s failed and its lease was gone: %s", attempt, exc)
@@ -621,7 +676,7 @@ def run_batches(*, now: datetime | None = None) -> dict[str, int]:
 
 POLICY_FIELDS = ("description", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
                  "retryable_error_patterns", "non_retryable_error_patterns", "same_resource_on_retry",
-                 "deadline_seconds")
+                 "deadline_seconds", "probation_cooldown_seconds")
 
 
 def policy_snapshot(policy: RetryPolicy) -> dict:

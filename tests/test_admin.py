@@ -8,6 +8,7 @@ POLICY_FORM = {
     "name": "edited", "description": "", "max_attempts": 4, "backoff": "fixed", "initial_delay_seconds": 120,
     "multiplier": 2, "max_delay_seconds": 600, "retryable_error_patterns": '["timeout"]',
     "non_retryable_error_patterns": "[]", "same_resource_on_retry": "on", "deadline_seconds": "",
+    "probation_cooldown_seconds": 1800,
     "changes-TOTAL_FORMS": 0, "changes-INITIAL_FORMS": 0,
 }
 

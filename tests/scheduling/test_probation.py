@@ -1,0 +1,80 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from resources.choices import EventKind, ResourceState
+from resources.models import Resource, ResourceEvent
+from scheduling import services
+from scheduling.choices import TaskState
+from scheduling.models import Task
+from tests.factories import RetryPolicyFactory
+from tests.scheduling.helpers import work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def probation_policy(db):
+    return RetryPolicyFactory(name="probation", probation_cooldown_seconds=600, non_retryable_error_patterns=[
+        {"pattern": "risk control", "action": "quarantine", "probation": True},
+        {"pattern": "banned", "action": "quarantine", "probation": False},
+    ])
+
+
+def quarantined_by(pool, error):
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": [error]},
+                               created_by="test", policy="probation")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    return Resource.objects.get(pk=Task.objects.get(pk=task.pk).resource_id)
+
+
+def later(seconds):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def test_a_probationary_quarantine_gets_a_probe_after_its_cooldown(redis_conn, alice, probation_policy):
+    resource = quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    assert resource.state == ResourceState.QUARANTINED
+    assert resource.probe_after - resource.quarantined_at == timedelta(seconds=600)
+    assert services.start_probes() == []  # still cooling down
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now() - timedelta(seconds=1))
+    assert len(services.start_probes()) == 1
+
+
+def test_a_successful_probe_returns_the_resource_to_the_pool(redis_conn, alice, probation_policy):
+    quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    Task.objects.update(payload={"script": ["ok"]})  # the upstream block has been lifted
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
+    [probe] = services.start_probes()
+    work()
+    row = Resource.objects.get(pk=alice.pk)
+    assert (row.state, row.quarantine_reason, row.probe_after) == (ResourceState.AVAILABLE, "", None)
+    assert Task.objects.get(pk=probe.pk).state == TaskState.SUCCEEDED
+    kinds = list(ResourceEvent.objects.filter(resource=row).order_by("id").values_list("kind", flat=True))
+    assert kinds[-3:] == [EventKind.PROBE_CLAIMED, EventKind.RELEASED_SUCCESS, EventKind.UNQUARANTINED]
+
+
+def test_a_failed_probe_extends_the_quarantine_with_a_longer_cooldown(redis_conn, alice, probation_policy):
+    quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
+    [probe] = services.start_probes()
+    work()
+    row = Resource.objects.get(pk=alice.pk)
+    assert row.state == ResourceState.QUARANTINED and row.probation_cooldown_seconds == 1200
+    assert row.probe_after - row.quarantined_at == timedelta(seconds=1200)
+    assert Task.objects.get(pk=probe.pk).state == TaskState.DEAD
+
+
+def test_a_permanent_quarantine_never_gets_a_probe(redis_conn, alice, probation_policy):
+    resource = quarantined_by(alice.pool, "DemoFlowError: account banned")
+    assert resource.state == ResourceState.QUARANTINED and resource.probe_after is None
+    assert services.start_probes(now=later(10 ** 7)) == []
+
+
+def test_a_resource_on_probe_is_not_probed_twice(redis_conn, alice, probation_policy):
+    quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
+    assert len(services.start_probes()) == 1
+    assert services.start_probes(now=later(10 ** 7)) == []
