@@ -604,8 +604,10 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> l
         raise ValueError("every resource needs a non-empty key")
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     taken = sorted(Resource.objects.filter(pool=target, key__in=keys).values_list("key", flat=True))
-    if repeated or taken:
-        raise ValueError(f"pool {target.name} already has or is given twice: {', '.join(repeated + taken)}")
+    problems = ([f"pool {target.name} already has {', '.join(taken)}"] if taken else []) + (
+        [f"keys given twice: {', '.join(repeated)}"] if repeated else [])
+    if problems:
+        raise ValueError("; ".join(problems))
     with transaction.atomic():
         return Resource.objects.bulk_create(
             Resource(pool=target, key=item["key"].strip(), label=item.get("label", ""),

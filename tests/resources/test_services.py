@@ -319,3 +319,52 @@ def test_database_refuses_a_quarantine_without_a_reason(alice):
 def test_database_refuses_a_duplicate_key_in_one_pool(alice):
     with pytest.raises(IntegrityError, match="resource_key_unique_in_pool"), transaction.atomic():
         ResourceFactory(pool=alice.pool, key="alice@x")
+
+
+# holds and probes (what the scheduler uses)
+
+
+def test_hold_after_failure_counts_the_failure_and_keeps_the_lease(claimed_alice):
+    from resources.classification import classify
+
+    until = timezone.now() + timedelta(minutes=5)
+    services.hold_after_failure(resource=claimed_alice, lease_token=claimed_alice.lease_token, error="timeout",
+                                classification=classify("timeout"), hold_until=until, actor="task 812")
+    row = fresh(claimed_alice)
+    assert (row.state, row.lease_token, row.leased_until) == (ResourceState.IN_USE, claimed_alice.lease_token, until)
+    assert (row.failure_count, row.last_failure_reason) == (1, "timeout")
+    assert kinds(row) == [EventKind.CLAIMED, EventKind.HELD_FOR_RETRY]
+
+
+def test_a_non_retryable_failure_cannot_hold_its_resource(claimed_alice):
+    from resources.classification import classify
+
+    with pytest.raises(IllegalTransition, match="non-retryable failure cannot hold"):
+        services.hold_after_failure(resource=claimed_alice, lease_token=claimed_alice.lease_token, error="banned",
+                                    classification=classify("banned"), hold_until=timezone.now())
+
+
+def test_a_probe_claim_before_the_cooldown_ends_is_refused(claimed_alice):
+    from resources.classification import classify
+
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="risk control", classification=classify("banned"), probation_seconds=600)
+    with pytest.raises(IllegalTransition, match="account alice@x is not due for a probe: it is quarantined, probe after"):
+        services.claim_for_probe(resource=claimed_alice, holder="probe")
+    assert fresh(claimed_alice).state == ResourceState.QUARANTINED
+
+
+def test_unquarantine_ends_probation(claimed_alice):
+    from resources.classification import classify
+
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="risk control", classification=classify("banned"), probation_seconds=600)
+    services.unquarantine(resource=claimed_alice, actor="ops")
+    row = fresh(claimed_alice)
+    assert (row.probe_after, row.probation_cooldown_seconds) == (None, 0)
+
+
+def test_add_resources_names_keys_already_in_the_pool(alice):
+    with pytest.raises(ValueError, match="pool accounts already has alice@x; keys given twice: new@x"):
+        services.add_resources(pool="accounts", resources=[{"key": "alice@x"}, {"key": "new@x"}, {"key": "new@x"}])
+    assert Resource.objects.filter(pool=alice.pool).count() == 1
