@@ -503,6 +503,14 @@ def _locked(resource: Resource | int) -> Resource:
     return current
 
 
+def _locked_in(resource: Resource | int, action: str, allowed: tuple[str, ...]) -> Resource:
+    """The locked row, if its state allows `action`; else IllegalTransition naming both."""
+    current = _locked(resource)
+    if current.state not in allowed:
+        raise _illegal(current, action, allowed)
+    return current
+
+
 def _illegal(resource: Resource, action: str, allowed: tuple[str, ...]) -> IllegalTransition:
     names = [ResourceState(s).value.replace("_", " ") for s in allowed]
     states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
@@ -527,9 +535,7 @@ def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource
     actor = _actor(actor)
     allowed = (ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
-        current = _locked(resource)
-        if current.state not in allowed:
-            raise _illegal(current, "reset", allowed)
+        current = _locked_in(resource, "reset", allowed)
         previous = current.state
         current.state = ResourceState.AVAILABLE
         current.save(update_fields=["state"])
@@ -544,9 +550,7 @@ def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource
         raise ValueError("a quarantine needs a reason that operators will read")
     allowed = (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
-        current = _locked(resource)
-        if current.state not in allowed:
-            raise _illegal(current, "quarantine", allowed)
+        current = _locked_in(resource, "quarantine", allowed)
         current.state = ResourceState.QUARANTINED
         current.quarantine_reason = reason.strip()[:MAX_REASON_LENGTH]
         current.quarantined_at = timezone.now()
@@ -560,9 +564,7 @@ def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> R
     actor = _actor(actor)
     allowed = (ResourceState.QUARANTINED,)
     with transaction.atomic():
-        current = _locked(resource)
-        if current.state not in allowed:
-            raise _illegal(current, "unquarantine", allowed)
+        current = _locked_in(resource, "unquarantine", allowed)
         previous = current.quarantine_reason
         current.state = ResourceState.AVAILABLE
         current.quarantine_reason = ""
