@@ -40,14 +40,17 @@ def ensure_pool(name: str, size: int) -> ResourcePool:
     have = Resource.objects.filter(pool=pool).count()
     if have < size:
         print(f"  creating {size - have:,} resources in {name} ...", flush=True)
+        # INSERT ... SELECT generate_series, with every other column at its model default.
+        fields = [f for f in Resource._meta.concrete_fields if f.name not in ("id", "pool", "key")]
+        template = Resource(pool=pool)
+        values = [f.get_db_prep_save(f.pre_save(template, add=True), connection) for f in fields]
+        columns = ", ".join(f.column for f in fields)
+        placeholders = ", ".join("%s" for _ in fields)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"""INSERT INTO {Resource._meta.db_table}
-                    (pool_id, key, label, attributes, state, lease_holder, failure_count, success_count,
-                     consecutive_failures, last_failure_reason, last_failure_category, quarantine_reason, created_at)
-                    SELECT %s, 'r' || g, '', '{{}}', 'available', '', 0, 0, 0, '', '', '', now()
-                    FROM generate_series(%s, %s) g""",
-                [pool.pk, have + 1, size],
+                f"""INSERT INTO {Resource._meta.db_table} (pool_id, key, {columns})
+                    SELECT %s::bigint, 'r' || g, {placeholders} FROM generate_series(%s::bigint, %s::bigint) g""",
+                [pool.pk, *values, have + 1, size],
             )
             cursor.execute(f"ANALYZE {Resource._meta.db_table}")
     # A previous run that was interrupted may have left leases behind.
