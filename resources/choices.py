@@ -24,6 +24,7 @@ class EventKind(models.TextChoices):
     RELEASED_SUCCESS = "released_success", "Released with success"
     RELEASED_FAILURE = "released_failure", "Released with failure"
     HELD_FOR_RETRY = "held_for_retry", "Failed, held for its retry"
+    RELEASED_UNUSED = "released_unused", "Released unused"
     RESET = "reset", "Reset"
     QUARANTINED = "quarantined", "Quarantined"
     UNQUARANTINED = "unquarantined", "Released from quarantine"

@@ -136,7 +136,11 @@ _SWEEP_SQL = f"""
         FOR UPDATE SKIP LOCKED
     ), swept AS (
         UPDATE {_R} r SET
-            state = 'failed',
+            -- A lease on a resource still marked quarantined is a probation probe's: a lost probe
+            -- leaves the quarantine standing and schedules the next probe.
+            state = CASE WHEN r.quarantined_at IS NULL THEN 'failed' ELSE 'quarantined' END,
+            probe_after = CASE WHEN r.quarantined_at IS NULL THEN NULL
+                               ELSE now() + make_interval(secs => greatest(r.probation_cooldown_seconds, 1)) END,
             lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
             failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
             last_failure_reason = %(reason)s::text, last_failure_category = 'retryable', last_failure_at = now()
@@ -190,11 +194,21 @@ def _random_start(pool_id: int) -> int:
     return random.randint(cached[0], cached[1])
 
 
+# Fields whose database value needs decoding (Django loads jsonb as text and leaves the
+# decoding to the field), by position in _COLUMNS.
+_DECODED = [(n, f) for n, f in enumerate(Resource._meta.concrete_fields) if hasattr(f, "from_db_value")]
+
+
 def _one(sql: str, params: dict) -> Resource | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return None if row is None else Resource.from_db(connection.alias, _COLUMNS, row)
+    if row is None:
+        return None
+    values = list(row)
+    for n, field in _DECODED:
+        values[n] = field.from_db_value(values[n], None, connection)
+    return Resource.from_db(connection.alias, _COLUMNS, values)
 
 
 def _lease_seconds(value: int | None) -> int | None:
@@ -393,9 +407,7 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
     resource_id = _resource_id(resource)
     seconds = _lease_seconds(seconds)
     with transaction.atomic():
-        current = Resource.objects.select_for_update().select_related("pool").filter(pk=resource_id).first()
-        if current is None:
-            raise ResourceNotFound(f"no resource with id {resource_id}")
+        current = _locked(resource_id)
         if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
             raise _lease_mismatch(resource_id, lease_token)
         current.leased_until = timezone.now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
@@ -431,12 +443,36 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
     return current
 
 
+def release_unused(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str, reason: str) -> Resource:
+    """Give back a lease that was never used (its task ended before running on it): no success
+    or failure is counted; the resource returns as failed if its last use failed, else available.
+    A probe's lease returns the resource to its quarantine."""
+    resource_id = _resource_id(resource)
+    with transaction.atomic():
+        current = _locked(resource_id)
+        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
+            raise _lease_mismatch(resource_id, lease_token)
+        token = current.lease_token
+        if current.quarantined_at is not None:
+            cooldown = timezone.timedelta(seconds=max(current.probation_cooldown_seconds, 1))
+            current.state, current.probe_after = ResourceState.QUARANTINED, timezone.now() + cooldown
+        else:
+            current.state = ResourceState.FAILED if current.consecutive_failures else ResourceState.AVAILABLE
+        current.lease_token, current.lease_holder, current.leased_at, current.leased_until = None, "", None, None
+        current.save(update_fields=["state", "probe_after", "lease_token", "lease_holder", "leased_at", "leased_until"])
+        ResourceEvent.objects.create(resource=current, kind=EventKind.RELEASED_UNUSED, actor=actor, reason=reason,
+                                     lease_token=token)
+    return current
+
+
 MAX_PROBATION_SECONDS = 7 * 24 * 3600
 
 
-def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | None = None) -> Resource:
+def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | None = None,
+                    lease_seconds: int | None = None) -> Resource:
     """Lease a quarantined resource whose probation cooldown is over, for its one probe."""
     holder = _holder(holder)
+    lease_seconds = _lease_seconds(lease_seconds)
     now = now or timezone.now()
     with transaction.atomic():
         current = _locked(resource)
@@ -449,7 +485,7 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
         current.state, current.probe_after = ResourceState.IN_USE, None
         current.lease_token, current.lease_holder = uuid.uuid4(), holder
         current.leased_at = now
-        current.leased_until = now + timezone.timedelta(seconds=current.pool.lease_seconds)
+        current.leased_until = now + timezone.timedelta(seconds=lease_seconds or current.pool.lease_seconds)
         current.save(update_fields=["state", "probe_after", "lease_token", "lease_holder", "leased_at", "leased_until"])
         ResourceEvent.objects.create(resource=current, kind=EventKind.PROBE_CLAIMED, actor=holder,
                                      reason=current.quarantine_reason, lease_token=current.lease_token)

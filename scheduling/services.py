@@ -10,13 +10,14 @@ everything; Redis only carries wake-ups, which the dispatcher re-creates when th
 
 import json
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from resources import services as pool
@@ -100,6 +101,20 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         if pinned.pool_id != target_pool.pk:
             raise TaskError(f"resource {pinned.key} belongs to pool {pinned.pool.name}, not {target_pool.name}")
     now = timezone.now()
+    try:
+        return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy, strict=strict,
+                            pinned=pinned, created_by=created_by, idempotency_key=idempotency_key, run_at=run_at,
+                            now=now, probe=probe, reserve=reserve, claim_now=claim_now)
+    except IntegrityError:
+        # Two starts with one key at once: the loser returns the winner's task.
+        existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
+        if existing is None:
+            raise
+        return existing
+
+
+def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at, now,
+                 probe, reserve, claim_now) -> Task:
     with transaction.atomic():
         task = Task.objects.create(
             flow=flow, pool=target_pool, payload=payload, policy=policy, strict=strict,
@@ -109,13 +124,16 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
             next_run_at=max(run_at or now, now),
             deadline_at=now + timedelta(seconds=policy.deadline_seconds) if policy.deadline_seconds else None,
         )
+        # A lease taken now must last until the first attempt is due, and then some.
+        lease_seconds = math.ceil((task.next_run_at - now).total_seconds()) + target_pool.lease_seconds
         if probe:
-            _hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder))
+            _hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder, lease_seconds=lease_seconds))
         elif reserve or claim_now:
             if pinned is not None:
-                lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=strict)
+                lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=strict,
+                                         lease_seconds=lease_seconds)
             else:
-                lease = pool.claim_next(pool=target_pool, holder=task.holder)
+                lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds)
             _hold(task, lease)
         _enqueue_after_commit(task)
     return task
@@ -323,14 +341,25 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
     heartbeat.start()
     try:
         result = started.flow(started.context)
-        json.dumps(result)
     except Exception as exc:  # a flow's failure is data, whatever its type
         error, result = exc, None
     else:
-        error = None
+        error, result = None, _storable(result)
     finally:
         heartbeat.stop()
     return finish_attempt(attempt=started.attempt, result=result, error=error, duration=time.monotonic() - began)
+
+
+def _storable(result):
+    """A flow's result as JSON can keep it. A result JSON cannot hold does not turn a success into
+    a failure (a retry would repeat the flow's side effects): it is kept as its repr."""
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    try:
+        return json.loads(json.dumps(result, cls=DjangoJSONEncoder))
+    except (TypeError, ValueError):
+        log.warning("flow result %r is not JSON; keeping its repr", type(result))
+        return {"repr": repr(result)[:2000]}
 
 
 class _Heartbeat:
@@ -492,7 +521,10 @@ def _after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: d
     if why_dead is not None:
         mark_dead(task, reason=why_dead, now=now)
         return
-    task.pinned_resource_id = (attempt.resource_id or task.pinned_resource_id) if same_resource else None
+    if same_resource:
+        task.pinned_resource_id = attempt.resource_id or task.pinned_resource_id
+    else:  # another resource, unless the task was strictly for one
+        task.pinned_resource_id = task.requested_resource_id if task.strict else None
     if not same_resource:
         task.held_lease_token = None
     task.state, task.next_run_at = TaskState.RETRYING, next_run
@@ -530,6 +562,12 @@ def _settle_resource(task: Task, attempt: Attempt, verdict: Verdict, error, *, h
 
 def mark_dead(task: Task, *, reason: str, now: datetime | None = None) -> Task:
     """End a task that will not be retried and emit task.dead (dead letters hang off this event)."""
+    if task.held_lease_token:  # reserved or held for an attempt that will never come
+        try:
+            pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=task.holder,
+                                reason=f"task dead: {reason}")
+        except (LeaseMismatch, ResourceNotFound):
+            pass  # swept already
     task.state, task.finished_at, task.held_lease_token = TaskState.DEAD, now or timezone.now(), None
     task.save(update_fields=["state", "finished_at", "held_lease_token", "last_error", "last_error_signature",
                              "last_error_category", "attempt_count"])
@@ -591,7 +629,10 @@ def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
             attempt.error_class = "WorkerLost"
             attempt.save()
             task.held_lease_token = None
-            _after_failure(task, attempt, verdict, ABANDONED_REASON, now)
+            if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
+                mark_dead(task, reason="probation probe lost with its worker", now=now)
+            else:
+                _after_failure(task, attempt, verdict, ABANDONED_REASON, now)
             abandoned.append(attempt)
     return abandoned
 

@@ -18,3 +18,20 @@ def counting(context):
     """Records each run, so tests can see how often a flow really ran."""
     calls.append((context.task_id, context.attempt))
     return {"runs": len(calls)}
+
+
+seen_attributes: list[dict] = []
+
+
+@flow("attributes")
+def attributes(context):
+    seen_attributes.append(context.resource_attributes)
+
+
+@flow("odd_result")
+def odd_result(context):
+    """Returns what plain JSON cannot hold."""
+    import datetime
+    import decimal
+
+    return {"when": datetime.datetime(2026, 1, 2, 3, 4, 5), "amount": decimal.Decimal("1.50")}

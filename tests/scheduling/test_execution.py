@@ -182,7 +182,7 @@ def test_retry_on_another_resource_releases_the_first_one(redis_conn, pool, alic
 
     RetryPolicyFactory(name="other", initial_delay_seconds=0,
                        retryable_error_patterns=[{"pattern": "captcha", "action": "retry_other_resource"}])
-    task = start(pool, ["DemoFlowError: captcha required", "ok"], resource=alice, policy="other")
+    task = start(pool, ["DemoFlowError: captcha required", "ok"], resource=alice, strict=False, policy="other")
     work()
     task.refresh_from_db()
     assert task.state == TaskState.SUCCEEDED
@@ -213,3 +213,54 @@ def test_signals_are_sent_after_commit(redis_conn, alice, instant_policy):
     finally:
         task_dead.disconnect(dispatch_uid="t")
     assert received == [task.pk]
+
+
+def test_a_strict_task_stays_on_its_resource_even_when_the_policy_moves_retries(redis_conn, pool, alice, bob):
+    from tests.factories import RetryPolicyFactory
+
+    RetryPolicyFactory(name="moves", initial_delay_seconds=0, same_resource_on_retry=False)
+    task = start(pool, ["TimeoutError: slow", "ok"], resource=alice, policy="moves")
+    work()
+    task.refresh_from_db()
+    assert task.state == TaskState.SUCCEEDED
+    assert list(task.attempts.values_list("resource__key", flat=True)) == ["alice@x", "alice@x"]
+
+
+@pytest.mark.parametrize("resource_attributes", [{"region": "eu", "tier": 2}])
+def test_flows_get_the_resource_attributes_as_a_mapping(redis_conn, pool, instant_policy, resource_attributes):
+    helpers.seen_attributes.clear()
+    ResourceFactory(pool=pool, key="carol@x", attributes=resource_attributes)
+    services.start_task(flow="attributes", pool_name=pool, created_by="test", policy="instant")
+    work()
+    assert helpers.seen_attributes == [resource_attributes]
+
+
+def test_a_result_json_cannot_hold_keeps_the_success(redis_conn, alice, instant_policy):
+    task = services.start_task(flow="odd_result", pool_name=alice.pool, created_by="test", policy="instant")
+    work()
+    task.refresh_from_db()
+    assert task.state == TaskState.SUCCEEDED and task.attempt_count == 1
+    assert task.result == {"when": "2026-01-02T03:04:05", "amount": "1.50"}
+
+
+def test_a_result_no_encoder_can_hold_is_kept_as_its_repr():
+    stored = services._storable({"thing": object()})
+    assert stored["repr"].startswith("{'thing': <object object at")
+
+
+def test_a_task_that_dies_before_running_gives_back_its_reserved_resource(redis_conn, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant",
+                               resource=alice, reserve=True)
+    Task.objects.filter(pk=task.pk).update(flow="renamed-away")  # the flow vanished from the settings
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    row = Resource.objects.get(pk=alice.pk)
+    assert (row.state, row.failure_count) == (ResourceState.AVAILABLE, 0)
+    assert timeline(alice) == [EventKind.CLAIMED, EventKind.RELEASED_UNUSED]
+
+
+def test_a_reservation_for_a_later_start_outlasts_the_wait(redis_conn, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant",
+                               resource=alice, reserve=True, run_at=timezone.now() + timedelta(hours=1))
+    row = Resource.objects.get(pk=alice.pk)
+    assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)

@@ -78,3 +78,17 @@ def test_a_resource_on_probe_is_not_probed_twice(redis_conn, alice, probation_po
     Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
     assert len(services.start_probes()) == 1
     assert services.start_probes(now=later(10 ** 7)) == []
+
+
+def test_a_probe_whose_lease_runs_out_leaves_the_quarantine_standing(redis_conn, alice, probation_policy):
+    from resources.services import sweep_expired_leases
+
+    quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
+    [probe] = services.start_probes()
+    sweep_expired_leases(now=later(10 ** 6))
+    row = Resource.objects.get(pk=alice.pk)
+    assert row.state == ResourceState.QUARANTINED and row.probe_after > timezone.now()
+    work()  # the probe finds its lease gone and the resource quarantined: it ends, never retried
+    assert Task.objects.get(pk=probe.pk).state == TaskState.DEAD
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.QUARANTINED
