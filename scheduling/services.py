@@ -165,9 +165,11 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
         queue = django_rq.get_queue(FLOW_QUEUE)
         if at is not None and at > timezone.now() + timedelta(milliseconds=500):
             # Up to a second early (see MAX_EARLY_WAIT): run_attempt waits out the rest.
-            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, at.timestamp(), job_id=job_id)
+            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, at.timestamp(), job_id=job_id,
+                             result_ttl=0)
         else:
-            queue.enqueue(run_attempt_job, task_id, attempt_number, job_id=job_id)
+            # The outcome lives in the Attempt row; RQ need not keep a copy (result_ttl=0).
+            queue.enqueue(run_attempt_job, task_id, attempt_number, job_id=job_id, result_ttl=0)
     except RedisError as exc:
         log.warning("task %s attempt %s not enqueued (%s); the dispatcher will", task_id, attempt_number, exc)
         return None
