@@ -679,16 +679,27 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
 
 
 def _recent_failed_candidates(config: BatchConfig, now: datetime) -> list[Resource]:
+    """Recently failed, retryable resources of the pool, newest failure first, whose last failure
+    matches the config's patterns (any, when it has none): up to a few times what a tick needs,
+    so that those taken meanwhile can be skipped."""
     from resources.classification import compile_patterns
 
-    candidates = Resource.objects.filter(
+    wanted = config.tasks_per_tick * 5
+    recent = Resource.objects.filter(
         pool_id=config.pool_id, state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
         last_failure_at__gte=now - timedelta(seconds=config.recent_window_seconds),
-    ).order_by("-last_failure_at")[: config.tasks_per_tick * 5]
+    ).order_by("-last_failure_at")
     patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
     if not patterns:
-        return list(candidates)
-    return [r for r in candidates if any(p.search(r.last_failure_reason) for p in patterns)]
+        return list(recent[:wanted])
+    # Python's regexes, as the admin validated them; the window bounds the scan.
+    matching = []
+    for resource in recent.iterator(chunk_size=500):
+        if any(p.search(resource.last_failure_reason) for p in patterns):
+            matching.append(resource)
+            if len(matching) >= wanted:
+                break
+    return matching
 
 
 def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]:

@@ -35,3 +35,14 @@ def odd_result(context):
     import decimal
 
     return {"when": datetime.datetime(2026, 1, 2, 3, 4, 5), "amount": decimal.Decimal("1.50")}
+
+
+@flow("sleep_then_sweep")
+def sleep_then_sweep(context):
+    """Outlives its lease several times over, then asks the sweeper what it would take back."""
+    import time
+
+    from resources.services import sweep_expired_leases
+
+    time.sleep(float(context.payload.get("sleep", 2.5)))
+    return {"swept": len(sweep_expired_leases())}

@@ -74,7 +74,7 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     # Held for the retry: neither claim_next nor anyone else can take it meanwhile.
     row = Resource.objects.get(pk=alice.pk)
     assert (row.state, row.lease_holder) == (ResourceState.IN_USE, f"task {task.pk}")
-    assert row.leased_until >= task.next_run_at
+    assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)
     with pytest.raises(PoolExhausted):
         pool_services.claim_next(pool=alice.pool, holder="someone else")
 
@@ -205,20 +205,24 @@ def test_a_deadline_stops_retries(redis_conn, alice):
 def test_signals_are_sent_after_commit(redis_conn, alice, instant_policy):
     from scheduling.signals import task_dead
 
+    from django.db import connection
+
     received = []
-    task_dead.connect(lambda sender, **kw: received.append(kw["task_id"]), weak=False, dispatch_uid="t")
+    task_dead.connect(lambda sender, **kw: received.append((kw["task_id"], connection.in_atomic_block)),
+                      weak=False, dispatch_uid="t")
     try:
         task = start(alice.pool, ["PermissionError: banned"])
         work()
     finally:
         task_dead.disconnect(dispatch_uid="t")
-    assert received == [task.pk]
+    assert received == [(task.pk, False)]
 
 
 def test_a_strict_task_stays_on_its_resource_even_when_the_policy_moves_retries(redis_conn, pool, alice, bob):
     from tests.factories import RetryPolicyFactory
 
     RetryPolicyFactory(name="moves", initial_delay_seconds=0, same_resource_on_retry=False)
+    ResourceFactory.create_batch(20, pool=pool)  # many others it could wrongly move to
     task = start(pool, ["TimeoutError: slow", "ok"], resource=alice, policy="moves")
     work()
     task.refresh_from_db()
@@ -264,3 +268,31 @@ def test_a_reservation_for_a_later_start_outlasts_the_wait(redis_conn, alice, in
                                resource=alice, reserve=True, run_at=timezone.now() + timedelta(hours=1))
     row = Resource.objects.get(pk=alice.pk)
     assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)
+
+
+def test_a_strict_task_on_a_quarantined_resource_dies_at_once(redis_conn, pool, alice, bob, instant_policy):
+    pool_services.quarantine(resource=alice, actor="ops", reason="banned")
+    task = start(pool, resource=alice)
+    work()
+    task.refresh_from_db()
+    assert (task.state, task.attempt_count) == (TaskState.DEAD, 1)
+    assert "account alice@x is quarantined since" in task.last_error and task.last_error.endswith(": banned")
+    assert timeline(bob) == []
+
+
+def test_dispatcher_re_enqueues_a_waiting_task_whose_job_already_finished(redis_conn, alice, instant_policy):
+    task = start(alice.pool)
+    job = django_rq.get_queue("flows").fetch_job(Task.objects.get(pk=task.pk).rq_job_id)
+    job.set_status("finished")  # as if the job ended without running the attempt
+    assert services.dispatch_waiting() == [task.pk]
+
+
+def test_an_outcome_arriving_after_the_attempt_was_abandoned_is_dropped(redis_conn, alice, instant_policy):
+    task = start(alice.pool)
+    started = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    services.recover_lost_attempts()
+    late = services.finish_attempt(attempt=started.attempt, result={"late": True})
+    assert late.outcome == AttemptOutcome.ABANDONED
+    task.refresh_from_db()
+    assert task.state == TaskState.RETRYING and task.result is None

@@ -18,6 +18,7 @@ from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, Task
 from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory
+from tests.scheduling import helpers  # noqa: F401  (registers the test flows)
 from tests.scheduling.helpers import work
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +73,9 @@ def test_a_worker_killed_mid_flow_leaves_an_abandoned_attempt_and_the_task_is_re
 def test_the_heartbeat_keeps_a_long_flow_from_being_swept(redis_conn, instant_policy):
     pool = ResourcePoolFactory(name="short-leases", lease_seconds=1)
     ResourceFactory(pool=pool, key="alice@x")
-    task = services.start_task(flow="demo", pool_name=pool, payload={"sleep": 2.5}, created_by="test",
+    task = services.start_task(flow="sleep_then_sweep", pool_name=pool, payload={"sleep": 2.5}, created_by="test",
                                policy="instant")
     work()
     task.refresh_from_db()
+    assert task.result == {"swept": 0}  # without the heartbeat, the 1 s lease would have run out
     assert task.state == TaskState.SUCCEEDED and task.attempt_count == 1

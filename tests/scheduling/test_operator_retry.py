@@ -45,7 +45,7 @@ def test_retry_resource_appends_to_the_history_instead_of_clearing_it(failed_ali
 
 def test_retry_resource_reuses_the_last_flow_and_payload(failed_alice):
     task = services.retry_resource(resource=failed_alice, actor="ops")
-    assert task.payload == {"script": ["ConnectionResetError: reset"]}
+    assert (task.flow, task.policy.name, task.payload) == ("demo", "instant", {"script": ["ConnectionResetError: reset"]})
 
 
 def test_retry_resource_of_an_in_use_resource_fails_and_writes_nothing(redis_conn, claimed_alice, bob, instant_policy):

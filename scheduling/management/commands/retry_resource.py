@@ -8,14 +8,14 @@ from scheduling.policies import PolicyError
 
 class Command(BaseCommand):
     help = ("Retry a resource in strict mode: reset it if failed and start a task on exactly that resource, "
-            "atomically. Flow and payload default to those of the last task that ran on it.")
+            "atomically. Without --flow it reuses the flow, payload and policy of the last task that ran on it.")
 
     def add_arguments(self, parser):
         parser.add_argument("--pool", required=True)
         parser.add_argument("--key", required=True)
         parser.add_argument("--actor", required=True, help="Who asks for the retry (recorded in the timeline).")
         parser.add_argument("--flow")
-        parser.add_argument("--payload", help="JSON object; default: the last task's payload.")
+        parser.add_argument("--payload", help="JSON object; default: the last task's payload without --flow, {} with it.")
         parser.add_argument("--policy")
 
     def handle(self, *args, pool, key, actor, flow, payload, policy, **options):
