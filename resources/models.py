@@ -120,10 +120,6 @@ class Resource(models.Model):
     def __str__(self) -> str:
         return self.key
 
-    @property
-    def noun(self) -> str:
-        return self.pool.resource_noun if "pool" in self._state.fields_cache else "resource"
-
 
 class ResourceEvent(models.Model):
     """One thing that happened to a resource. Rows are only ever appended."""

@@ -18,12 +18,8 @@ def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None)
 
 
 def dispatch_job():
-    """Periodic: recover attempts whose workers died, start due probation probes, then re-enqueue
-    waiting tasks Redis lost."""
-    abandoned = services.recover_lost_attempts()
-    probes = services.start_probes()
-    enqueued = services.dispatch_waiting()
-    return {"abandoned": len(abandoned), "probes": len(probes), "enqueued": len(enqueued)}
+    """Periodic: one dispatcher pass (see services.run_dispatcher)."""
+    return services.run_dispatcher()
 
 
 def batch_tick_job():

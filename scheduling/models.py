@@ -5,6 +5,7 @@ from django.db.models import Q
 
 from resources.models import Resource, ResourcePool
 from scheduling.choices import (
+    TERMINAL_STATES,
     WAITING_STATES,
     AttemptOutcome,
     Backoff,
@@ -115,7 +116,7 @@ class Task(models.Model):
                 condition=~Q(state__in=WAITING_STATES) | Q(next_run_at__isnull=False), name="task_waiting_has_next_run"
             ),
             models.CheckConstraint(
-                condition=~Q(state__in=[TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED])
+                condition=~Q(state__in=TERMINAL_STATES)
                 | Q(finished_at__isnull=False, held_lease_token__isnull=True),
                 name="task_finished_holds_nothing",
             ),

@@ -316,6 +316,26 @@ def _record_unrun_attempt(task: Task, number: int, now: datetime, error: Excepti
     _after_failure(task, attempt, verdict, error, now)
 
 
+class WorkerLost(Exception):
+    """What an abandoned attempt failed with: its worker died or hung and its lease ran out."""
+
+
+def _close_failed(attempt: Attempt, *, outcome: str, error: BaseException, verdict: Verdict, now: datetime) -> None:
+    """Write a failed or abandoned attempt's end and its error."""
+    attempt.outcome, attempt.finished_at = outcome, now
+    for field, value in _error_fields(error, verdict).items():
+        setattr(attempt, field, value)
+    attempt.save()
+
+
+def _note_failure(task: Task, attempt: Attempt, verdict: Verdict) -> None:
+    """The task's copy of its latest error, and the task.execution.failed event."""
+    task.last_error = f"{attempt.error_class}: {attempt.error_message}"[:4000]
+    task.last_error_signature, task.last_error_category = attempt.error_signature, verdict.category
+    _emit(task, TaskEventKind.EXECUTION_FAILED, attempt_number=attempt.number, category=verdict.category,
+          action=verdict.action, signature=attempt.error_signature)
+
+
 def _error_fields(error: BaseException | str, verdict: Verdict) -> dict:
     error_class = type(error).__name__ if isinstance(error, BaseException) else "Error"
     message = str(error)[:4000]
@@ -419,12 +439,9 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
             log.warning("%s finished after it was %s; its outcome is dropped", attempt, attempt.outcome)
             return attempt
         task = Task.objects.select_for_update().get(pk=attempt.task_id)
-        attempt.finished_at, attempt.duration_ms = now, int(duration * 1000)
+        attempt.duration_ms = int(duration * 1000)
         verdict = judge(task.policy, error)
-        attempt.outcome = AttemptOutcome.FAILED
-        for field, value in _error_fields(error, verdict).items():
-            setattr(attempt, field, value)
-        attempt.save()
+        _close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)
         _after_failure(task, attempt, verdict, error, now)
     return attempt
 
@@ -449,14 +466,8 @@ def _finish_probe(attempt: Attempt, result, error, now: datetime, duration: floa
         task.save(update_fields=["state", "finished_at", "result", "held_lease_token"])
         return attempt
     verdict = Verdict(Classification(FailureCategory.NON_RETRYABLE, None, str(error)), PatternAction.QUARANTINE)
-    attempt.outcome = AttemptOutcome.FAILED
-    for field, value in _error_fields(error, verdict).items():
-        setattr(attempt, field, value)
-    attempt.save()
-    task.last_error, task.last_error_signature = f"{attempt.error_class}: {attempt.error_message}", attempt.error_signature
-    task.last_error_category = verdict.category
-    _emit(task, TaskEventKind.EXECUTION_FAILED, attempt_number=attempt.number, category=verdict.category,
-          action=verdict.action, signature=attempt.error_signature)
+    _close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)
+    _note_failure(task, attempt, verdict)
     mark_dead(task, reason="probation probe failed; the resource stays quarantined", now=now)
     return attempt
 
@@ -505,10 +516,7 @@ def _succeed(attempt: Attempt, result, now: datetime, duration: float) -> Attemp
 def _after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: datetime) -> None:
     """Decide what a failed attempt leads to: a retry (same or another resource) or a dead task."""
     policy = task.policy
-    _emit(task, TaskEventKind.EXECUTION_FAILED, attempt_number=attempt.number, category=verdict.category,
-          action=verdict.action, signature=attempt.error_signature)
-    task.last_error = f"{attempt.error_class}: {attempt.error_message}"[:4000]
-    task.last_error_signature, task.last_error_category = attempt.error_signature, verdict.category
+    _note_failure(task, attempt, verdict)
 
     retryable = verdict.category == FailureCategory.RETRYABLE and verdict.action in (
         PatternAction.RETRY_SAME_RESOURCE, PatternAction.RETRY_OTHER_RESOURCE)
@@ -631,20 +639,27 @@ def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
             if attempt.outcome != AttemptOutcome.RUNNING:
                 continue
             task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
+            error = WorkerLost(ABANDONED_REASON)
             verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, ABANDONED_REASON),
                               PatternAction.RETRY_SAME_RESOURCE)
-            attempt.outcome, attempt.finished_at = AttemptOutcome.ABANDONED, now
-            for field, value in _error_fields(ABANDONED_REASON, verdict).items():
-                setattr(attempt, field, value)
-            attempt.error_class = "WorkerLost"
-            attempt.save()
+            _close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)
             task.held_lease_token = None
             if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
+                _note_failure(task, attempt, verdict)
                 mark_dead(task, reason="probation probe lost with its worker", now=now)
             else:
-                _after_failure(task, attempt, verdict, ABANDONED_REASON, now)
+                _after_failure(task, attempt, verdict, error, now)
             abandoned.append(attempt)
     return abandoned
+
+
+def run_dispatcher() -> dict[str, int]:
+    """One dispatcher pass (the periodic job and `manage.py dispatch_tasks`): recover attempts
+    whose workers died, start due probation probes, then re-enqueue waiting tasks Redis lost."""
+    abandoned = recover_lost_attempts()
+    probes = start_probes()
+    enqueued = dispatch_waiting()
+    return {"abandoned": len(abandoned), "probes": len(probes), "enqueued": len(enqueued)}
 
 
 _DEAD_JOB_STATUSES = {b"finished", b"failed", b"stopped", b"canceled"}

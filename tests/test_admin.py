@@ -2,7 +2,6 @@ import pytest
 from django.urls import reverse
 
 from scheduling.models import RetryPolicy, RetryPolicyChange
-from tests.factories import ResourceFactory
 
 POLICY_FORM = {
     "name": "edited", "description": "", "max_attempts": 4, "backoff": "fixed", "initial_delay_seconds": 120,

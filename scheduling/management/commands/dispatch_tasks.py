@@ -8,8 +8,7 @@ class Command(BaseCommand):
             "that has no live RQ job. The database is the source of truth; this makes Redis match it.")
 
     def handle(self, *args, **options):
-        abandoned = services.recover_lost_attempts()
-        probes = services.start_probes()
-        enqueued = services.dispatch_waiting()
+        counts = services.run_dispatcher()
         self.stdout.write(self.style.SUCCESS(
-            f"{len(abandoned)} lost attempt(s) abandoned, {len(probes)} probe(s) started, {len(enqueued)} task(s) enqueued"))
+            f"{counts['abandoned']} lost attempt(s) abandoned, {counts['probes']} probe(s) started, "
+            f"{counts['enqueued']} task(s) enqueued"))
