@@ -1,12 +1,14 @@
 """URLs of the servers the tests use, for worker processes the tests start."""
 
+import os
 from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
 
 # RQ in tests uses its own Redis database, so flushing it never touches the app's queues.
-TEST_REDIS_DB = 15
+# RETRYOPS_TEST_REDIS_DB lets two checkouts run their suites side by side on one Redis.
+TEST_REDIS_DB = int(os.environ.get("RETRYOPS_TEST_REDIS_DB", "15"))
 
 
 def database_url() -> str:
