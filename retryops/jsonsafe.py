@@ -1,0 +1,91 @@
+"""Values Python's json accepts and PostgreSQL's jsonb and text columns refuse.
+
+`json.loads` reads `NaN`, `Infinity` and `\\u0000`; jsonb refuses all three, and a text column
+refuses a NUL character. Input from people and systems is refused with the place named
+(`refuse_unstorable`); what a flow hands back after its side effects have happened is made
+storable instead (`make_storable`), because refusing it would turn a success into a rerun.
+"""
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+# Past this, PostgreSQL's jsonb numeric is fine but every consumer (JavaScript, RQ's JSON) is not.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class UnstorableValue(ValueError):
+    """A value that cannot be stored as it is; `path` says where in it (payload.items[2].price)."""
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+def _problem(value: Any) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"is {value!r}, which JSON cannot hold"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
+        return f"is {value}, larger than {MAX_SAFE_INTEGER}"
+    if isinstance(value, str) and "\x00" in value:
+        return "contains a NUL character (\\u0000)"
+    return None
+
+
+def _walk(value: Any, path: str, visit: Callable[[Any, str], Any]) -> Any:
+    if isinstance(value, dict):
+        return {visit(key, f"{path} key {key!r}") if isinstance(key, str) else key:
+                _walk(item, f"{path}.{key}", visit) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_walk(item, f"{path}[{n}]", visit) for n, item in enumerate(value)]
+    return visit(value, path)
+
+
+def refuse_unstorable(value: Any, *, name: str) -> Any:
+    """Return `value` unchanged if PostgreSQL can store it; else raise UnstorableValue naming
+    the first bad place, e.g. "payload.amount is nan, which JSON cannot hold"."""
+
+    def check(item: Any, path: str) -> Any:
+        problem = _problem(item)
+        if problem:
+            raise UnstorableValue(f"{path} {problem}", path=path)
+        return item
+
+    _walk(value, name, check)
+    try:
+        json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise UnstorableValue(f"{name} cannot be stored as JSON: {exc}", path=name) from None
+    return value
+
+
+def clean_text(text: str) -> str:
+    """Text a PostgreSQL text column can hold: NUL characters become U+FFFD."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def make_storable(value: Any) -> tuple[Any, list[str]]:
+    """`value` as jsonb can hold it, and notes on what had to change: non-finite floats become
+    null, huge integers strings, NUL characters U+FFFD, anything JSON cannot express its repr."""
+    notes: list[str] = []
+
+    def fix(item: Any, path: str) -> Any:
+        problem = _problem(item)
+        if problem is None:
+            return item
+        notes.append(f"{path} {problem}")
+        if isinstance(item, float):
+            return None
+        if isinstance(item, int):
+            return str(item)
+        return clean_text(item)
+
+    try:
+        plain = json.loads(json.dumps(value, cls=DjangoJSONEncoder))
+    except (TypeError, ValueError, RecursionError):
+        notes.append(f"result of type {type(value).__name__} is not JSON; kept as its repr")
+        return {"repr": clean_text(repr(value)[:2000])}, notes
+    return _walk(plain, "result", fix), notes
