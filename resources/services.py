@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from resources import sql
 from resources.choices import EventKind, FailureCategory, Outcome, ResourceState
 from resources.classification import Classification, classify, error_text
 from resources.errors import (
@@ -34,128 +35,6 @@ from resources.models import Resource, ResourceEvent, ResourcePool
 
 LEASE_EXPIRED_REASON = "lease expired"
 MAX_REASON_LENGTH = 2000
-
-_R = Resource._meta.db_table
-_P = ResourcePool._meta.db_table
-_E = ResourceEvent._meta.db_table
-
-# The row's columns in the model's field order, so rows become Resource objects without raw().
-_COLUMNS = [f.column for f in Resource._meta.concrete_fields]
-_RETURNING = ", ".join(f"r.{column}" for column in _COLUMNS)
-
-_LEASE_COLUMNS = """
-    state = 'in_use', lease_token = %(token)s::uuid, lease_holder = %(holder)s::text, leased_at = now(),
-    leased_until = now() + make_interval(secs => coalesce(%(lease_seconds)s::integer, p.lease_seconds))
-"""
-_CLAIM_EVENT = f"""
-    , event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'claimed', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM claimed
-    )
-    SELECT * FROM claimed
-"""
-
-# Start the scan at a random id of the pool, so concurrent claimers spread over the pool instead
-# of queueing on its first rows. Scanning forward from there (and once from the start when
-# nothing lies past it) costs the same whatever the pool's size.
-_CLAIM_NEXT_SQL = f"""
-    WITH pick AS (
-        SELECT r.id FROM {_R} r
-        WHERE r.pool_id = %(pool_id)s::bigint AND r.state = 'available' AND r.id >= %(start_id)s::bigint
-        ORDER BY r.pool_id, r.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED
-    ), claimed AS (
-        UPDATE {_R} r SET {_LEASE_COLUMNS}
-        FROM pick, {_P} p
-        WHERE r.id = pick.id AND p.id = r.pool_id
-        RETURNING {_RETURNING}
-    )
-    {_CLAIM_EVENT}
-"""
-
-# A named resource: waits for a concurrent claimer's row lock, then re-checks the state, so
-# two strict claims of the same resource never both succeed. A failed resource may be claimed
-# by name: that is how an operator retries it.
-_CLAIM_BY_ID_SQL = f"""
-    WITH claimed AS (
-        UPDATE {_R} r SET {_LEASE_COLUMNS}
-        FROM {_P} p
-        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id AND r.state IN ('available', 'failed')
-        RETURNING {_RETURNING}
-    )
-    {_CLAIM_EVENT}
-"""
-
-_RELEASE_SUCCESS_SQL = f"""
-    WITH released AS (
-        UPDATE {_R} r SET
-            state = CASE WHEN p.consume_on_success THEN 'done' ELSE 'available' END,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
-            success_count = r.success_count + 1, consecutive_failures = 0, last_success_at = now()
-        FROM {_P} p
-        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id
-          AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
-        RETURNING {_RETURNING}
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'released_success', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM released
-    )
-    SELECT * FROM released
-"""
-
-_RELEASE_FAILURE_SQL = f"""
-    WITH released AS (
-        UPDATE {_R} r SET
-            state = %(new_state)s::text,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
-            failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
-            last_failure_reason = %(reason)s::text, last_failure_category = %(category)s::text, last_failure_at = now(),
-            quarantine_reason = CASE WHEN %(new_state)s::text = 'quarantined' THEN %(reason)s::text ELSE r.quarantine_reason END,
-            quarantined_at = CASE WHEN %(new_state)s::text = 'quarantined' THEN now() ELSE r.quarantined_at END,
-            probe_after = CASE WHEN %(cooldown)s::integer > 0 THEN now() + make_interval(secs => %(cooldown)s::integer) END,
-            probation_cooldown_seconds = coalesce(%(cooldown)s::integer, 0)
-        WHERE r.id = %(resource_id)s::bigint AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
-        RETURNING {_RETURNING}
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT released.id, k.kind, %(actor)s::text, %(reason)s::text, %(category)s::text, %(token)s::uuid, %(details)s::jsonb, now()
-        FROM released, (VALUES (1, 'released_failure'), (2, 'quarantined')) AS k(n, kind)
-        WHERE k.kind = 'released_failure' OR released.state = 'quarantined'
-        ORDER BY k.n
-    )
-    SELECT * FROM released
-"""
-
-_SWEEP_SQL = f"""
-    WITH expired AS (
-        SELECT id, lease_token, lease_holder, leased_until FROM {_R}
-        WHERE state = 'in_use' AND leased_until < %(now)s::timestamptz
-        ORDER BY leased_until
-        LIMIT %(limit)s::integer
-        FOR UPDATE SKIP LOCKED
-    ), swept AS (
-        UPDATE {_R} r SET
-            -- A lease on a resource still marked quarantined is a probation probe's: a lost probe
-            -- leaves the quarantine standing and schedules the next probe.
-            state = CASE WHEN r.quarantined_at IS NULL THEN 'failed' ELSE 'quarantined' END,
-            probe_after = CASE WHEN r.quarantined_at IS NULL THEN NULL
-                               ELSE now() + make_interval(secs => greatest(r.probation_cooldown_seconds, 1)) END,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
-            failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
-            last_failure_reason = %(reason)s::text, last_failure_category = 'retryable', last_failure_at = now()
-        FROM expired
-        WHERE r.id = expired.id
-        RETURNING r.id, expired.lease_token AS expired_token, expired.lease_holder AS expired_holder,
-                  expired.leased_until AS expired_at
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'lease_expired', %(actor)s::text, %(reason)s::text, 'retryable', expired_token,
-               jsonb_build_object('holder', expired_holder, 'leased_until', expired_at), now()
-        FROM swept
-    )
-    SELECT * FROM swept
-"""
 
 
 @dataclass(frozen=True)
@@ -186,7 +65,7 @@ def _random_start(pool_id: int) -> int:
     cached = _pool_bounds.get(pool_id)
     if cached is None or now - cached[2] > BOUNDS_TTL:
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT min(id), max(id) FROM {_R} WHERE pool_id = %s::bigint", [pool_id])
+            cursor.execute(f"SELECT min(id), max(id) FROM {sql.RESOURCE_TABLE} WHERE pool_id = %s::bigint", [pool_id])
             low, high = cursor.fetchone()
         if low is None:
             return 0
@@ -195,20 +74,20 @@ def _random_start(pool_id: int) -> int:
 
 
 # Fields whose database value needs decoding (Django loads jsonb as text and leaves the
-# decoding to the field), by position in _COLUMNS.
+# decoding to the field), by position in sql.COLUMNS.
 _DECODED = [(n, f) for n, f in enumerate(Resource._meta.concrete_fields) if hasattr(f, "from_db_value")]
 
 
-def _one(sql: str, params: dict) -> Resource | None:
+def _one(statement: str, params: dict) -> Resource | None:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(statement, params)
         row = cursor.fetchone()
     if row is None:
         return None
     values = list(row)
     for n, field in _DECODED:
         values[n] = field.from_db_value(values[n], None, connection)
-    return Resource.from_db(connection.alias, _COLUMNS, values)
+    return Resource.from_db(connection.alias, sql.COLUMNS, values)
 
 
 def _lease_seconds(value: int | None) -> int | None:
@@ -310,10 +189,10 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
         "details": _json(details),
         "start_id": _random_start(pool_id),
     }
-    resource = _one(_CLAIM_NEXT_SQL, params)
+    resource = _one(sql.CLAIM_NEXT, params)
     if resource is None:
         # Everything past the random start was taken or locked: scan from the pool's beginning.
-        resource = _one(_CLAIM_NEXT_SQL, {**params, "start_id": 0})
+        resource = _one(sql.CLAIM_NEXT, {**params, "start_id": 0})
     if resource is None:
         raise _exhausted(pool_id)
     return resource
@@ -339,7 +218,7 @@ def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePo
         "actor": actor or holder,
         "details": _json(details),
     }
-    claimed = _one(_CLAIM_BY_ID_SQL, params)
+    claimed = _one(sql.CLAIM_BY_ID, params)
     if claimed is not None:
         return claimed
     if strict:
@@ -384,7 +263,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
         raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, got {outcome!r}")
     params = {"resource_id": resource_id, "token": token, "actor": actor or "", "details": _json(details)}
     if outcome == Outcome.SUCCESS:
-        released = _one(_RELEASE_SUCCESS_SQL, params)
+        released = _one(sql.RELEASE_SUCCESS, params)
     else:
         if classification is None:
             if error is None:
@@ -393,7 +272,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
         reason = (error_text(error) if error is not None else classification.text)[:MAX_REASON_LENGTH]
         new_state = ResourceState.FAILED if classification.retryable else ResourceState.QUARANTINED
         released = _one(
-            _RELEASE_FAILURE_SQL,
+            sql.RELEASE_FAILURE,
             {**params, "new_state": new_state, "reason": reason or "unknown error", "category": classification.category,
              "cooldown": probation_seconds if new_state == ResourceState.QUARANTINED and probation_seconds else None},
         )
@@ -618,7 +497,7 @@ def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease swe
     retryable, "lease expired", counted as a failure, each with a timeline event."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _SWEEP_SQL,
+            sql.SWEEP,
             {"now": now or timezone.now(), "limit": limit, "actor": actor, "reason": LEASE_EXPIRED_REASON},
         )
         rows = cursor.fetchall()

@@ -9,7 +9,14 @@ from django.contrib import admin
 from django.template.defaultfilters import truncatechars
 
 from scheduling import services
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, RetryPolicyChange, Task, TaskEvent
+from scheduling.models import (
+    Attempt,
+    BatchConfig,
+    RetryPolicy,
+    RetryPolicyChange,
+    Task,
+    TaskEvent,
+)
 from scheduling.policies import PolicyError, clean_patterns, clean_policy
 
 

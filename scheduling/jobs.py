@@ -1,27 +1,32 @@
-"""RQ jobs: thin wrappers that load ids and call one service."""
+"""RQ jobs: thin wrappers that load ids and call one service. They import the services inside
+their bodies, because the queueing module imports this one to name the job it enqueues."""
 
 import logging
 
 from rq import get_current_job
 
-from scheduling import services
-
 log = logging.getLogger(__name__)
 
 
 def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None):
+    from scheduling.runner import run_attempt
+
     job = get_current_job()
     worker = (getattr(job, "worker_name", "") or "") if job else ""
-    attempt = services.run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
-                                   rq_job_id=job.id if job else "")
+    attempt = run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
+                          rq_job_id=job.id if job else "")
     return attempt.outcome if attempt else "skipped"
 
 
 def dispatch_job():
-    """Periodic: one dispatcher pass (see services.run_dispatcher)."""
-    return services.run_dispatcher()
+    """Periodic: one dispatcher pass (see scheduling.services.recovery.run_dispatcher)."""
+    from scheduling.services import run_dispatcher
+
+    return run_dispatcher()
 
 
 def batch_tick_job():
     """Periodic: one tick of every enabled batch config."""
-    return services.run_batches()
+    from scheduling.services import run_batches
+
+    return run_batches()

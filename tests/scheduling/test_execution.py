@@ -10,9 +10,11 @@ from resources import services as pool_services
 from resources.choices import EventKind, ResourceState
 from resources.errors import PoolExhausted
 from resources.models import Resource, ResourceEvent
+from retryops.jsonsafe import make_storable
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task, TaskEvent
+from scheduling.runner import run_attempt
 from tests.factories import ResourceFactory
 from tests.scheduling import helpers
 from tests.scheduling.helpers import work
@@ -83,7 +85,7 @@ def test_a_delivery_long_before_next_run_at_defers_without_running_the_flow(redi
     task = start(alice.pool, ["TimeoutError: slow", "ok"], policy="default")
     work()
     task.refresh_from_db()
-    assert services.run_attempt(task_id=task.pk, attempt_number=2) is None  # woken two minutes early
+    assert run_attempt(task_id=task.pk, attempt_number=2) is None  # woken two minutes early
     task.refresh_from_db()
     assert (task.state, task.attempt_count) == (TaskState.RETRYING, 1)
     assert len(django_rq.get_queue("flows").scheduled_job_registry.get_job_ids()) == 2  # the deferral
@@ -94,7 +96,7 @@ def test_a_delivery_a_moment_early_waits_and_never_starts_before_next_run_at(red
     work()
     due = timezone.now() + timedelta(seconds=0.8)
     Task.objects.filter(pk=task.pk).update(next_run_at=due)
-    attempt = services.run_attempt(task_id=task.pk, attempt_number=2, due=due.timestamp())
+    attempt = run_attempt(task_id=task.pk, attempt_number=2, due=due.timestamp())
     assert attempt.outcome == AttemptOutcome.SUCCEEDED
     assert attempt.started_at >= due
 
@@ -203,9 +205,9 @@ def test_a_deadline_stops_retries(redis_conn, alice):
 
 
 def test_signals_are_sent_after_commit(redis_conn, alice, instant_policy):
-    from scheduling.signals import task_dead
-
     from django.db import connection
+
+    from scheduling.signals import task_dead
 
     received = []
     task_dead.connect(lambda sender, **kw: received.append((kw["task_id"], connection.in_atomic_block)),
@@ -248,7 +250,7 @@ def test_a_result_json_cannot_hold_keeps_the_success(redis_conn, alice, instant_
 
 
 def test_a_result_no_encoder_can_hold_is_kept_as_its_repr():
-    stored = services._storable({"thing": object()})
+    stored, notes = make_storable({"thing": object()})
     assert stored["repr"].startswith("{'thing': <object object at")
 
 

@@ -1,0 +1,88 @@
+"""What a worker does with one wake-up: begin the attempt, run the flow outside any transaction
+with a lease heartbeat beside it, and record the outcome."""
+
+import logging
+import threading
+import time
+
+from django.db import connection
+
+from resources.errors import LeaseMismatch
+from retryops.jsonsafe import make_storable
+from scheduling.models import Attempt
+from scheduling.services.attempts import begin_attempt, finish_attempt
+
+log = logging.getLogger(__name__)
+
+
+# RQ's scheduler stores whole seconds (truncated) and looks once a second, so a retry's job may
+# start up to a second before next_run_at. Waiting out that second here keeps lateness under a
+# second; deferring through RQ again would add one to two more. Anything earlier is deferred.
+MAX_EARLY_WAIT = 1.5
+
+
+def _wait_out_early_wakeup(due: float | None) -> None:
+    if due is not None:
+        early = due - time.time()
+        if 0 < early <= MAX_EARLY_WAIT:
+            time.sleep(early)
+
+
+def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
+                rq_job_id: str = "") -> Attempt | None:
+    """Run one attempt of a task: what the RQ job does. `due` is the scheduled time (a Unix
+    timestamp) of a delayed wake-up, which may come up to a second early."""
+    _wait_out_early_wakeup(due)
+    started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
+    if started is None:
+        return None
+    began = time.monotonic()
+    heartbeat = _Heartbeat(started.context.heartbeat, interval=started.lease_seconds / 3)
+    heartbeat.start()
+    try:
+        result = started.flow(started.context)
+    except Exception as exc:  # a flow's failure is data, whatever its type
+        error, result = exc, None
+    else:
+        error, result = None, _storable(result)
+    finally:
+        heartbeat.stop()
+    return finish_attempt(attempt=started.attempt, result=result, error=error, duration=time.monotonic() - began)
+
+
+def _storable(result):
+    """A flow's result as jsonb can keep it. A result it cannot hold does not turn a success into
+    a failure (a retry would repeat the flow's side effects): what had to change is logged."""
+    stored, notes = make_storable(result)
+    for note in notes:
+        log.warning("flow result changed to be storable: %s", note)
+    return stored
+
+
+class _Heartbeat:
+    """Extends the attempt's lease while its flow runs, so only a dead or hung worker's lease
+    expires. Runs in a thread with its own database connection; dies with the worker."""
+
+    def __init__(self, beat, *, interval: float):
+        self._beat, self._interval = beat, max(interval, 0.5)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped.wait(self._interval):
+                try:
+                    self._beat()
+                except LeaseMismatch:
+                    return  # swept or released: nothing left to keep alive
+                except Exception:
+                    log.exception("lease heartbeat failed; trying again")
+        finally:
+            connection.close()

@@ -1,0 +1,37 @@
+"""Tasks and their attempts: the only code that changes them. Jobs, commands and the admin call these.
+
+A task's life: start_task writes it (and, for reserved resources, claims the resource in the
+same transaction) and enqueues a job once that commits. The job calls scheduling.runner's
+run_attempt: begin_attempt locks the task, checks that this delivery is the one due, claims the
+resource and records the attempt; the flow runs outside any transaction; finish_attempt records
+the outcome, releases or holds the resource, and schedules the retry or ends the task. The
+database decides everything; Redis only carries wake-ups, which the dispatcher re-creates when
+they are lost.
+
+One module per use case; the public names are re-exported here.
+"""
+
+from scheduling.errors import TaskError
+from scheduling.services.attempts import StartedAttempt, begin_attempt, finish_attempt
+from scheduling.services.batches import run_batch, run_batches
+from scheduling.services.failures import ABANDONED_REASON, WorkerLost, mark_dead
+from scheduling.services.operator_retry import retry_resource
+from scheduling.services.policies import (
+    load_retry_policies,
+    policy_snapshot,
+    save_retry_policy,
+)
+from scheduling.services.probes import start_probes
+from scheduling.services.recovery import (
+    dispatch_waiting,
+    recover_lost_attempts,
+    run_dispatcher,
+)
+from scheduling.services.tasks import get_policy, parse_payload, start_task
+
+__all__ = [
+    "ABANDONED_REASON", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "dispatch_waiting",
+    "finish_attempt", "get_policy", "load_retry_policies", "mark_dead", "parse_payload", "policy_snapshot",
+    "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher", "save_retry_policy",
+    "start_probes", "start_task",
+]

@@ -1,0 +1,68 @@
+"""Automatic scheduling: each tick of a batch config starts its tasks, failed resources first if asked."""
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from resources.choices import FailureCategory, ResourceState
+from resources.errors import PoolExhausted, ResourceUnavailable
+from resources.models import Resource
+from scheduling.models import BatchConfig, Task
+from scheduling.services.tasks import start_task
+
+
+def _recent_failed_candidates(config: BatchConfig, now: datetime) -> list[Resource]:
+    """Recently failed, retryable resources of the pool, newest failure first, whose last failure
+    matches the config's patterns (any, when it has none): up to a few times what a tick needs,
+    so that those taken meanwhile can be skipped."""
+    from resources.classification import compile_patterns
+
+    wanted = config.tasks_per_tick * 5
+    recent = Resource.objects.filter(
+        pool_id=config.pool_id, state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
+        last_failure_at__gte=now - timedelta(seconds=config.recent_window_seconds),
+    ).order_by("-last_failure_at")
+    patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
+    if not patterns:
+        return list(recent[:wanted])
+    # Python's regexes, as the admin validated them; the window bounds the scan.
+    matching = []
+    for resource in recent.iterator(chunk_size=500):
+        if any(p.search(resource.last_failure_reason) for p in patterns):
+            matching.append(resource)
+            if len(matching) >= wanted:
+                break
+    return matching
+
+
+def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]:
+    """One tick of a batch config: start up to tasks_per_tick tasks, each on a resource claimed
+    now. With retry_failed_first, recently failed retryable resources go first; quarantined ones
+    never."""
+    now = now or timezone.now()
+    started: list[Task] = []
+    candidates = _recent_failed_candidates(config, now) if config.retry_failed_first else []
+    common = {"flow": config.flow, "pool_name": config.pool_id, "payload": config.payload, "policy": config.policy,
+              "created_by": f"batch {config.name}"}
+    while len(started) < config.tasks_per_tick and candidates:
+        candidate = candidates.pop(0)
+        try:
+            with transaction.atomic():
+                started.append(start_task(resource=candidate, reserve=True, **common))
+        except ResourceUnavailable:
+            continue  # taken since we looked
+    while len(started) < config.tasks_per_tick:
+        try:
+            with transaction.atomic():
+                started.append(start_task(claim_now=True, **common))
+        except PoolExhausted:
+            break
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now)
+    return started
+
+
+def run_batches(*, now: datetime | None = None) -> dict[str, int]:
+    """Tick every enabled batch config; returns how many tasks each started."""
+    return {config.name: len(run_batch(config=config, now=now))
+            for config in BatchConfig.objects.filter(enabled=True).select_related("policy")}

@@ -1,0 +1,63 @@
+"""Probation: one probe task for a quarantined resource whose cooldown is over, and its outcome."""
+
+import logging
+from datetime import datetime
+
+from django.utils import timezone
+
+from resources import services as pool
+from resources.choices import FailureCategory, ResourceState
+from resources.classification import Classification
+from resources.errors import LeaseMismatch, ResourceError
+from resources.models import Resource
+from scheduling.choices import AttemptOutcome, PatternAction, TaskState
+from scheduling.models import Attempt, Task
+from scheduling.policies import Verdict
+from scheduling.services.failures import close_failed, mark_dead, note_failure
+from scheduling.services.tasks import start_task
+
+log = logging.getLogger(__name__)
+
+
+def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float) -> Attempt:
+    """A probe never retries: its outcome decides the resource's fate, then the task ends."""
+    attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
+    task = Task.objects.select_for_update().get(pk=attempt.task_id)
+    if attempt.outcome != AttemptOutcome.RUNNING:
+        return attempt
+    attempt.finished_at, attempt.duration_ms = now, int(duration * 1000)
+    try:
+        pool.end_probe(resource=attempt.resource_id, lease_token=attempt.lease_token, succeeded=error is None,
+                       error=error, actor=task.holder)
+    except LeaseMismatch as exc:
+        log.warning("probe %s ended without its lease: %s", attempt, exc)
+    task.held_lease_token = None
+    if error is None:
+        attempt.outcome = AttemptOutcome.SUCCEEDED
+        attempt.save()
+        task.state, task.finished_at, task.result = TaskState.SUCCEEDED, now, result
+        task.save(update_fields=["state", "finished_at", "result", "held_lease_token"])
+        return attempt
+    verdict = Verdict(Classification(FailureCategory.NON_RETRYABLE, None, str(error)), PatternAction.QUARANTINE)
+    close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)
+    note_failure(task, attempt, verdict)
+    mark_dead(task, reason="probation probe failed; the resource stays quarantined", now=now)
+    return attempt
+
+
+def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]:
+    """Start one probe task for every quarantined resource whose probation cooldown is over,
+    with the flow, payload and policy of the last task that ran on it."""
+    now = now or timezone.now()
+    due = Resource.objects.filter(state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit]
+    probes = []
+    for resource in due:
+        last = Task.objects.filter(attempts__resource=resource).order_by("-id").first()
+        if last is None:
+            continue
+        try:
+            probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
+                                     policy=last.policy, created_by="probation", resource=resource, probe=True))
+        except ResourceError as exc:
+            log.info("no probe for resource %s: %s", resource.pk, exc)
+    return probes
