@@ -1,15 +1,12 @@
 """Domain errors of the resource pool. Each carries a sentence an operator can act on."""
 
+from retryops.errors import DomainError
 
-class ResourceError(Exception):
-    """Base class: `code` is stable for machines, `str(error)` is for people."""
+
+class ResourceError(DomainError):
+    """Base class of the pool's errors: `code` is stable for machines, `str(error)` is for people."""
 
     code = "resource_error"
-
-    def __init__(self, message: str, *, code: str | None = None):
-        super().__init__(message)
-        if code:
-            self.code = code
 
 
 class PoolNotFound(ResourceError):
@@ -30,7 +27,7 @@ class ResourceUnavailable(ResourceError):
     code = "unavailable"
 
     def __init__(self, message: str, *, code: str, resource_id: int | None = None):
-        super().__init__(message, code=code)
+        super().__init__(message, code=code, resource_id=resource_id)
         self.resource_id = resource_id
 
 

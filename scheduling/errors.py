@@ -1,16 +1,12 @@
 """Domain errors of tasks and flows. Each has a stable `code` for machines and a sentence for people."""
 
+from retryops.errors import DomainError
 
-class SchedulingError(Exception):
-    """Base class: `code` is stable (the API and the admin render it), `details` says what was wrong."""
+
+class SchedulingError(DomainError):
+    """Base class of the scheduling app's errors."""
 
     code = "scheduling_error"
-
-    def __init__(self, message: str, *, code: str | None = None, **details):
-        super().__init__(message)
-        if code:
-            self.code = code
-        self.details = details
 
 
 class TaskError(SchedulingError, ValueError):

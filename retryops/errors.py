@@ -1,0 +1,19 @@
+"""The one base of every domain error, so one API exception handler and one admin message path
+can render any of them: `code` is stable for machines, `str(error)` is a sentence for people,
+`details` names what was wrong (the field, the resource, the state)."""
+
+
+class DomainError(Exception):
+    """An illegal transition or bad input, raised by a service; never a bare ValueError."""
+
+    code = "domain_error"
+
+    def __init__(self, message: str, *, code: str | None = None, **details):
+        super().__init__(message)
+        if code:
+            self.code = code
+        self.details = details
+
+    def as_dict(self) -> dict:
+        """What an API answers and a log line carries."""
+        return {"code": self.code, "message": str(self), "details": self.details}
