@@ -26,22 +26,27 @@ def save_edited_fields(obj, form) -> None:
         obj.save(update_fields=edited)
 
 
+def storable_json_object(value, *, name: str) -> dict:
+    """A form's JSON field as an object PostgreSQL can store (empty: {}), or a ValidationError
+    naming the place. forms.JSONField reads NaN, Infinity and \\u0000, which jsonb refuses."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else repr(value)
+        raise forms.ValidationError(f"{name} must be a JSON object ({{...}}), got {kind}")
+    try:
+        return refuse_unstorable(value, name=name)
+    except UnstorableValue as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class ResourceForm(forms.ModelForm):
     class Meta:
         model = Resource
         fields = ["pool", "key", "label", "attributes"]
 
     def clean_attributes(self):
-        # forms.JSONField reads NaN, Infinity and \u0000, which jsonb refuses.
-        attributes = self.cleaned_data.get("attributes")
-        if attributes is None:
-            return {}
-        if not isinstance(attributes, dict):
-            raise forms.ValidationError(f"attributes must be a JSON object, got {type(attributes).__name__}")
-        try:
-            return refuse_unstorable(attributes, name="attributes")
-        except UnstorableValue as exc:
-            raise forms.ValidationError(str(exc)) from None
+        return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
 
 
 @admin.register(ResourcePool)
