@@ -17,6 +17,15 @@ from scheduling.models import Attempt, BatchConfig, RetryPolicy, RetryPolicyChan
 from scheduling.policies import PolicyError, clean_patterns, clean_policy
 
 
+def _shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _lines(pairs):
+    """"key: value" lines, for JSON objects an operator reads rather than parses."""
+    return format_html_join(mark_safe("<br>"), "{}: {}", pairs)
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
@@ -41,10 +50,14 @@ class AttemptInline(admin.TabularInline):
 
 class TaskEventInline(admin.TabularInline):
     model = TaskEvent
-    fields = ("created_at", "kind", "attempt_number", "details")
+    fields = ("created_at", "kind", "attempt_number", "event_details")
     readonly_fields = fields
     extra = max_num = 0
     can_delete = False
+
+    @admin.display(description="details")
+    def event_details(self, event):
+        return _lines((key, _shown(value)) for key, value in event.details.items())
 
 
 @admin.register(Task)
@@ -121,18 +134,21 @@ class RetryPolicyChangeInline(admin.TabularInline):
 
     @admin.display(description="changed fields")
     def diff(self, change):
-        keys = [k for k in change.after if change.before.get(k) != change.after.get(k)]
-        return format_html_join(mark_safe("<br>"), "{}: {} → {}", (
-            (k, _shown(change.before[k]) if k in change.before else "—", _shown(change.after[k])) for k in keys))
+        # In the form's order: jsonb keeps keys sorted by length, which reads as no order at all.
+        keys = sorted((k for k in change.after if change.before.get(k) != change.after.get(k)), key=_form_position)
+        return _lines((k, f"{_shown(change.before[k]) if k in change.before else '—'} → {_shown(change.after[k])}")
+                      for k in keys)
 
 
-def _shown(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+def _form_position(field: str) -> int:
+    fields = RetryPolicyForm.Meta.fields
+    return fields.index(field) if field in fields else len(fields)
 
 
 @admin.register(RetryPolicy)
 class RetryPolicyAdmin(admin.ModelAdmin):
     form = RetryPolicyForm
+    fields = RetryPolicyForm.Meta.fields  # the name first, also when it is read-only
     list_display = ("name", "max_attempts", "backoff", "initial_delay_seconds", "max_delay_seconds",
                     "same_resource_on_retry", "deadline_seconds", "updated_at")
     inlines = [RetryPolicyChangeInline]

@@ -269,3 +269,26 @@ def test_a_task_event_says_which_kind_of_which_task(alice, instant_policy):
 def test_a_policy_change_says_whose_change_of_which_policy(instant_policy):
     change = RetryPolicyChange.objects.create(policy=instant_policy, changed_by="alice", before={}, after={})
     assert str(change) == f"change {change.pk} of retry policy {instant_policy.pk} by alice"
+
+
+# reading the pages
+
+
+def test_the_policy_page_shows_the_name_before_the_numbers(staff, db):
+    staff.post(reverse("admin:scheduling_retrypolicy_add"), POLICY_FORM)
+    policy = RetryPolicy.objects.get(name="edited")
+    page = staff.get(reverse("admin:scheduling_retrypolicy_change", args=[policy.pk])).content.decode()
+    assert page.index("Name:") < page.index("Max attempts:")
+
+
+def test_a_policy_change_lists_its_fields_in_the_forms_order(staff, db):
+    staff.post(reverse("admin:scheduling_retrypolicy_add"), POLICY_FORM)
+    policy = RetryPolicy.objects.get(name="edited")
+    page = staff.get(reverse("admin:scheduling_retrypolicy_change", args=[policy.pk])).content.decode()
+    assert page.index("max_attempts: — → 4") < page.index("backoff: — → fixed")
+
+
+def test_task_event_details_read_as_fields_not_json(staff, alice, instant_policy):
+    task = run(start(alice.pool), error=TimeoutError("upstream slow"))
+    page = staff.get(reverse("admin:scheduling_task_change", args=[task.pk])).content.decode()
+    assert "same_resource: true" in page and '"same_resource": true' not in page
