@@ -1,21 +1,67 @@
 """Plain admin for pools and resources. State changes go through resources.services only, so
 every state and statistics field is read-only here; the operator console is a later issue."""
 
+from django import forms
 from django.contrib import admin
 
+from resources import services
 from resources.models import Resource, ResourceEvent, ResourcePool
+from retryops.jsonsafe import UnstorableValue, refuse_unstorable
 
+# Written by resources.services only. probe_after and the cooldown belong here too: a value
+# posted back from a page rendered before a probe or a quarantine would revive or cancel a probe.
 _STATE_FIELDS = (
     "state", "lease_token", "lease_holder", "leased_at", "leased_until",
     "failure_count", "success_count", "consecutive_failures", "last_failure_reason",
     "last_failure_category", "last_failure_at", "last_success_at", "quarantine_reason", "quarantined_at",
+    "probe_after", "probation_cooldown_seconds", "created_at",
 )
+
+
+def save_edited_fields(obj, form) -> None:
+    """Write only what the operator typed in. The row may have changed since the admin read it
+    (a claim, a release, a sweep), and a whole-row save would put the old state and lease back."""
+    edited = [name for name in form.changed_data if name in form.fields]
+    if edited:
+        obj.save(update_fields=edited)
+
+
+def storable_json_object(value, *, name: str) -> dict:
+    """A form's JSON field as an object PostgreSQL can store (empty: {}), or a ValidationError
+    naming the place. forms.JSONField reads NaN, Infinity and \\u0000, which jsonb refuses."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else repr(value)
+        raise forms.ValidationError(f"{name} must be a JSON object ({{...}}), got {kind}")
+    try:
+        return refuse_unstorable(value, name=name)
+    except UnstorableValue as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+class ResourceForm(forms.ModelForm):
+    class Meta:
+        model = Resource
+        fields = ["pool", "key", "label", "attributes"]
+
+    def clean_attributes(self):
+        return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
 
 
 @admin.register(ResourcePool)
 class ResourcePoolAdmin(admin.ModelAdmin):
     list_display = ("name", "resource_noun", "lease_seconds", "consume_on_success", "created_at")
     search_fields = ("name",)
+    readonly_fields = ("created_at",)
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            save_edited_fields(obj, form)
+            return
+        created = services.create_pool(name=obj.name, resource_noun=obj.resource_noun, lease_seconds=obj.lease_seconds,
+                                       consume_on_success=obj.consume_on_success, description=obj.description)
+        obj.pk, obj.created_at = created.pk, created.created_at
 
 
 class ResourceEventInline(admin.TabularInline):
@@ -30,6 +76,7 @@ class ResourceEventInline(admin.TabularInline):
 
 @admin.register(Resource)
 class ResourceAdmin(admin.ModelAdmin):
+    form = ResourceForm
     list_display = (
         "key", "pool", "state", "failure_count", "last_failure_reason", "last_failure_at", "success_count",
         "lease_holder",
@@ -43,4 +90,15 @@ class ResourceAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The pool and key of an existing resource are its identity in every timeline row.
-        return _STATE_FIELDS + (("pool", "key") if obj else ())
+        return (("pool", "key") if obj else ()) + _STATE_FIELDS
+
+    def get_fields(self, request, obj=None):
+        return ["pool", "key", "label", "attributes", *_STATE_FIELDS] if obj else ["pool", "key", "label", "attributes"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            save_edited_fields(obj, form)
+            return
+        [created] = services.add_resources(pool=obj.pool, resources=[
+            {"key": obj.key, "label": obj.label, "attributes": obj.attributes}])
+        obj.pk, obj.created_at = created.pk, created.created_at

@@ -142,4 +142,5 @@ class ResourceEvent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.resource_id} by {self.actor}"
+        # Ids, not the resource's key: the key would cost a query per row wherever events are listed.
+        return f"{self.kind} of resource {self.resource_id}" + (f" by {self.actor}" if self.actor else "")

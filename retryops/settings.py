@@ -131,3 +131,6 @@ RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
 # leaks memory or crashes takes only its work horse down). "rq.worker.SimpleWorker" runs about
 # five times more jobs per second by sharing one process between jobs (see README).
 RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
+
+# The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
+FORMAT_MODULE_PATH = ["retryops.formats"]

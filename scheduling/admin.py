@@ -7,17 +7,23 @@ import json
 from django import forms
 from django.contrib import admin
 from django.template.defaultfilters import truncatechars
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
+from resources.admin import save_edited_fields, storable_json_object
 from scheduling import services
-from scheduling.models import (
-    Attempt,
-    BatchConfig,
-    RetryPolicy,
-    RetryPolicyChange,
-    Task,
-    TaskEvent,
-)
+from scheduling.choices import TaskState
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, RetryPolicyChange, Task, TaskEvent
 from scheduling.policies import PolicyError, clean_patterns, clean_policy
+
+
+def _shown(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _lines(pairs):
+    """"key: value" lines, for JSON objects an operator reads rather than parses."""
+    return format_html_join(mark_safe("<br>"), "{}: {}", pairs)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -38,13 +44,20 @@ class AttemptInline(admin.TabularInline):
     extra = max_num = 0
     can_delete = False
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("resource")  # one query, not one per attempt
+
 
 class TaskEventInline(admin.TabularInline):
     model = TaskEvent
-    fields = ("created_at", "kind", "attempt_number", "details")
+    fields = ("created_at", "kind", "attempt_number", "event_details")
     readonly_fields = fields
     extra = max_num = 0
     can_delete = False
+
+    @admin.display(description="details")
+    def event_details(self, event):
+        return _lines((key, _shown(value)) for key, value in event.details.items())
 
 
 @admin.register(Task)
@@ -54,11 +67,24 @@ class TaskAdmin(ReadOnlyAdmin):
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
+    readonly_fields = ("strict_mode",)
     inlines = [AttemptInline, TaskEventInline]
+
+    def get_fields(self, request, obj=None):
+        fields = [f for f in super().get_fields(request, obj) if f != "strict_mode"]
+        return ["strict_mode" if f == "strict" else f for f in fields]
 
     @admin.display(description="last error")
     def short_error(self, task):
-        return truncatechars(task.last_error, 80)
+        # A succeeded task's last error is history; its attempts keep it.
+        return "" if task.state == TaskState.SUCCEEDED else truncatechars(task.last_error, 80)
+
+    @admin.display(description="strict")
+    def strict_mode(self, task):
+        # Strict means "only on the requested resource"; without one there is nothing to be strict about.
+        if task.requested_resource_id is None:
+            return "n/a (no resource requested)"
+        return "yes" if task.strict else "no"
 
 
 @admin.register(Attempt)
@@ -108,13 +134,21 @@ class RetryPolicyChangeInline(admin.TabularInline):
 
     @admin.display(description="changed fields")
     def diff(self, change):
-        keys = [k for k in change.after if change.before.get(k) != change.after.get(k)]
-        return json.dumps({k: [change.before.get(k), change.after.get(k)] for k in keys})
+        # In the form's order: jsonb keeps keys sorted by length, which reads as no order at all.
+        keys = sorted((k for k in change.after if change.before.get(k) != change.after.get(k)), key=_form_position)
+        return _lines((k, f"{_shown(change.before[k]) if k in change.before else '—'} → {_shown(change.after[k])}")
+                      for k in keys)
+
+
+def _form_position(field: str) -> int:
+    fields = RetryPolicyForm.Meta.fields
+    return fields.index(field) if field in fields else len(fields)
 
 
 @admin.register(RetryPolicy)
 class RetryPolicyAdmin(admin.ModelAdmin):
     form = RetryPolicyForm
+    fields = RetryPolicyForm.Meta.fields  # the name first, also when it is read-only
     list_display = ("name", "max_attempts", "backoff", "initial_delay_seconds", "max_delay_seconds",
                     "same_resource_on_retry", "deadline_seconds", "updated_at")
     inlines = [RetryPolicyChangeInline]
@@ -137,6 +171,10 @@ class BatchConfigForm(forms.ModelForm):
         model = BatchConfig
         fields = "__all__"
         exclude = ["last_tick_at"]
+
+    def clean_payload(self):
+        # run_batches hands this to start_task for every task: refuse here what would fail there.
+        return storable_json_object(self.cleaned_data.get("payload"), name="payload")
 
     def clean_retryable_error_patterns(self):
         patterns = self.cleaned_data.get("retryable_error_patterns") or []
@@ -165,3 +203,9 @@ class BatchConfigAdmin(admin.ModelAdmin):
                     "recent_window_seconds", "last_tick_at")
     list_filter = ("enabled", "retry_failed_first")
     list_select_related = ("pool", "policy")
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            save_edited_fields(obj, form)  # a batch tick writes last_tick_at meanwhile
+        else:
+            obj.save()

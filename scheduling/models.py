@@ -67,6 +67,10 @@ class RetryPolicyChange(models.Model):
     class Meta:
         ordering = ["-id"]
 
+    def __str__(self) -> str:
+        # Ids, not the policy's name: a name would cost a query per row wherever changes are listed.
+        return f"change {self.pk} of retry policy {self.policy_id} by {self.changed_by}"
+
 
 class Task(models.Model):
     """One business instance: a flow run with one resource of a pool, retried until it succeeds or dies."""
@@ -194,6 +198,9 @@ class TaskEvent(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of task {self.task_id}"
 
 
 class BatchConfig(models.Model):

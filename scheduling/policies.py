@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from resources.choices import FailureCategory
 from resources.classification import Classification, compile_patterns, error_text
+from resources.services import MAX_PROBATION_SECONDS
 from scheduling.choices import Backoff, PatternAction
 
 REQUIRED_FIELDS = (
@@ -24,13 +25,33 @@ class PolicyError(ValueError):
     """A policy definition that cannot be used; the message names the field."""
 
 
-def _number(data: dict, field: str, *, minimum: float, integer: bool = False) -> float | int:
+# Upper bounds, so that every allowed policy turns into times the scheduler can compute
+# (now + timedelta(seconds=...)) and columns can hold: a month of delay or deadline, a week of
+# probation (the longest a failed probe's doubling reaches), an attempt count a person would mean.
+MAX_ATTEMPTS = 1000
+MAX_DELAY_SECONDS = 30 * 24 * 3600
+MAX_MULTIPLIER = 100
+MAX_PROBATION_COOLDOWN_SECONDS = MAX_PROBATION_SECONDS
+
+
+def _number(data: dict, field: str, *, minimum: float, maximum: float, integer: bool = False) -> float | int:
     value = data[field]
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise PolicyError(f"{field} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+    # NaN passes every comparison, infinity every lower bound; both reach timedelta() later.
+    if not math.isfinite(value):
+        raise PolicyError(f"{field} must be a finite number, got {value!r}")
     if value < minimum:
         raise PolicyError(f"{field} must be at least {minimum:g}, got {value!r}")
+    if value > maximum:
+        raise PolicyError(f"{field} must be at most {maximum:g}, got {value!r}")
+    return value
+
+
+def _text(field: str, value: str) -> str:
+    if "\x00" in value:
+        raise PolicyError(f"{field} contains a NUL character (\\u0000), which PostgreSQL cannot store")
     return value
 
 
@@ -45,6 +66,7 @@ def clean_patterns(field: str, entries) -> list[dict]:
             entry = {"pattern": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("pattern"), str) or not entry["pattern"]:
             raise PolicyError(f"{where} must be a regex or a mapping with a 'pattern' string, got {entry!r}")
+        _text(where, entry["pattern"])
         unknown = set(entry) - {"pattern", "action", "probation"}
         if unknown:
             raise PolicyError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
@@ -79,23 +101,24 @@ def clean_policy(data) -> dict:
     if not isinstance(data["same_resource_on_retry"], bool):
         raise PolicyError(f"same_resource_on_retry must be true or false, got {data['same_resource_on_retry']!r}")
     cleaned = {
-        "name": data["name"].strip(),
-        "description": str(data.get("description") or ""),
-        "max_attempts": _number(data, "max_attempts", minimum=1, integer=True),
+        "name": _text("name", data["name"].strip()),
+        "description": _text("description", str(data.get("description") or "")),
+        "max_attempts": _number(data, "max_attempts", minimum=1, maximum=MAX_ATTEMPTS, integer=True),
         "backoff": data["backoff"],
-        "initial_delay_seconds": float(_number(data, "initial_delay_seconds", minimum=0)),
-        "multiplier": float(_number(data, "multiplier", minimum=1)),
-        "max_delay_seconds": float(_number(data, "max_delay_seconds", minimum=0)),
+        "initial_delay_seconds": float(_number(data, "initial_delay_seconds", minimum=0, maximum=MAX_DELAY_SECONDS)),
+        "multiplier": float(_number(data, "multiplier", minimum=1, maximum=MAX_MULTIPLIER)),
+        "max_delay_seconds": float(_number(data, "max_delay_seconds", minimum=0, maximum=MAX_DELAY_SECONDS)),
         "same_resource_on_retry": data["same_resource_on_retry"],
         "deadline_seconds": None,
         "probation_cooldown_seconds": 1800,
     }
     if data.get("probation_cooldown_seconds") is not None:
-        cleaned["probation_cooldown_seconds"] = _number(data, "probation_cooldown_seconds", minimum=1, integer=True)
+        cleaned["probation_cooldown_seconds"] = _number(data, "probation_cooldown_seconds", minimum=1,
+                                                            maximum=MAX_PROBATION_COOLDOWN_SECONDS, integer=True)
     if cleaned["max_delay_seconds"] < cleaned["initial_delay_seconds"]:
         raise PolicyError("max_delay_seconds must be at least initial_delay_seconds")
     if data.get("deadline_seconds") is not None:
-        cleaned["deadline_seconds"] = float(_number(data, "deadline_seconds", minimum=1))
+        cleaned["deadline_seconds"] = float(_number(data, "deadline_seconds", minimum=1, maximum=MAX_DELAY_SECONDS))
     for field in ("retryable_error_patterns", "non_retryable_error_patterns"):
         cleaned[field] = clean_patterns(field, data[field])
     return cleaned

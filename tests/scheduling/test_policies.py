@@ -2,6 +2,8 @@ import random
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scheduling import services
 from scheduling.models import RetryPolicy, RetryPolicyChange
@@ -132,3 +134,76 @@ def test_the_command_reports_a_bad_file_clearly(db, tmp_path):
     path.write_text("policies: [{name: x}]")
     with pytest.raises(CommandError, match="missing field 'max_attempts'"):
         call_command("load_retry_policies", str(path))
+
+
+# bounds: a number the scheduler cannot turn into a time is refused where the policy is defined
+
+DAY = 24 * 3600
+
+
+@pytest.mark.parametrize("field, value", [
+    ("max_attempts", 1001),
+    ("max_attempts", 10**30),
+    ("initial_delay_seconds", float("nan")),
+    ("initial_delay_seconds", float("inf")),
+    ("max_delay_seconds", float("nan")),
+    ("max_delay_seconds", float("inf")),
+    ("max_delay_seconds", 1e300),
+    ("max_delay_seconds", 30 * DAY + 1),
+    ("multiplier", float("nan")),
+    ("multiplier", float("inf")),
+    ("multiplier", 101),
+    ("deadline_seconds", float("nan")),
+    ("deadline_seconds", float("inf")),
+    ("deadline_seconds", 1e12),
+    ("probation_cooldown_seconds", 7 * DAY + 1),
+    ("probation_cooldown_seconds", 2**31),
+])
+def test_a_number_that_is_not_finite_or_too_large_is_refused_with_its_field_named(field, value):
+    with pytest.raises(PolicyError, match=f"^{field} must be"):
+        clean_policy({**GOOD, field: value})
+
+
+def test_an_infinite_delay_in_the_yaml_file_is_refused_with_its_place(db):
+    with pytest.raises(PolicyError, match=r"t.yaml: policies\[0\] \(p\): max_delay_seconds must be"):
+        services.load_retry_policies(text=document({**GOOD, "max_delay_seconds": float("inf")}), source="t.yaml",
+                                     actor="loader")
+    assert not RetryPolicy.objects.exists()
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"description": "nul \x00 here"}, "description"),
+    ({"name": "p\x00"}, "name"),
+    ({"retryable_error_patterns": ["time\x00out"]}, r"retryable_error_patterns\[0\]"),
+])
+def test_a_nul_character_postgresql_cannot_store_is_refused_with_its_field_named(change, field):
+    with pytest.raises(PolicyError, match=f"^{field}"):
+        clean_policy({**GOOD, **change})
+
+
+def test_the_largest_allowed_policy_is_accepted_and_schedules_without_overflow():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    largest = clean_policy({**GOOD, "max_attempts": 1000, "initial_delay_seconds": 30 * DAY, "multiplier": 100,
+                            "max_delay_seconds": 30 * DAY, "deadline_seconds": 30 * DAY,
+                            "probation_cooldown_seconds": 7 * DAY})
+    for backoff in ("fixed", "exponential", "exponential_jitter"):
+        delay = retry_delay(backoff=backoff, attempt=largest["max_attempts"], initial=largest["initial_delay_seconds"],
+                            multiplier=largest["multiplier"], maximum=largest["max_delay_seconds"])
+        assert timezone.now() + timedelta(seconds=delay) + timedelta(seconds=largest["deadline_seconds"])
+
+
+@given(
+    backoff=st.sampled_from(["fixed", "exponential", "exponential_jitter"]),
+    attempt=st.integers(min_value=1, max_value=1000),
+    initial=st.floats(min_value=0, max_value=30 * DAY),
+    spread=st.floats(min_value=0, max_value=1),
+    multiplier=st.floats(min_value=1, max_value=100),
+)
+def test_every_allowed_policy_gives_a_delay_between_zero_and_its_cap(backoff, attempt, initial, spread, multiplier):
+    maximum = initial + spread * (30 * DAY - initial)
+    delay = retry_delay(backoff=backoff, attempt=attempt, initial=initial, multiplier=multiplier, maximum=maximum,
+                        rng=random.Random(attempt))
+    assert 0 <= delay <= maximum
