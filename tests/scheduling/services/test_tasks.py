@@ -126,3 +126,85 @@ def test_a_resource_of_another_pool_is_refused_with_its_code(pool, instant_polic
     error = refused(lambda: start(pool, resource=stranger))
     assert (error.code, error.details["field"]) == ("bad_input", "resource")
     assert Resource.objects.get(pk=stranger.pk).lease_token is None
+
+
+@pytest.fixture
+def waiting(redis_conn, pool, alice, default_policy):
+    """A task on alice that failed once and waits two minutes for its retry, holding alice."""
+    task = start(pool, resource=alice, payload={"script": ["TimeoutError: slow", "ok"]}, policy="default")
+    work()
+    task.refresh_from_db()
+    assert task.state == TaskState.RETRYING and task.held_lease_token is not None
+    return task
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_waiting_task_gives_back_its_held_resource(waiting, alice):
+    from resources.choices import EventKind, ResourceState
+    from resources.models import ResourceEvent
+    from scheduling.choices import TaskEventKind
+
+    task = services.cancel_task(task=waiting, actor="ops:carol", reason="customer withdrew")
+    row = Task.objects.get(pk=waiting.pk)
+    assert (row.state, row.held_lease_token, row.finished_at is not None) == (TaskState.CANCELLED, None, True)
+    assert task.state == TaskState.CANCELLED
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
+    assert ResourceEvent.objects.filter(resource=alice).latest("id").kind == EventKind.RELEASED_UNUSED
+    cancelled = row.events.get(kind=TaskEventKind.CANCELLED)
+    assert cancelled.details["actor"] == "ops:carol" and cancelled.details["reason"] == "customer withdrew"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_task_never_runs_again(redis_conn, pool, alice, instant_policy):
+    task = start(pool)
+    services.cancel_task(task=task, actor="ops:carol")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.CANCELLED
+    assert not task.attempts.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action, name", [("cancel_task", "cancel"), ("run_task_now", "run_now")])
+def test_a_finished_task_cannot_be_cancelled_or_run_now(redis_conn, pool, alice, instant_policy, action, name):
+    task = start(pool)
+    work()
+    with pytest.raises(DomainError) as refused:
+        getattr(services, action)(task=task, actor="ops:carol")
+    assert refused.value.code == "illegal_transition"
+    assert refused.value.details == {"task_id": task.pk, "state": "succeeded", "action": name}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_task_cannot_be_cancelled(redis_conn, pool, alice, instant_policy):
+    task = start(pool)
+    services.begin_attempt(task_id=task.pk, attempt_number=1)
+    with pytest.raises(DomainError) as refused:
+        services.cancel_task(task=task, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["state"]) == ("illegal_transition", "running")
+
+
+@pytest.mark.django_db
+def test_cancelling_an_unknown_task_names_it():
+    with pytest.raises(DomainError) as refused:
+        services.cancel_task(task=987654, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_not_found", 987654)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_now_runs_a_waiting_retry_at_once(waiting):
+    from scheduling.choices import TaskEventKind
+
+    services.run_task_now(task=waiting, actor="ops:carol")
+    work()
+    task = Task.objects.get(pk=waiting.pk)
+    assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
+    assert task.events.get(kind=TaskEventKind.RUN_NOW).details["actor"] == "ops:carol"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_now_makes_a_scheduled_task_pending(redis_conn, pool, alice, instant_policy):
+    task = start(pool, run_at=timezone.now() + timedelta(hours=1))
+    assert task.state == TaskState.SCHEDULED
+    services.run_task_now(task=task, actor="ops:carol")
+    row = Task.objects.get(pk=task.pk)
+    assert row.state == TaskState.PENDING and row.next_run_at <= timezone.now()
