@@ -41,3 +41,5 @@ class TaskEventKind(models.TextChoices):
     RETRY_SCHEDULED = "task.retry.scheduled", "Retry scheduled"
     RETRY_SUCCEEDED = "task.retry.succeeded", "Retry succeeded"
     DEAD = "task.dead", "Dead"
+    CANCELLED = "task.cancelled", "Cancelled"
+    RUN_NOW = "task.run_now", "Run now (operator)"

@@ -1,6 +1,8 @@
-"""Domain errors of tasks and flows. Each has a stable `code` for machines and a sentence for people."""
+"""Domain errors of tasks and flows. Each has a stable `code` for machines, a sentence for people,
+and `details` naming what was wrong (the field, the path in a payload, the task and its state)."""
 
 from retryops.errors import DomainError
+from scheduling.policies import PolicyError
 
 
 class SchedulingError(DomainError):
@@ -10,6 +12,60 @@ class SchedulingError(DomainError):
 
 
 class TaskError(SchedulingError, ValueError):
-    """Bad input for a task (unknown flow, payload that is not a JSON object, unknown policy)."""
+    """Bad input for a task; the subclasses say which kind."""
 
     code = "bad_task"
+
+
+class BadInput(TaskError):
+    """A value no column can hold or no one can act on; details: `field`."""
+
+    code = "bad_input"
+
+
+class FlowNotFound(TaskError):
+    """A flow no setting and no decorator registered; details: `flow`."""
+
+    code = "unknown_flow"
+
+
+class BadPayload(TaskError):
+    """A payload that is not a JSON object PostgreSQL can store; details: `path` (payload.items[2].price)."""
+
+    code = "bad_payload"
+
+
+class UnknownPolicy(TaskError):
+    """A retry policy name that is not loaded; details: `policy`."""
+
+    code = "unknown_policy"
+
+
+class BadPolicy(TaskError, PolicyError):
+    """A policy definition that cannot be used; details: `source`. Also a PolicyError, so callers
+    that catch the validator's error catch this one."""
+
+    code = "bad_policy"
+
+
+class TaskNotFound(SchedulingError):
+    code = "task_not_found"
+
+
+class IllegalTaskTransition(SchedulingError):
+    """An action the task's state does not allow; details: `task_id`, `state`, `action`."""
+
+    code = "illegal_transition"
+
+
+class TaskLive(SchedulingError):
+    """A task that has not finished already runs on (or waits for) the resource; details:
+    `task_id`, `state`, `next_run_at`."""
+
+    code = "task_live"
+
+
+class NotInTransaction(SchedulingError):
+    """A call that is only safe inside the caller's transaction was made outside one."""
+
+    code = "needs_transaction"

@@ -85,6 +85,8 @@ class Task(models.Model):
     requested_resource = models.ForeignKey(
         Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks", db_index=False
     )
+    # Strict only means something for a task that named its resource; a task that did not may
+    # always fall back to another one (task_strict_names_a_resource).
     strict = models.BooleanField(default=True, help_text="A named resource that cannot be had fails the attempt.")
     is_probe = models.BooleanField(default=False, help_text="A probation probe of a quarantined resource.")
     policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks", db_index=False)
@@ -124,6 +126,9 @@ class Task(models.Model):
                 | Q(finished_at__isnull=False, held_lease_token__isnull=True),
                 name="task_finished_holds_nothing",
             ),
+            models.CheckConstraint(
+                condition=Q(strict=False) | Q(requested_resource__isnull=False), name="task_strict_names_a_resource"
+            ),
         ]
         indexes = [
             # The dispatcher: waiting tasks by due time.
@@ -131,6 +136,9 @@ class Task(models.Model):
             # Running tasks, whose attempts the dispatcher checks for lost workers.
             models.Index(fields=["id"], condition=Q(state=TaskState.RUNNING), name="task_running_idx"),
             models.Index(fields=["state", "-id"], name="task_state_idx"),
+            # The failed-first batch tick: is a waiting task's retry meant for this resource?
+            models.Index(fields=["pinned_resource"], condition=Q(state__in=WAITING_STATES),
+                         name="task_waiting_pinned_idx"),
         ]
 
     def __str__(self) -> str:
@@ -197,7 +205,28 @@ class TaskEvent(models.Model):
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx")]
+        indexes = [
+            models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx"),
+            # claim_task_events: a consumer's kinds in id order.
+            models.Index(fields=["kind", "id"], name="task_event_kind_id_idx"),
+        ]
+
+
+class TaskEventDelivery(models.Model):
+    """That one consumer (dead letters, the event stream, alerts) has processed one TaskEvent:
+    written by claim_task_events in the consumer's own transaction, so a consumer that crashes
+    before it commits leaves the event for its next claim."""
+
+    consumer = models.CharField(max_length=100)
+    event = models.ForeignKey(TaskEvent, on_delete=models.CASCADE, related_name="deliveries")
+    delivered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # Also the anti-join of claim_task_events: "has this consumer seen this event?"
+            models.UniqueConstraint(fields=["consumer", "event"], name="task_event_delivery_once"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} of task {self.task_id}"
@@ -221,6 +250,7 @@ class BatchConfig(models.Model):
         default=list, blank=True, help_text="Regexes; a failed resource is reclaimed only if its last failure matches one. Empty: any retryable failure."
     )
     last_tick_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, help_text="Why the last tick failed; empty after a good one.")
 
     class Meta:
         ordering = ["name"]

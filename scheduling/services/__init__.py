@@ -6,15 +6,17 @@ run_attempt: begin_attempt locks the task, checks that this delivery is the one 
 resource and records the attempt; the flow runs outside any transaction; finish_attempt records
 the outcome, releases or holds the resource, and schedules the retry or ends the task. The
 database decides everything; Redis only carries wake-ups, which the dispatcher re-creates when
-they are lost.
+they are lost. An operator can cancel a waiting task (cancel_task) or run it now (run_task_now).
+Consumers that must see every task event claim them with claim_task_events.
 
-One module per use case; the public names are re-exported here.
+One module per use case; the public names are re-exported here. Reads live in scheduling.selectors.
 """
 
 from scheduling.errors import TaskError
 from scheduling.services.attempts import StartedAttempt, begin_attempt, finish_attempt
-from scheduling.services.batches import run_batch, run_batches
-from scheduling.services.failures import ABANDONED_REASON, WorkerLost, mark_dead
+from scheduling.services.batches import BatchTicks, run_batch, run_batches
+from scheduling.services.events import claim_task_events
+from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import retry_resource
 from scheduling.services.policies import (
     load_retry_policies,
@@ -27,11 +29,11 @@ from scheduling.services.recovery import (
     recover_lost_attempts,
     run_dispatcher,
 )
-from scheduling.services.tasks import get_policy, parse_payload, start_task
+from scheduling.services.tasks import cancel_task, parse_payload, run_task_now, start_task
 
 __all__ = [
-    "ABANDONED_REASON", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "dispatch_waiting",
-    "finish_attempt", "get_policy", "load_retry_policies", "mark_dead", "parse_payload", "policy_snapshot",
-    "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher", "save_retry_policy",
-    "start_probes", "start_task",
+    "ABANDONED_REASON", "BatchTicks", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
+    "claim_task_events", "dispatch_waiting", "finish_attempt", "load_retry_policies", "parse_payload",
+    "policy_snapshot", "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher",
+    "run_task_now", "save_retry_policy", "start_probes", "start_task",
 ]

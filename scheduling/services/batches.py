@@ -1,28 +1,45 @@
 """Automatic scheduling: each tick of a batch config starts its tasks, failed resources first if asked."""
 
+import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from resources.choices import FailureCategory, ResourceState
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource
+from retryops.errors import DomainError
+from retryops.jsonsafe import clean_text
 from scheduling.models import BatchConfig, Task
+from scheduling.selectors import waiting_pinned_to
 from scheduling.services.tasks import start_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchTicks:
+    """What one run_batches did: tasks started per config, and why the configs that failed did."""
+
+    started: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 def _recent_failed_candidates(config: BatchConfig, now: datetime) -> list[Resource]:
     """Recently failed, retryable resources of the pool, newest failure first, whose last failure
     matches the config's patterns (any, when it has none): up to a few times what a tick needs,
-    so that those taken meanwhile can be skipped."""
+    so that those taken meanwhile can be skipped. A resource a waiting task is pinned to (its
+    retry is meant to run there, after a swept hold or a lost worker) is not a candidate."""
     from resources.classification import compile_patterns
 
     wanted = config.tasks_per_tick * 5
     recent = Resource.objects.filter(
         pool_id=config.pool_id, state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
         last_failure_at__gte=now - timedelta(seconds=config.recent_window_seconds),
-    ).order_by("-last_failure_at")
+    ).exclude(Exists(waiting_pinned_to(OuterRef("pk")))).order_by("-last_failure_at")
     patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
     if not patterns:
         return list(recent[:wanted])
@@ -58,11 +75,24 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
                 started.append(start_task(claim_now=True, **common))
         except PoolExhausted:
             break
-    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now)
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error="")
     return started
 
 
-def run_batches(*, now: datetime | None = None) -> dict[str, int]:
-    """Tick every enabled batch config; returns how many tasks each started."""
-    return {config.name: len(run_batch(config=config, now=now))
-            for config in BatchConfig.objects.filter(enabled=True).select_related("policy")}
+def run_batches(*, now: datetime | None = None) -> BatchTicks:
+    """Tick every enabled batch config. A config that fails is logged and its error recorded on
+    it (last_error, last_tick_at); the others tick all the same."""
+    now = now or timezone.now()
+    ticks = BatchTicks()
+    for config in BatchConfig.objects.filter(enabled=True).select_related("policy").order_by("name"):
+        try:
+            ticks.started[config.name] = len(run_batch(config=config, now=now))
+        except Exception as exc:  # one bad config must not stop the others
+            if isinstance(exc, DomainError):
+                log.warning("batch config %s failed: %s", config.name, exc)
+            else:
+                log.exception("batch config %s failed", config.name)
+            message = clean_text(f"{exc}" if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}")[:4000]
+            ticks.failed[config.name] = message
+            BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error=message)
+    return ticks

@@ -8,11 +8,19 @@ from resources.errors import (
     PoolExhausted,
     ResourceError,
     ResourceNotFound,
+    ResourceUnavailable,
 )
 from resources.models import Resource
 from scheduling.choices import PatternAction
 from scheduling.models import Task
 from scheduling.policies import Verdict
+
+# A probe's claim is its probe lease; once that is gone the probe has nothing to test.
+PROBE_LEASE_GONE = "probe_lease_gone"
+
+# The reasons a claim fails for good. Anything else (in use, failed, freed between the claim and
+# its explanation, an empty pool) may pass before the next attempt, so it is retried.
+FATAL_CLAIM_REASONS = frozenset({ResourceState.QUARANTINED, ResourceState.DONE, "missing", PROBE_LEASE_GONE})
 
 
 def claim_for(task: Task) -> Resource:
@@ -22,14 +30,23 @@ def claim_for(task: Task) -> Resource:
             return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token)
         except (LeaseMismatch, ResourceNotFound):
             pass  # the hold ran out and was swept; claim the pinned resource again below
+    if task.is_probe:
+        # A probe runs only under the probe lease start_probes took. Swept, the resource went back
+        # to quarantine, where an operator may have released it since: claiming it again would
+        # make a plain lease of it and end a probe that tested nothing.
+        raise ResourceUnavailable(
+            f"the probe lease of {task.holder} on resource {task.resource_id or task.pinned_resource_id} is gone "
+            f"(expired and swept); the probe ends without touching the resource",
+            code=PROBE_LEASE_GONE, resource_id=task.resource_id or task.pinned_resource_id)
     if task.pinned_resource_id:
         return pool.claim_by_id(resource_id=task.pinned_resource_id, holder=task.holder, strict=task.strict)
     return pool.claim_next(pool=task.pool_id, holder=task.holder)
 
 
 def claim_failure_verdict(error: ResourceError) -> Verdict:
-    # In use or an empty pool can pass; quarantined, consumed or missing will not.
-    transient = isinstance(error, PoolExhausted) or getattr(error, "code", "") in (ResourceState.IN_USE, "failed")
-    category = FailureCategory.RETRYABLE if transient else FailureCategory.NON_RETRYABLE
-    action = PatternAction.RETRY_SAME_RESOURCE if transient else PatternAction.DEAD_LETTER
+    """What a failed claim means: only a quarantined, consumed or missing resource (or a gone
+    probe lease) ends the task; every other reason is retried."""
+    fatal = not isinstance(error, PoolExhausted) and getattr(error, "code", "") in FATAL_CLAIM_REASONS
+    category = FailureCategory.NON_RETRYABLE if fatal else FailureCategory.RETRYABLE
+    action = PatternAction.DEAD_LETTER if fatal else PatternAction.RETRY_SAME_RESOURCE
     return Verdict(Classification(category, None, str(error)), action)

@@ -34,12 +34,22 @@ def close_failed(attempt: Attempt, *, outcome: str, error: BaseException, verdic
     attempt.save()
 
 
-def note_failure(task: Task, attempt: Attempt, verdict: Verdict) -> None:
-    """The task's copy of its latest error, and the task.execution.failed event."""
+def record_failure(task: Task, attempt: Attempt, verdict: Verdict, *, lease_gone: bool = False) -> None:
+    """The task's copy of its latest error and the task.execution.failed event. With `lease_gone`
+    (swept, given back, or never granted), the task forgets the lease it held."""
     task.last_error = f"{attempt.error_class}: {attempt.error_message}"[:4000]
     task.last_error_signature, task.last_error_category = attempt.error_signature, verdict.category
+    if lease_gone:
+        task.held_lease_token = None
     emit(task, TaskEventKind.EXECUTION_FAILED, attempt_number=attempt.number, category=verdict.category,
-          action=verdict.action, signature=attempt.error_signature)
+         action=verdict.action, signature=attempt.error_signature)
+
+
+def end_failed(task: Task, attempt: Attempt, verdict: Verdict, *, reason: str, now: datetime) -> Task:
+    """A failed attempt that ends its task without a retry (a probe's): record the failure, drop
+    the lease, and the task is dead."""
+    record_failure(task, attempt, verdict, lease_gone=True)
+    return _mark_dead(task, reason=reason, now=now)
 
 
 def error_fields(error: BaseException | str, verdict: Verdict) -> dict:
@@ -54,7 +64,7 @@ def error_fields(error: BaseException | str, verdict: Verdict) -> dict:
 def after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: datetime) -> None:
     """Decide what a failed attempt leads to: a retry (same or another resource) or a dead task."""
     policy = task.policy
-    note_failure(task, attempt, verdict)
+    record_failure(task, attempt, verdict)
 
     retryable = verdict.category == FailureCategory.RETRYABLE and verdict.action in (
         PatternAction.RETRY_SAME_RESOURCE, PatternAction.RETRY_OTHER_RESOURCE)
@@ -75,7 +85,7 @@ def after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: da
     if attempt.lease_token and attempt.outcome != AttemptOutcome.ABANDONED:
         _settle_resource(task, attempt, verdict, error, hold_until=next_run if same_resource else None)
     if why_dead is not None:
-        mark_dead(task, reason=why_dead, now=now)
+        _mark_dead(task, reason=why_dead, now=now)
         return
     if same_resource:
         task.pinned_resource_id = attempt.resource_id or task.pinned_resource_id
@@ -116,8 +126,9 @@ def _settle_resource(task: Task, attempt: Attempt, verdict: Verdict, error, *, h
         task.held_lease_token = None
 
 
-def mark_dead(task: Task, *, reason: str, now: datetime | None = None) -> Task:
-    """End a task that will not be retried and emit task.dead (dead letters hang off this event)."""
+def _mark_dead(task: Task, *, reason: str, now: datetime | None = None) -> Task:
+    """End a task that will not be retried and emit task.dead (dead letters hang off this event).
+    The last step of after_failure and end_failed; the caller holds the task's lock."""
     if task.held_lease_token:  # reserved or held for an attempt that will never come
         try:
             pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=task.holder,

@@ -1,30 +1,52 @@
 """The operator's "retry this resource": reset it and start a strict task on it, atomically."""
 
 from django.db import transaction
+from django.utils import timezone
 
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
 from resources.models import Resource
-from scheduling.errors import TaskError
+from scheduling.choices import TaskState
+from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
-from scheduling.services.tasks import start_task
+from scheduling.selectors import last_task_on, live_task_on
+from scheduling.services.tasks import name_of, start_task
+
+
+def _live(task: Task, name: str) -> TaskLive:
+    when = timezone.localtime(task.next_run_at).isoformat(timespec="seconds") if task.next_run_at else "unknown"
+    if task.state == TaskState.RUNNING:
+        doing = f"is running attempt {task.attempt_count} on {name}"
+    else:
+        doing = f"is {task.state} for {name} and runs next at {when}"
+    return TaskLive(
+        f"{task.holder} ({task.flow}) {doing}; a retry now would run it twice: run that task now or cancel it first",
+        task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
                    policy: RetryPolicy | str | None = None) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
-    task that ran on the resource."""
+    task that ran on the resource. Refused while a task that has not finished is bound to the
+    resource (TaskLive): that task would run beside the new one."""
+    actor = name_of(actor, field="actor", what="who asks for the retry")
     resource_id = resource.pk if isinstance(resource, Resource) else int(resource)
     with transaction.atomic():
+        # Lock order: the resource row, then the tasks that name it (start_task locks it before it
+        # writes such a task), so no live task can appear between this check and the new task.
         current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
         if current is None:
             raise ResourceUnavailable(f"no resource with id {resource_id}", code="missing", resource_id=resource_id)
-        last = Task.objects.filter(attempts__resource=current).order_by("-id").first()
+        name = f"{current.pool.resource_noun} {current.key}"
+        live = live_task_on(current)
+        if live is not None:
+            raise _live(live, name)
+        last = last_task_on(current)
         if flow is None:
             if last is None:
-                raise TaskError(f"no task has run on {current.pool.resource_noun} {current.key} yet: name the flow")
+                raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy

@@ -2,7 +2,9 @@
 
 from django.db import transaction
 
+from scheduling.errors import BadPolicy
 from scheduling.models import RetryPolicy
+from scheduling.services.tasks import name_of
 
 POLICY_FIELDS = ("description", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
                  "retryable_error_patterns", "non_retryable_error_patterns", "same_resource_on_retry",
@@ -17,6 +19,7 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
     """Create or change one policy from validated data, recording who changed what."""
     from scheduling.models import RetryPolicyChange
 
+    actor = name_of(actor, field="actor", what="who changes the policy")
     with transaction.atomic():
         policy = RetryPolicy.objects.select_for_update().filter(name=data["name"]).first()
         before = policy_snapshot(policy) if policy else {}
@@ -28,31 +31,33 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
         if before == after:
             return policy
         policy.save()
-        RetryPolicyChange.objects.create(policy=policy, changed_by=actor[:200], before=before, after=after)
+        RetryPolicyChange.objects.create(policy=policy, changed_by=actor, before=before, after=after)
     return policy
 
 
 def load_retry_policies(*, text: str, source: str, actor: str) -> list[RetryPolicy]:
-    """Load every policy of a YAML document, all or none: a bad field anywhere loads nothing."""
+    """Load every policy of a YAML document, all or none: a bad field anywhere loads nothing.
+    Every refusal is a BadPolicy (code bad_policy) naming the source and the entry."""
     import yaml
 
     from scheduling.policies import PolicyError, clean_policy
 
+    actor = name_of(actor, field="actor", what="who loads the policies")
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{source}: not valid YAML: {exc}") from None
+        raise BadPolicy(f"{source}: not valid YAML: {exc}", source=source) from None
     if not isinstance(document, dict) or not isinstance(document.get("policies"), list):
-        raise PolicyError(f"{source}: expected a mapping with a 'policies' list")
+        raise BadPolicy(f"{source}: expected a mapping with a 'policies' list", source=source)
     cleaned, names = [], set()
     for n, entry in enumerate(document["policies"]):
         label = f"policies[{n}]" + (f" ({entry['name']})" if isinstance(entry, dict) and "name" in entry else "")
         try:
             data = clean_policy(entry)
         except PolicyError as exc:
-            raise PolicyError(f"{source}: {label}: {exc}") from None
+            raise BadPolicy(f"{source}: {label}: {exc}", source=source, entry=n) from None
         if data["name"] in names:
-            raise PolicyError(f"{source}: {label}: policy name {data['name']!r} appears twice")
+            raise BadPolicy(f"{source}: {label}: policy name {data['name']!r} appears twice", source=source, entry=n)
         names.add(data["name"])
         cleaned.append(data)
     with transaction.atomic():

@@ -13,7 +13,8 @@ from resources.models import Resource
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
-from scheduling.services.failures import close_failed, mark_dead, note_failure
+from scheduling.services.failures import close_failed, end_failed
+from scheduling.selectors import last_task_on
 from scheduling.services.tasks import start_task
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,7 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
         return attempt
     verdict = Verdict(Classification(FailureCategory.NON_RETRYABLE, None, str(error)), PatternAction.QUARANTINE)
     close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)
-    note_failure(task, attempt, verdict)
-    mark_dead(task, reason="probation probe failed; the resource stays quarantined", now=now)
+    end_failed(task, attempt, verdict, reason="probation probe failed; the resource stays quarantined", now=now)
     return attempt
 
 
@@ -52,7 +52,7 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
     due = Resource.objects.filter(state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit]
     probes = []
     for resource in due:
-        last = Task.objects.filter(attempts__resource=resource).order_by("-id").first()
+        last = last_task_on(resource)
         if last is None:
             continue
         try:

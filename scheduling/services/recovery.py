@@ -17,8 +17,7 @@ from scheduling.services.failures import (
     WorkerLost,
     after_failure,
     close_failed,
-    mark_dead,
-    note_failure,
+    end_failed,
 )
 from scheduling.services.probes import start_probes
 
@@ -43,8 +42,7 @@ def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
             close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)
             task.held_lease_token = None
             if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
-                note_failure(task, attempt, verdict)
-                mark_dead(task, reason="probation probe lost with its worker", now=now)
+                end_failed(task, attempt, verdict, reason="probation probe lost with its worker", now=now)
             else:
                 after_failure(task, attempt, verdict, error, now)
             abandoned.append(attempt)

@@ -1,49 +1,114 @@
-"""Starting tasks: validation of what a task is asked to do, the task row, and its first wake-up."""
+"""Tasks' own transitions: starting one (validation of what it is asked to do, the task row, its
+first wake-up), cancelling a waiting one, and running a waiting one now."""
 
 import json
 import math
 import uuid
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from resources import services as pool
+from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
-from scheduling.choices import TaskState
-from scheduling.errors import TaskError
+from retryops.jsonsafe import UnstorableValue, clean_text, refuse_unstorable
+from scheduling.choices import WAITING_STATES, TaskEventKind, TaskState
+from scheduling.errors import (
+    BadInput,
+    BadPayload,
+    BadPolicy,
+    FlowNotFound,
+    IllegalTaskTransition,
+    TaskNotFound,
+)
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import RetryPolicy, Task
 from scheduling.queueing import enqueue_after_commit
+from scheduling.selectors import get_policy
+from scheduling.services.events import emit
+
+# Past a year a start time is a typo, and a lease or deadline computed from it may not fit a
+# timestamp at all.
+MAX_RUN_AHEAD = timedelta(days=366)
+IDEMPOTENCY_KEY_LENGTH = Task._meta.get_field("idempotency_key").max_length
+NAME_LENGTH = Task._meta.get_field("created_by").max_length
 
 
 def parse_payload(payload) -> dict:
-    """A payload is a JSON object, given as a dict or as JSON text."""
+    """A payload is a JSON object PostgreSQL can store, given as a dict or as JSON text; what is
+    wrong is named with its place (payload.items[2].price)."""
     if isinstance(payload, str):
         try:
             payload = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"payload is not JSON: {exc}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise BadPayload(f"payload is not JSON: {exc}", path="payload") from None
     if payload is None:
         return {}
     if not isinstance(payload, dict):
-        raise TaskError(f"payload must be a JSON object, got {type(payload).__name__}")
+        raise BadPayload(f"payload must be a JSON object, got {type(payload).__name__}", path="payload")
     try:
-        json.dumps(payload)
-    except (TypeError, ValueError) as exc:
-        raise TaskError(f"payload cannot be stored as JSON: {exc}") from None
-    return payload
+        return refuse_unstorable(payload, name="payload")
+    except UnstorableValue as exc:
+        raise BadPayload(str(exc), path=exc.path) from None
+    except RecursionError:
+        raise BadPayload("payload is nested too deeply to store", path="payload") from None
 
 
-def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
-    if isinstance(policy, RetryPolicy):
-        return policy
-    name = policy or getattr(settings, "RETRYOPS_DEFAULT_POLICY", "default")
+def name_of(value, *, field: str, what: str) -> str:
+    """Who or what does something (created_by, actor): a non-empty line of text a column can hold."""
+    if not isinstance(value, str) or not value.strip():
+        raise BadInput(f"{field} must name {what}, got {value!r}", field=field)
+    if clean_text(value) != value:
+        raise BadInput(f"{field} contains a NUL character (\\u0000): {value!r}", field=field)
+    return value.strip()[:NAME_LENGTH]
+
+
+def _idempotency_key(key) -> str | None:
+    if key is None or key == "":
+        return None
+    if not isinstance(key, str) or clean_text(key) != key:
+        raise BadInput(f"idempotency_key must be text without NUL characters, got {key!r}", field="idempotency_key")
+    if len(key) > IDEMPOTENCY_KEY_LENGTH:
+        raise BadInput(f"idempotency_key is {len(key)} characters long; at most {IDEMPOTENCY_KEY_LENGTH} fit",
+                       field="idempotency_key")
+    return key
+
+
+def _run_at(run_at, now: datetime) -> datetime | None:
+    if run_at is None:
+        return None
+    if not isinstance(run_at, datetime) or timezone.is_naive(run_at):
+        raise BadInput(f"run_at must be a date and time with a time zone, got {run_at!r}", field="run_at")
+    if run_at - now > MAX_RUN_AHEAD:
+        raise BadInput(f"run_at {run_at.isoformat()} is more than {MAX_RUN_AHEAD.days} days ahead", field="run_at")
+    return run_at
+
+
+def _pool_name(pool_name):
+    if isinstance(pool_name, str) and clean_text(pool_name) != pool_name:
+        raise BadInput(f"pool_name contains a NUL character (\\u0000): {pool_name!r}", field="pool_name")
+    return pool_name
+
+
+def _flow(flow) -> str:
+    if not isinstance(flow, str) or clean_text(flow) != flow:
+        raise BadInput(f"flow must be a flow's name, got {flow!r}", field="flow")
     try:
-        return RetryPolicy.objects.get(name=name)
-    except RetryPolicy.DoesNotExist:
-        raise TaskError(f"no retry policy {name!r}; load them with manage.py load_retry_policies") from None
+        get_flow(flow)
+    except UnknownFlow as exc:
+        raise FlowNotFound(str(exc), flow=flow) from None
+    return flow
+
+
+def _deadline(policy: RetryPolicy, now: datetime) -> datetime | None:
+    if not policy.deadline_seconds:
+        return None
+    try:
+        return now + timedelta(seconds=policy.deadline_seconds)
+    except OverflowError:
+        raise BadPolicy(f"policy {policy.name}: deadline_seconds {policy.deadline_seconds:g} reaches past the "
+                        f"end of the calendar", field="deadline_seconds", policy=policy.name) from None
 
 
 def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: str, payload=None,
@@ -52,32 +117,34 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
                idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False) -> Task:
     """Write a task and enqueue its first attempt once the transaction commits.
 
-    `resource` names the resource to run on (strict by default). With `reserve`, that resource is
-    claimed now, in this transaction, and held for the task; with `claim_now`, any resource of the
-    pool is. A repeated `idempotency_key` returns the task it started the first time."""
-    try:
-        get_flow(flow)
-    except UnknownFlow as exc:
-        raise TaskError(str(exc)) from None
+    `resource` names the resource to run on (strict by default; a task that names none is never
+    strict). With `reserve`, that resource is claimed now, in this transaction, and held for the
+    task; with `claim_now`, any resource of the pool is. A repeated `idempotency_key` returns the
+    task it started the first time."""
+    now = timezone.now()
+    flow = _flow(flow)
     payload = parse_payload(payload)
-    if not created_by:
-        raise TaskError("created_by must say who or what starts the task")
+    created_by = name_of(created_by, field="created_by", what="who or what starts the task")
+    idempotency_key = _idempotency_key(idempotency_key)
+    run_at = _run_at(run_at, now)
     if idempotency_key:
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
             return existing
-    target_pool = pool.get_pool(pool_name)
+    target_pool = pool.get_pool(_pool_name(pool_name))
     policy = get_policy(policy)
+    deadline = _deadline(policy, now)
     pinned = None
     if resource is not None:
         pinned = resource if isinstance(resource, Resource) else pool.get_resource(resource_id=resource)
         if pinned.pool_id != target_pool.pk:
-            raise TaskError(f"resource {pinned.key} belongs to pool {pinned.pool.name}, not {target_pool.name}")
-    now = timezone.now()
+            raise BadInput(f"resource {pinned.key} belongs to pool {pinned.pool.name}, not {target_pool.name}",
+                           field="resource")
     try:
-        return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy, strict=strict,
-                            pinned=pinned, created_by=created_by, idempotency_key=idempotency_key, run_at=run_at,
-                            now=now, probe=probe, reserve=reserve, claim_now=claim_now)
+        return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
+                            strict=bool(strict) and pinned is not None, pinned=pinned, created_by=created_by,
+                            idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
+                            reserve=reserve, claim_now=claim_now)
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
         existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -86,16 +153,19 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         return existing
 
 
-def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at, now,
-                 probe, reserve, claim_now) -> Task:
+def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
+                 deadline, now, probe, reserve, claim_now) -> Task:
     with transaction.atomic():
+        if pinned is not None:
+            # Lock order: the resource row before any task row that names it, as retry_resource
+            # does, so its "no live task on this resource" check cannot miss this one.
+            list(Resource.objects.select_for_update(of=("self",)).filter(pk=pinned.pk).values_list("pk"))
         task = Task.objects.create(
             flow=flow, pool=target_pool, payload=payload, policy=policy, strict=strict,
-            requested_resource=pinned, pinned_resource=pinned, created_by=created_by[:200], is_probe=probe,
+            requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
-            next_run_at=max(run_at or now, now),
-            deadline_at=now + timedelta(seconds=policy.deadline_seconds) if policy.deadline_seconds else None,
+            next_run_at=max(run_at or now, now), deadline_at=deadline,
         )
         # A lease taken now must last until the first attempt is due, and then some.
         lease_seconds = math.ceil((task.next_run_at - now).total_seconds()) + target_pool.lease_seconds
@@ -115,3 +185,59 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
 def hold(task: Task, lease: Resource) -> None:
     task.resource, task.pinned_resource, task.held_lease_token = lease, lease, lease.lease_token
     task.save(update_fields=["resource", "pinned_resource", "held_lease_token"])
+
+
+def _locked_task(task: Task | int) -> Task:
+    task_id = task.pk if isinstance(task, Task) else task
+    locked = Task.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=task_id).first()
+    if locked is None:
+        raise TaskNotFound(f"no task with id {task_id}", task_id=task_id)
+    return locked
+
+
+def _waiting_or_refuse(task: Task, action: str) -> None:
+    if task.state not in WAITING_STATES:
+        raise IllegalTaskTransition(
+            f"cannot {action} {task.holder}: it is {task.state}; only pending, scheduled or retrying tasks can be",
+            task_id=task.pk, state=task.state, action=action.replace(" ", "_"))
+
+
+def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
+    """Cancel a task waiting for its next attempt: it never runs again, and a lease it holds
+    (reserved, or held for its retry) goes back unused. A running attempt cannot be cancelled
+    (its flow is already doing its side effects): cancel the retry once it has ended."""
+    actor = name_of(actor, field="actor", what="who cancels the task")
+    reason = clean_text(reason.strip()) if isinstance(reason, str) else ""
+    with transaction.atomic():
+        # Lock order, as in begin_attempt: the task, then its resource.
+        task = _locked_task(task)
+        _waiting_or_refuse(task, "cancel")
+        if task.held_lease_token:
+            try:
+                pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=actor,
+                                    reason=f"{task.holder} cancelled" + (f": {reason}" if reason else ""))
+            except (LeaseMismatch, ResourceNotFound):
+                pass  # swept already
+        task.state, task.finished_at, task.held_lease_token = TaskState.CANCELLED, timezone.now(), None
+        task.save(update_fields=["state", "finished_at", "held_lease_token"])
+        emit(task, TaskEventKind.CANCELLED, attempt_number=task.attempt_count, actor=actor, reason=reason,
+             resource=task.resource_id)
+    return task
+
+
+def run_task_now(*, task: Task | int, actor: str) -> Task:
+    """Pull a waiting task's next attempt forward to now and enqueue it once this commits. The
+    wake-up it had arrives later and finds that attempt already taken."""
+    actor = name_of(actor, field="actor", what="who runs the task")
+    with transaction.atomic():
+        task = _locked_task(task)
+        _waiting_or_refuse(task, "run now")
+        was = task.next_run_at
+        task.next_run_at = timezone.now()
+        if task.state == TaskState.SCHEDULED:
+            task.state = TaskState.PENDING
+        task.save(update_fields=["state", "next_run_at"])
+        emit(task, TaskEventKind.RUN_NOW, attempt_number=task.attempt_count + 1, actor=actor,
+             was_due_at=was.isoformat())
+        enqueue_after_commit(task)
+    return task

@@ -3,8 +3,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from retryops.errors import DomainError
 from scheduling import services
-from scheduling.policies import PolicyError
 
 
 class Command(BaseCommand):
@@ -20,6 +20,6 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc}") from None
         try:
             policies = services.load_retry_policies(text=text, source=path, actor="load_retry_policies")
-        except PolicyError as exc:
+        except DomainError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"{len(policies)} retry policies loaded: {', '.join(p.name for p in policies)}"))

@@ -1,9 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from resources import services as pool_services
-from resources.errors import ResourceError
+from retryops.errors import DomainError
 from scheduling import services
-from scheduling.policies import PolicyError
 
 
 class Command(BaseCommand):
@@ -22,6 +21,6 @@ class Command(BaseCommand):
         try:
             resource = pool_services.get_resource(pool=pool, key=key)
             task = services.retry_resource(resource=resource, actor=actor, flow=flow, payload=payload, policy=policy)
-        except (ResourceError, services.TaskError, PolicyError) as exc:
+        except DomainError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"started {task} ({task.flow}) on {resource.key}"))

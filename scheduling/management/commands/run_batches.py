@@ -4,10 +4,16 @@ from scheduling import services
 
 
 class Command(BaseCommand):
-    help = "Run one tick of every enabled batch config (what the periodic batch job does)."
+    help = ("Run one tick of every enabled batch config (what the periodic batch job does). A config that fails "
+            "is named on stderr and recorded on the config (last_error); the others tick all the same.")
 
     def handle(self, *args, **options):
-        counts = services.run_batches()
-        for name, started in counts.items():
+        ticks = services.run_batches()
+        for name, started in ticks.started.items():
             self.stdout.write(f"{name}: {started} task(s) started")
-        self.stdout.write(self.style.SUCCESS(f"{sum(counts.values())} task(s) started by {len(counts)} batch config(s)"))
+        for name, error in ticks.failed.items():
+            self.stderr.write(self.style.ERROR(f"{name} failed: {error}"))
+        summary = f"{sum(ticks.started.values())} task(s) started by {len(ticks.started)} batch config(s)"
+        if ticks.failed:
+            summary += f"; {len(ticks.failed)} failed"
+        self.stdout.write(self.style.SUCCESS(summary))

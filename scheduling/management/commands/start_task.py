@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from resources import services as pool_services
-from resources.errors import ResourceError
+from retryops.errors import DomainError
 from scheduling import services
 
 
@@ -24,6 +24,6 @@ class Command(BaseCommand):
             task = services.start_task(flow=flow, pool_name=pool, payload=payload, resource=resource,
                                        strict=not not_strict, policy=policy, created_by=actor,
                                        idempotency_key=idempotency_key)
-        except (ResourceError, services.TaskError) as exc:
+        except DomainError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"started {task} ({task.flow} on pool {task.pool.name})"))

@@ -1,0 +1,80 @@
+"""Reads of tasks shared by the services, the console, the API and telemetry. No writes here."""
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from resources.models import Resource
+from retryops.jsonsafe import clean_text
+from scheduling.choices import TERMINAL_STATES, WAITING_STATES, AttemptOutcome, TaskState
+from scheduling.errors import BadInput, UnknownPolicy
+from scheduling.models import Attempt, RetryPolicy, Task
+
+
+def _resource_id(resource: Resource | int) -> int:
+    return resource.pk if isinstance(resource, Resource) else int(resource)
+
+
+def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
+    """A retry policy by name (the settings' default when None), or the policy itself."""
+    if isinstance(policy, RetryPolicy):
+        return policy
+    name = policy or getattr(settings, "RETRYOPS_DEFAULT_POLICY", "default")
+    if not isinstance(name, str) or clean_text(name) != name:
+        raise BadInput(f"policy must be a policy's name, got {name!r}", field="policy")
+    try:
+        return RetryPolicy.objects.get(name=name)
+    except RetryPolicy.DoesNotExist:
+        raise UnknownPolicy(f"no retry policy {name!r}; load them with manage.py load_retry_policies",
+                            policy=name) from None
+
+
+def tasks_of_resource(resource: Resource | int) -> QuerySet[Task]:
+    """Every task that ran on, asked for, or waits for the resource; newest first."""
+    resource_id = _resource_id(resource)
+    ran = Task.objects.filter(attempts__resource_id=resource_id).values("pk")
+    return Task.objects.filter(
+        Q(pk__in=ran) | Q(requested_resource_id=resource_id) | Q(pinned_resource_id=resource_id)
+    ).order_by("-id")
+
+
+def last_task_on(resource: Resource | int) -> Task | None:
+    """The last task that ran an attempt on the resource: whose flow, payload and policy an
+    operator retry or a probation probe repeats."""
+    return Task.objects.filter(attempts__resource_id=_resource_id(resource)).order_by("-id").first()
+
+
+def live_task_on(resource: Resource | int) -> Task | None:
+    """A task that has not finished and is bound to the resource: it asked for it, waits for it
+    (pinned), or its latest attempt ran on it (a lost attempt not yet recovered). Starting
+    another task on the resource would run the same business instance twice. An operator's
+    question, asked once per retry: no index beyond the state's."""
+    resource_id = _resource_id(resource)
+    return (
+        Task.objects.exclude(state__in=TERMINAL_STATES)
+        .filter(Q(pinned_resource_id=resource_id) | Q(requested_resource_id=resource_id) | Q(resource_id=resource_id))
+        .order_by("-id")
+        .first()
+    )
+
+
+def waiting_pinned_to(resource) -> QuerySet[Task]:
+    """Waiting tasks whose next attempt is meant to run on the resource (an id, an instance or an
+    OuterRef); served by task_waiting_pinned_idx."""
+    return Task.objects.filter(state__in=WAITING_STATES, pinned_resource=resource)
+
+
+def waiting_tasks_due(*, now: datetime | None = None, limit: int = 1000) -> QuerySet[Task]:
+    """Waiting tasks whose next attempt is due, earliest first (task_waiting_due_idx)."""
+    return Task.objects.filter(state__in=WAITING_STATES, next_run_at__lte=now or timezone.now()).order_by(
+        "next_run_at")[:limit]
+
+
+def lost_attempts() -> list[Attempt]:
+    """Running attempts whose lease is gone (swept, or their resource moved on): their worker
+    died or hung. What recover_lost_attempts abandons."""
+    running = Attempt.objects.filter(outcome=AttemptOutcome.RUNNING, task__state=TaskState.RUNNING).select_related(
+        "resource")
+    return [a for a in running if a.resource is None or a.resource.lease_token != a.lease_token]

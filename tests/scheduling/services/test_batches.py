@@ -1,0 +1,61 @@
+"""Batch ticks: one bad config never stops the others; a waiting task keeps its resource."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from resources import services as pool_services
+from scheduling import services
+from scheduling.choices import TaskState
+from scheduling.models import BatchConfig, Task
+from tests.factories import ResourceFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_failing_config_does_not_stop_the_others(redis_conn, pool, instant_policy):
+    ResourceFactory.create_batch(3, pool=pool)
+    BatchConfig.objects.create(name="a-broken", pool=pool, flow="demo", policy=instant_policy, payload=[1, 2],
+                               tasks_per_tick=1)
+    BatchConfig.objects.create(name="b-good", pool=pool, flow="demo", policy=instant_policy, tasks_per_tick=2)
+
+    services.run_batches()
+
+    assert Task.objects.filter(created_by="batch b-good").count() == 2
+
+
+def test_a_failing_config_records_its_error_and_tick(redis_conn, pool, instant_policy):
+    broken = BatchConfig.objects.create(name="a-broken", pool=pool, flow="demo", policy=instant_policy,
+                                        payload=[1, 2], tasks_per_tick=1)
+    services.run_batches()
+    broken.refresh_from_db()
+    assert "payload must be a JSON object" in broken.last_error
+    assert broken.last_tick_at is not None
+
+
+def test_a_good_tick_clears_the_configs_last_error(redis_conn, pool, instant_policy):
+    ResourceFactory(pool=pool)
+    config = BatchConfig.objects.create(name="mended", pool=pool, flow="demo", policy=instant_policy,
+                                        tasks_per_tick=1, last_error="payload must be a JSON object, got list")
+    services.run_batches()
+    config.refresh_from_db()
+    assert config.last_error == ""
+
+
+def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool, default_policy):
+    first = ResourceFactory(pool=pool, key="r0")
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+                               created_by="shop", policy="default")
+    from tests.scheduling.helpers import work
+    work()
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))  # the hold ran out; r0 is failed
+    task.refresh_from_db()
+    assert (task.state, task.pinned_resource_id) == (TaskState.RETRYING, first.pk)
+    ResourceFactory(pool=pool, key="fresh")
+    config = BatchConfig.objects.create(name="signups", pool=pool, flow="demo", policy=default_policy,
+                                        tasks_per_tick=1, retry_failed_first=True)
+
+    started = services.run_batch(config=config)
+
+    assert [t.resource.key for t in started] == ["fresh"]

@@ -1,0 +1,85 @@
+"""The operator's "retry this resource", against a task that is still alive on it."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from resources import services as pool_services
+from resources.choices import ResourceState
+from resources.models import Resource
+from retryops.errors import DomainError
+from scheduling import services
+from scheduling.choices import TaskState
+from scheduling.models import Task
+from tests.factories import RetryPolicyFactory
+from tests.scheduling.helpers import work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def later(seconds):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def order_42(pool, resource, policy):
+    return services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow", "ok"]},
+                               resource=resource, created_by="shop", policy=policy, idempotency_key="order-42")
+
+
+def test_retry_resource_refuses_while_a_strict_task_waits_to_retry_after_a_swept_hold(redis_conn, pool, alice,
+                                                                                     default_policy):
+    task = order_42(pool, alice, "default")
+    work()
+    pool_services.sweep_expired_leases(now=later(10 ** 4))  # the hold ran out; alice is failed, the task waits
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert refused.value.code == "task_live" and refused.value.details["task_id"] == task.pk
+    assert f"task {task.pk}" in str(refused.value) and "runs next at" in str(refused.value)
+    assert Task.objects.count() == 1
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
+
+
+def test_retry_resource_refuses_while_a_strict_task_waits_without_holding_it(redis_conn, pool, alice):
+    RetryPolicyFactory(name="moves", initial_delay_seconds=120, max_delay_seconds=120, same_resource_on_retry=False)
+    task = order_42(pool, alice, "moves")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.RETRYING
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+    assert Task.objects.count() == 1
+
+
+def test_retry_resource_refuses_while_a_lost_attempt_still_runs_on_it(redis_conn, pool, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="instant")
+    services.begin_attempt(task_id=task.pk, attempt_number=1)  # its worker dies here
+    pool_services.sweep_expired_leases(now=later(10 ** 4))
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+    assert Task.objects.count() == 1
+
+
+def test_retry_resource_after_the_task_died_starts_a_new_one(redis_conn, pool, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow"]},
+                               resource=alice, created_by="shop", policy="instant")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    again = services.retry_resource(resource=alice, actor="ops:carol", payload={})
+    assert again.pk != task.pk and again.pinned_resource_id == alice.pk
+
+
+@pytest.mark.parametrize("actor", [" ", "", "ops\x00carol", None])
+def test_retry_resource_refuses_an_actor_that_names_no_one(redis_conn, alice, instant_policy, actor):
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor=actor, flow="demo")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "actor")
+    assert Task.objects.count() == 0
