@@ -211,6 +211,9 @@ class TaskEvent(models.Model):
             models.Index(fields=["kind", "id"], name="task_event_kind_id_idx"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.kind} of task {self.task_id}"
+
 
 class TaskEventDelivery(models.Model):
     """That one consumer (dead letters, the event stream, alerts) has processed one TaskEvent:
@@ -229,7 +232,7 @@ class TaskEventDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} of task {self.task_id}"
+        return f"event {self.event_id} delivered to {self.consumer}"
 
 
 class BatchConfig(models.Model):
