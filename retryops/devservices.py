@@ -243,7 +243,8 @@ def ensure_database(url: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def database_url() -> str:
+def database_url(*, create: bool = True) -> str:
+    """The app's database URL; unless `create` is false, its database is created when missing."""
     url = os.environ.get("DATABASE_URL")
     if url:
         SOURCES.setdefault("database", "DATABASE_URL")
@@ -255,7 +256,8 @@ def database_url() -> str:
         url = start_embedded_postgres(EMBEDDED_DIR / "postgres")
         SOURCES["database"] = f"the embedded PostgreSQL in {EMBEDDED_DIR / 'postgres'}"
     _say(f"DATABASE_URL is unset; using {SOURCES['database']}")
-    ensure_database(url)
+    if create:
+        ensure_database(url)
     os.environ["DATABASE_URL"] = url
     return url
 

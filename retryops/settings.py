@@ -69,10 +69,19 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
+# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
+# prepared statements would then be looked up in a session that never had them.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
 # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their planning on every claim (see bench/claim.py). Turn off behind a transaction-mode
-# pgbouncer, which cannot keep prepared statements.
-if env_bool("DB_SERVER_SIDE_BINDING", True):
+# saves their planning on every claim (see bench/claim.py).
+if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
+    if DB_TRANSACTION_POOLER:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
+                                   "a transaction-mode pooler cannot keep prepared statements")
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     from django.core.exceptions import ImproperlyConfigured
