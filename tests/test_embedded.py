@@ -57,25 +57,28 @@ def test_embedded_redis_runs_rq_jobs(tmp_path):
     devservices.leave_embedded_redis(tmp_path)
 
 
-# A process that uses the embedded Redis in the folder given as its argument and holds it
-# until its stdin closes; it prints the server's URL once it is up.
-REDIS_USER = (
+# A process that uses the embedded server (redis or postgres) in the folder given as its
+# argument and holds it until its stdin closes; it prints the server's URL once it is up.
+SERVER_USER = (
     "import sys\n"
     "from pathlib import Path\n"
     "from retryops import devservices\n"
-    "print(devservices.start_embedded_redis(Path(sys.argv[1])), flush=True)\n"
+    "start = getattr(devservices, f'start_embedded_{sys.argv[1]}')\n"
+    "print(start(Path(sys.argv[2])), flush=True)\n"
     "sys.stdin.read()\n"
 )
 
 
-class RedisUser:
-    """A separate process using the embedded Redis in `folder`, as `manage.py up` or `shell` would."""
+class ServerUser:
+    """A separate process using an embedded server in `folder`, as `manage.py up` or `shell` would."""
+
+    kind = ""
 
     def __init__(self, folder: Path, env: dict | None = None):
-        self.process = subprocess.Popen([sys.executable, "-c", REDIS_USER, str(folder)], cwd=ROOT, text=True,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.process = subprocess.Popen([sys.executable, "-c", SERVER_USER, self.kind, str(folder)], cwd=ROOT,
+                                        text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.url = self.process.stdout.readline().strip()
-        assert self.url, "the embedded Redis did not start"
+        assert self.url, f"the embedded {self.kind} did not start"
 
     def exit(self) -> None:
         self.process.stdin.close()
@@ -84,6 +87,14 @@ class RedisUser:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(timeout=30)
+
+
+class RedisUser(ServerUser):
+    kind = "redis"
+
+
+class PostgresUser(ServerUser):
+    kind = "postgres"
 
 
 def answers(url: str) -> bool:
@@ -160,3 +171,25 @@ def test_the_embedded_redis_leaves_no_temporary_folder_behind(redis_folder, tmp_
     app = RedisUser(redis_folder, env={**os.environ, "TMPDIR": str(tmpdir)})
     app.exit()
     assert list(tmpdir.iterdir()) == []
+
+
+@pytest.fixture
+def postgres_folder(tmp_path):
+    """A folder for an embedded PostgreSQL; a server a failed test left running there is stopped."""
+    folder = tmp_path / "postgres"
+    yield folder
+    try:
+        psutil.Process(int((folder / "postmaster.pid").read_text().split()[0])).terminate()
+    except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
+        pass
+
+
+@pytest.mark.slow
+def test_after_a_user_was_killed_the_embedded_postgres_still_stops_with_its_last_user(postgres_folder):
+    killed = PostgresUser(postgres_folder)
+    killed.kill()
+    last = PostgresUser(postgres_folder)
+    assert psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres").close() is None
+    last.exit()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres", connect_timeout=2)
