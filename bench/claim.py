@@ -7,8 +7,8 @@ resources.services (which also write the timeline and the statistics), through a
 single-statement `UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED)` loop (the
 baseline), and through the naive ORM (`select_for_update(skip_locked=True)` then `save()`),
 with the ratios; then checks the timeline for double claims; then the time per claim in a pool
-of 1,000,000 resources beside one of 10,000. Uses the database the app is configured with
-(DATABASE_URL, else the local or embedded one), in pools named bench-*.
+of 1,000,000 resources beside one of 10,000. Runs in a database of its own beside the app's
+(`retryops_bench`, see bench/common.py), in pools named bench-*.
 """
 
 import argparse
@@ -19,12 +19,10 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import setup_django  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
+setup_django()
 
 from django.db import connection, connections, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402

@@ -9,7 +9,8 @@
 2. Lateness: R tasks whose first attempt fails retryably with a 3 s fixed backoff, run by W
    workers with the RQ scheduler on; lateness = the retry's actual start minus its next_run_at,
    p50 / p99 / max.
-Uses the app's database (pools named bench-flows-*) and its own Redis database (14).
+Runs in a database of its own beside the app's (`retryops_bench`, see bench/common.py; pools
+named bench-flows-*) and in its own Redis database (14).
 """
 
 import argparse
@@ -21,12 +22,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
+sys.path.insert(0, str(ROOT / "bench"))
+from common import setup_django  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
+setup_django()
 
 import django_rq  # noqa: E402
 from django.conf import settings  # noqa: E402

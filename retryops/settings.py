@@ -33,6 +33,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ from the app itself, also with DEBUG off (the default), so the admin is styled.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -67,10 +69,19 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
+# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
+# prepared statements would then be looked up in a session that never had them.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
 # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their planning on every claim (see bench/claim.py). Turn off behind a transaction-mode
-# pgbouncer, which cannot keep prepared statements.
-if env_bool("DB_SERVER_SIDE_BINDING", True):
+# saves their planning on every claim (see bench/claim.py).
+if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
+    if DB_TRANSACTION_POOLER:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
+                                   "a transaction-mode pooler cannot keep prepared statements")
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     from django.core.exceptions import ImproperlyConfigured
@@ -99,7 +110,21 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("STATIC_ROOT") or BASE_DIR / "staticfiles")
+# collectstatic also writes gzip copies, which WhiteNoise serves to clients that accept them.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Production runs collectstatic and is served from STATIC_ROOT; a checkout that never did
+# (`manage.py up` on a newcomer's machine, the tests) is served from the apps' own static folders.
+WHITENOISE_USE_FINDERS = not STATIC_ROOT.is_dir()
+if WHITENOISE_USE_FINDERS:
+    import re
+    import warnings
+
+    # WhiteNoise warns at every start that STATIC_ROOT is missing, which is expected here.
+    warnings.filterwarnings("ignore", message=re.escape(f"No directory at: {STATIC_ROOT}"))
 
 LOG_LEVEL = (env_str("LOG_LEVEL", "INFO") or "INFO").upper()
 if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 import redis
@@ -45,10 +46,150 @@ def noop():
 
 @pytest.mark.slow
 def test_embedded_redis_runs_rq_jobs(tmp_path):
-    url = devservices.start_embedded_redis(tmp_path / "redis.rdb")
+    url = devservices.start_embedded_redis(tmp_path)
     connection = redis.Redis.from_url(url)
     queue = Queue("embedded", connection=connection)
     job = queue.enqueue(noop)
     SimpleWorker([queue], connection=connection).work(burst=True)
     job.refresh()
     assert job.return_value() == "ran"
+    connection.close()
+    devservices.leave_embedded_redis(tmp_path)
+
+
+# A process that uses the embedded server (redis or postgres) in the folder given as its
+# argument and holds it until its stdin closes; it prints the server's URL once it is up.
+SERVER_USER = (
+    "import sys\n"
+    "from pathlib import Path\n"
+    "from retryops import devservices\n"
+    "start = getattr(devservices, f'start_embedded_{sys.argv[1]}')\n"
+    "print(start(Path(sys.argv[2])), flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+class ServerUser:
+    """A separate process using an embedded server in `folder`, as `manage.py up` or `shell` would."""
+
+    kind = ""
+
+    def __init__(self, folder: Path, env: dict | None = None):
+        self.process = subprocess.Popen([sys.executable, "-c", SERVER_USER, self.kind, str(folder)], cwd=ROOT,
+                                        text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.url = self.process.stdout.readline().strip()
+        assert self.url, f"the embedded {self.kind} did not start"
+
+    def exit(self) -> None:
+        self.process.stdin.close()
+        assert self.process.wait(timeout=30) == 0
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+class RedisUser(ServerUser):
+    kind = "redis"
+
+
+class PostgresUser(ServerUser):
+    kind = "postgres"
+
+
+def answers(url: str) -> bool:
+    try:
+        return redis.Redis.from_url(url, socket_timeout=5).ping()
+    except (redis.ConnectionError, FileNotFoundError):
+        return False
+
+
+@pytest.fixture
+def redis_folder(tmp_path):
+    """A folder for an embedded Redis; a server a failed test left running there is stopped."""
+    folder = tmp_path / "embedded"
+    yield folder
+    try:
+        psutil.Process(int((folder / "redis.pid").read_text())).kill()
+    except (OSError, ValueError, psutil.NoSuchProcess):
+        pass
+
+
+@pytest.mark.slow
+def test_a_second_process_leaves_the_embedded_redis_running_for_the_first(redis_folder):
+    app = RedisUser(redis_folder)
+    shell = RedisUser(redis_folder)
+    assert shell.url == app.url
+    shell.exit()
+    assert answers(app.url)
+    app.exit()
+
+
+@pytest.mark.slow
+def test_the_embedded_redis_stops_when_its_last_user_exits(redis_folder):
+    app = RedisUser(redis_folder)
+    shell = RedisUser(redis_folder)
+    app.exit()
+    assert answers(shell.url)
+    shell.exit()
+    assert not answers(shell.url)
+
+
+@pytest.mark.slow
+def test_the_embedded_redis_runs_with_persistence_off(redis_folder):
+    app = RedisUser(redis_folder)
+    config = redis.Redis.from_url(app.url, decode_responses=True)
+    assert config.config_get("save") == {"save": ""}
+    assert config.config_get("appendonly") == {"appendonly": "no"}
+    app.exit()
+
+
+@pytest.mark.slow
+def test_a_restarted_embedded_redis_starts_empty(redis_folder):
+    app = RedisUser(redis_folder)
+    redis.Redis.from_url(app.url).set("rq:scheduler-lock:flows", "dead worker")
+    app.exit()
+    again = RedisUser(redis_folder)
+    assert redis.Redis.from_url(again.url).get("rq:scheduler-lock:flows") is None
+    again.exit()
+
+
+@pytest.mark.slow
+def test_after_its_user_was_killed_the_embedded_redis_starts_empty(redis_folder):
+    app = RedisUser(redis_folder)
+    redis.Redis.from_url(app.url).set("rq:scheduler-lock:flows", "dead worker")
+    app.kill()
+    again = RedisUser(redis_folder)
+    assert redis.Redis.from_url(again.url).get("rq:scheduler-lock:flows") is None
+    again.exit()
+
+
+@pytest.mark.slow
+def test_the_embedded_redis_leaves_no_temporary_folder_behind(redis_folder, tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    app = RedisUser(redis_folder, env={**os.environ, "TMPDIR": str(tmpdir)})
+    app.exit()
+    assert list(tmpdir.iterdir()) == []
+
+
+@pytest.fixture
+def postgres_folder(tmp_path):
+    """A folder for an embedded PostgreSQL; a server a failed test left running there is stopped."""
+    folder = tmp_path / "postgres"
+    yield folder
+    try:
+        psutil.Process(int((folder / "postmaster.pid").read_text().split()[0])).terminate()
+    except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
+        pass
+
+
+@pytest.mark.slow
+def test_after_a_user_was_killed_the_embedded_postgres_still_stops_with_its_last_user(postgres_folder):
+    killed = PostgresUser(postgres_folder)
+    killed.kill()
+    last = PostgresUser(postgres_folder)
+    assert psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres").close() is None
+    last.exit()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres", connect_timeout=2)

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connections
 
 from resources import services as pool_services
 from resources.models import ResourcePool
@@ -56,26 +57,36 @@ class Command(BaseCommand):
 
     def ensure_admin(self) -> None:
         User = get_user_model()
-        if User.objects.filter(is_superuser=True).exists():
-            self.stdout.write("an admin user exists already")
+        admin = User.objects.filter(is_superuser=True).order_by("pk").first()
+        if admin:
+            self.stdout.write(f"an admin user exists already (login {admin.get_username()}; to set its password: "
+                              f"manage.py changepassword {admin.get_username()})")
             return
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser("admin", "admin@localhost", password)
         self.stdout.write(self.style.WARNING(f"created the admin user: login admin, password {password}"))
 
-    def serve(self, addrport: str) -> None:
+    def child_processes(self, addrport: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+        """The command line and environment of each process `up` serves with, by name."""
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         worker = [*manage, "rqworker", "flows", "scheduler", "default", "--with-scheduler"]
         if settings.RETRYOPS_WORKER_CLASS:
             worker += ["--worker-class", settings.RETRYOPS_WORKER_CLASS]
-        commands = {
-            "worker": worker,
-            "periodic jobs": [*manage, "rqcron", "scheduling.cron"],
-            "web": [*manage, "runserver", addrport, "--noreload"],
-        }
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
-        children = {name: subprocess.Popen(cmd, env=os.environ.copy()) for name, cmd in commands.items()}
+        env = os.environ.copy()
+        # runserver handles each request in a thread of its own, which ends with the request: a
+        # persistent connection would stay open, idle, until garbage collection (dozens of them).
+        web_env = {**env, "DB_CONN_MAX_AGE": "0"}
+        return {
+            "worker": (worker, env),
+            "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
+            "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
+        }
+
+    def serve(self, addrport: str) -> None:
+        connections.close_all()  # this process only waits from here on
+        children = {name: subprocess.Popen(cmd, env=env) for name, (cmd, env) in self.child_processes(addrport).items()}
         self.stdout.write(self.style.SUCCESS(f"admin: http://{addrport}/admin/  (Ctrl-C stops everything)"))
         stopping = False
 
