@@ -16,16 +16,19 @@ log = logging.getLogger(__name__)
 
 
 # RQ's scheduler stores whole seconds (truncated) and looks once a second, so a retry's job may
-# start up to a second before next_run_at. Waiting out that second here keeps lateness under a
-# second; deferring through RQ again would add one to two more. Anything earlier is deferred.
+# start up to a second before next_run_at; a retry due within half a second is queued at once
+# (queueing.IMMEDIATE_WITHIN). Waiting out that much here keeps deliveries equal to attempts and
+# lateness under a second; deferring through RQ again would add one to two more. Anything earlier
+# is deferred.
 MAX_EARLY_WAIT = 1.5
 
 
 def _wait_out_early_wakeup(due: float | None) -> None:
-    if due is not None:
-        early = due - time.time()
-        if 0 < early <= MAX_EARLY_WAIT:
-            time.sleep(early)
+    if due is None or due - time.time() > MAX_EARLY_WAIT:
+        return
+    # A loop, because begin_attempt compares with the clock and a sleep may end a little early.
+    while (early := due - time.time()) > 0:
+        time.sleep(early)
 
 
 def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",

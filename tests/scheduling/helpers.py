@@ -5,8 +5,8 @@ from scheduling.flows import flow
 
 
 def work():
-    """Run a burst worker in this process until the flow queue is empty."""
-    worker = django_rq.get_worker("flows", worker_class=SimpleWorker)
+    """Run a burst worker in this process until the flow and retry queues are empty."""
+    worker = django_rq.get_worker("retries", "flows", worker_class=SimpleWorker)
     worker.work(burst=True)
 
 
