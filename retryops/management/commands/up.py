@@ -19,7 +19,7 @@ DEMO_POOL = "demo-accounts"
 
 class Command(BaseCommand):
     help = ("Run RetryOps on this machine: migrate, load the retry policies, create a demo pool and admin user, "
-            "then serve the web app with one RQ worker (with its scheduler) and the periodic jobs.")
+            "then serve the web app with an RQ worker for flows, one for the periodic jobs, and the periodic jobs' cron.")
 
     def add_arguments(self, parser):
         parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where to serve (default 127.0.0.1:8000).")
@@ -63,16 +63,23 @@ class Command(BaseCommand):
         User.objects.create_superuser("admin", "admin@localhost", password)
         self.stdout.write(self.style.WARNING(f"created the admin user: login admin, password {password}"))
 
-    def serve(self, addrport: str) -> None:
+    def commands(self, addrport: str) -> dict[str, list[str]]:
+        """The processes `up` runs, by name. The periodic jobs have a worker of their own, so a
+        backlog of flows never delays the dispatcher or the batch ticks; the flow worker takes
+        due retries before new tasks, and runs RQ's scheduler, which moves delayed retries onto their queue."""
+        from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES
+
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        worker = [*manage, "rqworker", "flows", "scheduler", "default", "--with-scheduler"]
-        if settings.RETRYOPS_WORKER_CLASS:
-            worker += ["--worker-class", settings.RETRYOPS_WORKER_CLASS]
-        commands = {
-            "worker": worker,
+        worker_class = ["--worker-class", settings.RETRYOPS_WORKER_CLASS] if settings.RETRYOPS_WORKER_CLASS else []
+        return {
+            "worker": [*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_class],
+            "periodic worker": [*manage, "rqworker", PERIODIC_QUEUE, *worker_class],
             "periodic jobs": [*manage, "rqcron", "scheduling.cron"],
             "web": [*manage, "runserver", addrport, "--noreload"],
         }
+
+    def serve(self, addrport: str) -> None:
+        commands = self.commands(addrport)
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         children = {name: subprocess.Popen(cmd, env=os.environ.copy()) for name, cmd in commands.items()}
