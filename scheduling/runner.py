@@ -33,8 +33,8 @@ def _wait_out_early_wakeup(due: float | None) -> None:
 
 def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
                 rq_job_id: str = "") -> Attempt | None:
-    """Run one attempt of a task: what the RQ job does. `due` is the scheduled time (a Unix
-    timestamp) of a delayed wake-up, which may come up to a second early."""
+    """Run one attempt of a task: what the RQ job does. `due` is the attempt's due time (a Unix
+    timestamp); a wake-up may come up to a second and a half early, and waits out the rest."""
     _wait_out_early_wakeup(due)
     started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
     if started is None:

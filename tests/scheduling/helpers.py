@@ -76,3 +76,13 @@ def refused_result(context):
     """Returns a result carrying the key a test's database trigger refuses to store."""
     calls.append((context.task_id, context.attempt))
     return {"refuse_me": True}
+
+
+class CountingWorker(SimpleWorker):
+    """A burst worker that counts the jobs it executes: each is one delivery of a wake-up."""
+
+    deliveries = 0
+
+    def execute_job(self, job, queue):
+        self.deliveries += 1
+        return super().execute_job(job, queue)

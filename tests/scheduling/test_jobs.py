@@ -6,7 +6,6 @@ from datetime import timedelta
 import django_rq
 import pytest
 from django.utils import timezone
-from rq import SimpleWorker
 from rq.cron import CronScheduler
 
 from resources.models import Resource
@@ -14,19 +13,9 @@ from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.jobs import batch_tick_job, dispatch_job
 from scheduling.models import BatchConfig, Task
-from tests.scheduling.helpers import work
+from tests.scheduling.helpers import CountingWorker, work
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class CountingWorker(SimpleWorker):
-    """Counts the jobs it executes."""
-
-    deliveries = 0
-
-    def execute_job(self, job, queue):
-        self.deliveries += 1
-        return super().execute_job(job, queue)
 
 
 def test_dispatch_job_re_enqueues_a_task_redis_lost(redis_conn, alice, instant_policy):

@@ -2,25 +2,15 @@
 
 import django_rq
 import pytest
-from rq import SimpleWorker
 
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Attempt, Task
 from scheduling.queueing import WORKER_QUEUES
 from tests.factories import ResourceFactory, RetryPolicyFactory
+from tests.scheduling.helpers import CountingWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class CountingWorker(SimpleWorker):
-    """Counts the jobs it executes: each is one delivery of a wake-up."""
-
-    deliveries = 0
-
-    def execute_job(self, job, queue):
-        self.deliveries += 1
-        return super().execute_job(job, queue)
 
 
 def burst_worker():
