@@ -132,7 +132,7 @@ def retry_lateness(retries: int, workers: int, *, burst: int = 0) -> list[float]
 
 def print_lateness(late: list[float], label: str) -> None:
     p = lambda q: late[min(len(late) - 1, int(q * len(late)))]  # noqa: E731
-    print(f"  {label}: p50 {p(0.50):.3f} s   p99 {p(0.99):.3f} s   max {late[-1]:.3f} s   min {late[0]:.3f} s")
+    print(f"  {label:<24} p50 {p(0.50):.3f} s   p99 {p(0.99):.3f} s   max {late[-1]:.3f} s   min {late[0]:.3f} s")
 
 
 def main() -> None:
@@ -167,9 +167,9 @@ def main() -> None:
 
     print(f"\nlateness of {args.retries} scheduled retries (start - next_run_at), 3 s backoff, scheduler polling 1/s"
           " (target p99 < 2 s)")
-    print_lateness(retry_lateness(args.retries, args.workers), "idle queue          ")
+    print_lateness(retry_lateness(args.retries, args.workers), "idle queue:")
     print_lateness(retry_lateness(args.retries, args.workers, burst=args.burst),
-                   f"bursts of {args.burst} new tasks")
+                   f"bursts of {args.burst} new tasks:")
 
 if __name__ == "__main__":
     main()
