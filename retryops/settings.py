@@ -92,7 +92,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = devservices.redis_url()
 RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
-    for name in ("default", "flows", "scheduler")
+    for name in ("default", "flows", "retries", "scheduler")
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
 RQ = {"COMMIT_MODE": "on_db_commit"}

@@ -13,7 +13,14 @@ from django.utils.safestring import mark_safe
 from resources.admin import save_edited_fields, storable_json_object
 from scheduling import services
 from scheduling.choices import TaskState
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, RetryPolicyChange, Task, TaskEvent
+from scheduling.models import (
+    Attempt,
+    BatchConfig,
+    RetryPolicy,
+    RetryPolicyChange,
+    Task,
+    TaskEvent,
+)
 from scheduling.policies import PolicyError, clean_patterns, clean_policy
 
 

@@ -1,5 +1,5 @@
-"""Wake-ups on RQ: a task's attempt is put on the flow queue once the transaction that made it
-due commits. Redis only carries these; the database decides what runs (see the dispatcher)."""
+"""Wake-ups on RQ: a task's attempt is put on a queue once the transaction that made it due
+commits. Redis only carries these; the database decides what runs (see the dispatcher)."""
 
 import logging
 import uuid
@@ -9,6 +9,7 @@ import django_rq
 from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
+from rq import Queue
 
 from scheduling.jobs import run_attempt_job
 from scheduling.models import Task
@@ -16,6 +17,25 @@ from scheduling.models import Task
 log = logging.getLogger(__name__)
 
 FLOW_QUEUE = "flows"
+# Retries have a queue of their own, taken before new work: in one FIFO queue a due retry would
+# wait behind every task started before it came due (a burst of new tasks made retries seconds
+# late). Its own queue also keeps that order for retries RQ's scheduler moves when due, which it
+# puts at the back of their queue.
+RETRY_QUEUE = "retries"
+# The queues a flow worker takes from, in this order (`manage.py up`, the tests' burst worker).
+WORKER_QUEUES = (RETRY_QUEUE, FLOW_QUEUE, "default")
+# The periodic jobs' queue (scheduling.cron), served by a worker of its own.
+PERIODIC_QUEUE = "scheduler"
+
+# A wake-up due sooner than this goes on the queue at once, and the runner waits out the rest
+# (see runner.MAX_EARLY_WAIT); RQ's scheduler, which keeps whole seconds and looks once a second,
+# would make it later.
+IMMEDIATE_WITHIN = timedelta(milliseconds=500)
+
+
+def queue_for(attempt_number: int) -> Queue:
+    """The queue an attempt's wake-up goes on: first attempts on the flow queue, retries on theirs."""
+    return django_rq.get_queue(RETRY_QUEUE if attempt_number > 1 else FLOW_QUEUE)
 
 
 def enqueue_after_commit(task: Task) -> None:
@@ -27,15 +47,17 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
     not raised: the task is safe in the database and the dispatcher enqueues it later."""
 
     job_id = f"task-{task_id}-{attempt_number}-{uuid.uuid4().hex[:8]}"
+    # Every wake-up carries its due time, so one that arrives early waits instead of deferring
+    # through RQ again (a 0.4 s retry once took a dozen deliveries).
+    due = at.timestamp() if at is not None else None
     try:
-        queue = django_rq.get_queue(FLOW_QUEUE)
-        if at is not None and at > timezone.now() + timedelta(milliseconds=500):
+        queue = queue_for(attempt_number)
+        if at is not None and at > timezone.now() + IMMEDIATE_WITHIN:
             # Up to a second early (see MAX_EARLY_WAIT): run_attempt waits out the rest.
-            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, at.timestamp(), job_id=job_id,
-                             result_ttl=0)
+            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, due, job_id=job_id, result_ttl=0)
         else:
             # The outcome lives in the Attempt row; RQ need not keep a copy (result_ttl=0).
-            queue.enqueue(run_attempt_job, task_id, attempt_number, job_id=job_id, result_ttl=0)
+            queue.enqueue(run_attempt_job, task_id, attempt_number, due, job_id=job_id, result_ttl=0)
     except RedisError as exc:
         log.warning("task %s attempt %s not enqueued (%s); the dispatcher will", task_id, attempt_number, exc)
         return None

@@ -8,7 +8,7 @@ import time
 from django.db import connection
 
 from resources.errors import LeaseMismatch
-from retryops.jsonsafe import make_storable
+from retryops.jsonsafe import clean_text, make_storable
 from scheduling.models import Attempt
 from scheduling.services.attempts import begin_attempt, finish_attempt
 
@@ -16,22 +16,25 @@ log = logging.getLogger(__name__)
 
 
 # RQ's scheduler stores whole seconds (truncated) and looks once a second, so a retry's job may
-# start up to a second before next_run_at. Waiting out that second here keeps lateness under a
-# second; deferring through RQ again would add one to two more. Anything earlier is deferred.
+# start up to a second before next_run_at; a retry due within half a second is queued at once
+# (queueing.IMMEDIATE_WITHIN). Waiting out that much here keeps deliveries equal to attempts and
+# lateness under a second; deferring through RQ again would add one to two more. Anything earlier
+# is deferred.
 MAX_EARLY_WAIT = 1.5
 
 
 def _wait_out_early_wakeup(due: float | None) -> None:
-    if due is not None:
-        early = due - time.time()
-        if 0 < early <= MAX_EARLY_WAIT:
-            time.sleep(early)
+    if due is None or due - time.time() > MAX_EARLY_WAIT:
+        return
+    # A loop, because begin_attempt compares with the clock and a sleep may end a little early.
+    while (early := due - time.time()) > 0:
+        time.sleep(early)
 
 
 def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
                 rq_job_id: str = "") -> Attempt | None:
-    """Run one attempt of a task: what the RQ job does. `due` is the scheduled time (a Unix
-    timestamp) of a delayed wake-up, which may come up to a second early."""
+    """Run one attempt of a task: what the RQ job does. `due` is the attempt's due time (a Unix
+    timestamp); a wake-up may come up to a second and a half early, and waits out the rest."""
     _wait_out_early_wakeup(due)
     started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
     if started is None:
@@ -47,16 +50,42 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
         error, result = None, _storable(result)
     finally:
         heartbeat.stop()
-    return finish_attempt(attempt=started.attempt, result=result, error=error, duration=time.monotonic() - began)
+    duration = time.monotonic() - began
+    if error is not None:
+        return finish_attempt(attempt=started.attempt, error=_storable_error(error), duration=duration)
+    try:
+        return finish_attempt(attempt=started.attempt, result=result, duration=duration)
+    except Exception as exc:
+        # A success left `running` would be re-run by the dispatcher once its lease ran out, side
+        # effects and all. The flow did succeed: record that, with a note in place of the result.
+        log.exception("task %s attempt %s: its result could not be stored; recording the success without it",
+                      started.attempt.task_id, started.attempt.number)
+        note = clean_text(f"the result could not be stored: {type(exc).__name__}: {exc}")[:2000]
+        return finish_attempt(attempt=started.attempt, result={"value": None, "storage_note": note},
+                              duration=duration)
 
 
 def _storable(result):
     """A flow's result as jsonb can keep it. A result it cannot hold does not turn a success into
-    a failure (a retry would repeat the flow's side effects): what had to change is logged."""
+    a failure (a retry would repeat the flow's side effects): it is repaired, and what had to
+    change is kept beside it, {"value": ..., "storage_note": ...}, so the task's row says so."""
     stored, notes = make_storable(result)
-    for note in notes:
-        log.warning("flow result changed to be storable: %s", note)
-    return stored
+    if not notes:
+        return stored
+    note = "; ".join(notes)
+    log.warning("flow result changed to be storable: %s", note)
+    return {"value": stored, "storage_note": note[:2000]}
+
+
+def _storable_error(error: Exception) -> Exception:
+    """The flow's error, or a stand-in of the same class name whose message has its NUL characters
+    replaced: the error's text is written to the attempt, the task and the resource's history,
+    and a text column refuses a NUL. Classification reads only "ClassName: message"."""
+    message = str(error)
+    if "\x00" not in message:
+        return error
+    stand_in = type(type(error).__name__, (Exception,), {"__module__": type(error).__module__})
+    return stand_in(clean_text(message))
 
 
 class _Heartbeat:

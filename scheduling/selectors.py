@@ -8,7 +8,12 @@ from django.utils import timezone
 
 from resources.models import Resource
 from retryops.jsonsafe import clean_text
-from scheduling.choices import TERMINAL_STATES, WAITING_STATES, AttemptOutcome, TaskState
+from scheduling.choices import (
+    TERMINAL_STATES,
+    WAITING_STATES,
+    AttemptOutcome,
+    TaskState,
+)
 from scheduling.errors import BadInput, UnknownPolicy
 from scheduling.models import Attempt, RetryPolicy, Task
 

@@ -29,7 +29,12 @@ from scheduling.services.recovery import (
     recover_lost_attempts,
     run_dispatcher,
 )
-from scheduling.services.tasks import cancel_task, parse_payload, run_task_now, start_task
+from scheduling.services.tasks import (
+    cancel_task,
+    parse_payload,
+    run_task_now,
+    start_task,
+)
 
 __all__ = [
     "ABANDONED_REASON", "BatchTicks", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",

@@ -9,6 +9,7 @@ from resources import services as pool
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
+from retryops.jsonsafe import clean_text
 from scheduling.choices import AttemptOutcome, PatternAction, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict, retry_delay
@@ -54,7 +55,7 @@ def end_failed(task: Task, attempt: Attempt, verdict: Verdict, *, reason: str, n
 
 def error_fields(error: BaseException | str, verdict: Verdict) -> dict:
     error_class = type(error).__name__ if isinstance(error, BaseException) else "Error"
-    message = str(error)[:4000]
+    message = clean_text(str(error))[:4000]  # a NUL (from upstream JSON) would fail the write
     return {
         "error_class": error_class, "error_message": message, "error_signature": error_signature(error_class, message),
         "category": verdict.category, "action": verdict.action,

@@ -13,8 +13,8 @@ from resources.models import Resource
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
-from scheduling.services.failures import close_failed, end_failed
 from scheduling.selectors import last_task_on
+from scheduling.services.failures import close_failed, end_failed
 from scheduling.services.tasks import start_task
 
 log = logging.getLogger(__name__)

@@ -1,17 +1,21 @@
 """The dispatcher: what dead workers and a lost Redis left behind, brought back from the database."""
 
-from datetime import datetime
+import logging
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
+from rq.job import Job, JobStatus
 
 from resources import services as pool
 from resources.choices import FailureCategory
 from resources.classification import Classification
-from scheduling.choices import WAITING_STATES, AttemptOutcome, PatternAction, TaskState
+from retryops.jsonsafe import clean_text
+from scheduling.choices import WAITING_STATES, AttemptOutcome, PatternAction
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
 from scheduling.queueing import FLOW_QUEUE, enqueue_attempt
+from scheduling.selectors import lost_attempts
 from scheduling.services.failures import (
     ABANDONED_REASON,
     WorkerLost,
@@ -21,49 +25,98 @@ from scheduling.services.failures import (
 )
 from scheduling.services.probes import start_probes
 
+log = logging.getLogger(__name__)
 
-def recover_lost_attempts(*, now: datetime | None = None) -> list[Attempt]:
+
+def recover_lost_attempts(*, now: datetime | None = None, failed: list[int] | None = None) -> list[Attempt]:
     """Sweep expired leases, then abandon every running attempt whose lease is gone (its worker
-    died or hung) and retry its task as for a retryable failure."""
+    died or hung) and retry its task as for a retryable failure. An attempt that cannot be
+    recovered is logged, noted in its task's last_error and left for the next pass; its task id
+    is appended to `failed`, and the others are still recovered."""
     now = now or timezone.now()
     pool.sweep_expired_leases(now=now)
-    running = Attempt.objects.filter(outcome=AttemptOutcome.RUNNING, task__state=TaskState.RUNNING).select_related("resource")
-    lost = [a.pk for a in running if a.resource is None or a.resource.lease_token != a.lease_token]
+    lost = [(a.pk, a.task_id) for a in lost_attempts()]
     abandoned = []
-    for attempt_id in lost:
-        with transaction.atomic():
-            attempt = Attempt.objects.select_for_update().get(pk=attempt_id)
-            if attempt.outcome != AttemptOutcome.RUNNING:
-                continue
-            task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
-            error = WorkerLost(ABANDONED_REASON)
-            verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, ABANDONED_REASON),
-                              PatternAction.RETRY_SAME_RESOURCE)
-            close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)
-            task.held_lease_token = None
-            if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
-                end_failed(task, attempt, verdict, reason="probation probe lost with its worker", now=now)
-            else:
-                after_failure(task, attempt, verdict, error, now)
+    for attempt_id, task_id in lost:
+        try:
+            attempt = _abandon(attempt_id, now)
+        except Exception as exc:  # one bad row (a policy whose numbers overflow, ...) must not stop the rest
+            log.exception("dispatcher: could not recover lost attempt %s of task %s", attempt_id, task_id)
+            _note_dispatcher_error(task_id, f"dispatcher could not recover its lost attempt: {type(exc).__name__}: {exc}")
+            if failed is not None:
+                failed.append(task_id)
+            continue
+        if attempt is not None:
             abandoned.append(attempt)
     return abandoned
 
 
-def run_dispatcher() -> dict[str, int]:
+def _abandon(attempt_id: int, now: datetime) -> Attempt | None:
+    with transaction.atomic():
+        attempt = Attempt.objects.select_for_update().get(pk=attempt_id)
+        if attempt.outcome != AttemptOutcome.RUNNING:
+            return None
+        task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
+        error = WorkerLost(ABANDONED_REASON)
+        verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, ABANDONED_REASON),
+                          PatternAction.RETRY_SAME_RESOURCE)
+        close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)
+        task.held_lease_token = None
+        if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
+            end_failed(task, attempt, verdict, reason="probation probe lost with its worker", now=now)
+        else:
+            after_failure(task, attempt, verdict, error, now)
+    return attempt
+
+
+def _note_dispatcher_error(task_id: int, message: str) -> None:
+    """Say on the task's row why the dispatcher keeps skipping it, for the operator who looks."""
+    try:
+        Task.objects.filter(pk=task_id).update(last_error=clean_text(message)[:4000])
+    except Exception:
+        log.exception("dispatcher: could not note the error on task %s", task_id)
+
+
+def run_dispatcher() -> dict:
     """One dispatcher pass (the periodic job and `manage.py dispatch_tasks`): recover attempts
-    whose workers died, start due probation probes, then re-enqueue waiting tasks Redis lost."""
-    abandoned = recover_lost_attempts()
-    probes = start_probes()
-    enqueued = dispatch_waiting()
-    return {"abandoned": len(abandoned), "probes": len(probes), "enqueued": len(enqueued)}
+    whose workers died, start due probation probes, then re-enqueue waiting tasks Redis lost.
+    Each step runs whatever the one before did: a step that raises is logged and named in
+    `failed_steps`, and rows that failed alone are counted in `failed_rows`."""
+    failed_rows: list[int] = []
+    failed_steps: list[str] = []
+
+    def step(name, call):
+        try:
+            return call()
+        except Exception:
+            log.exception("dispatcher: the %s step failed; going on with the next", name)
+            failed_steps.append(name)
+            return []
+
+    abandoned = step("recovery", lambda: recover_lost_attempts(failed=failed_rows))
+    probes = step("probes", start_probes)
+    enqueued = step("dispatch", dispatch_waiting)
+    return {"abandoned": len(abandoned), "probes": len(probes), "enqueued": len(enqueued),
+            "failed_rows": len(failed_rows), "failed_steps": failed_steps}
 
 
-_DEAD_JOB_STATUSES = {b"finished", b"failed", b"stopped", b"canceled"}
+# Past this, a waiting task is woken whatever RQ says about its job. A job can look alive and
+# never run: "scheduled" when the worker holding RQ's scheduler lock died with its scheduler
+# (nobody moves it until RQ's maintenance pass, 10 minutes later), "started" when its worker died
+# before begin_attempt recorded anything. Duplicate wake-ups are harmless: begin_attempt runs only
+# the one whose attempt number is due. Several times the scheduler's one-second poll.
+OVERDUE_GRACE = timedelta(seconds=5)
+
+# A job in these states will run without help; anything else (gone, finished, failed, or
+# scheduled/started past the grace) gets a fresh wake-up.
+_LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED}
 
 
 def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     """Enqueue again every waiting task that has no live RQ job (Redis flushed, failed over, or
-    down when the task started). Returns the ids of the tasks it enqueued."""
+    down when the task started), or that is overdue by more than OVERDUE_GRACE while its job is
+    not on a queue. Returns the ids of the tasks it enqueued. A task that cannot be enqueued is
+    logged and skipped."""
     import django_rq
 
     waiting = list(
@@ -72,15 +125,18 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     )
     if not waiting:
         return []
-    connection = django_rq.get_connection(FLOW_QUEUE)
-    with connection.pipeline() as pipe:
-        for _, _, _, job_id in waiting:
-            pipe.hget(f"rq:job:{job_id}", "status")
-        statuses = pipe.execute()
+    job_ids = [job_id for *_, job_id in waiting if job_id]
+    jobs = Job.fetch_many(job_ids, connection=django_rq.get_connection(FLOW_QUEUE)) if job_ids else []
+    status_of = {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
+    overdue_before = timezone.now() - OVERDUE_GRACE
     enqueued = []
-    for (task_id, attempts, next_run_at, job_id), status in zip(waiting, statuses):
-        if job_id and status is not None and status not in _DEAD_JOB_STATUSES:
+    for task_id, attempts, next_run_at, job_id in waiting:
+        status = status_of.get(job_id)
+        if status in _LIVE_JOB_STATUSES and (status == JobStatus.QUEUED or next_run_at > overdue_before):
             continue
-        if enqueue_attempt(task_id=task_id, attempt_number=attempts + 1, at=next_run_at):
-            enqueued.append(task_id)
+        try:
+            if enqueue_attempt(task_id=task_id, attempt_number=attempts + 1, at=next_run_at):
+                enqueued.append(task_id)
+        except Exception:
+            log.exception("dispatcher: could not enqueue task %s", task_id)
     return enqueued

@@ -5,8 +5,8 @@ from scheduling.flows import flow
 
 
 def work():
-    """Run a burst worker in this process until the flow queue is empty."""
-    worker = django_rq.get_worker("flows", worker_class=SimpleWorker)
+    """Run a burst worker in this process until the flow and retry queues are empty."""
+    worker = django_rq.get_worker("retries", "flows", worker_class=SimpleWorker)
     worker.work(burst=True)
 
 
@@ -46,3 +46,43 @@ def sleep_then_sweep(context):
 
     time.sleep(float(context.payload.get("sleep", 2.5)))
     return {"swept": len(sweep_expired_leases())}
+
+
+@flow("nan_result")
+def nan_result(context):
+    """Returns a NaN, as json.loads reads from upstream JSON; jsonb refuses it."""
+    calls.append((context.task_id, context.attempt))
+    return {"x": float("nan"), "ok": True}
+
+
+@flow("nul_result")
+def nul_result(context):
+    """Returns a string with a NUL character, as json.loads reads "\\u0000"; jsonb refuses it."""
+    calls.append((context.task_id, context.attempt))
+    return {"name": "a\x00b", "k\x00": 1}
+
+
+@flow("nul_error")
+def nul_error(context):
+    """Fails retryably on its first attempt with a NUL in the message, then succeeds."""
+    calls.append((context.task_id, context.attempt))
+    if context.attempt == 1:
+        raise TimeoutError("upstream said \x00 slow")
+    return {"ok": True}
+
+
+@flow("refused_result")
+def refused_result(context):
+    """Returns a result carrying the key a test's database trigger refuses to store."""
+    calls.append((context.task_id, context.attempt))
+    return {"refuse_me": True}
+
+
+class CountingWorker(SimpleWorker):
+    """A burst worker that counts the jobs it executes: each is one delivery of a wake-up."""
+
+    deliveries = 0
+
+    def execute_job(self, job, queue):
+        self.deliveries += 1
+        return super().execute_job(job, queue)

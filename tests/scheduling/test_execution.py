@@ -70,7 +70,7 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     failed = task.attempts.get()
     assert task.state == TaskState.RETRYING
     assert task.next_run_at - failed.finished_at == timedelta(seconds=120)
-    scheduled = django_rq.get_queue("flows").scheduled_job_registry
+    scheduled = django_rq.get_queue("retries").scheduled_job_registry
     assert scheduled.get_job_ids() == [task.rq_job_id]
     assert -1 < scheduled.get_scheduled_time(task.rq_job_id).timestamp() - task.next_run_at.timestamp() <= 0
     # Held for the retry: neither claim_next nor anyone else can take it meanwhile.
@@ -88,7 +88,7 @@ def test_a_delivery_long_before_next_run_at_defers_without_running_the_flow(redi
     assert run_attempt(task_id=task.pk, attempt_number=2) is None  # woken two minutes early
     task.refresh_from_db()
     assert (task.state, task.attempt_count) == (TaskState.RETRYING, 1)
-    assert len(django_rq.get_queue("flows").scheduled_job_registry.get_job_ids()) == 2  # the deferral
+    assert len(django_rq.get_queue("retries").scheduled_job_registry.get_job_ids()) == 2  # the deferral
 
 
 def test_a_delivery_a_moment_early_waits_and_never_starts_before_next_run_at(redis_conn, alice, default_policy):

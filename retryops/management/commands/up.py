@@ -20,7 +20,7 @@ DEMO_POOL = "demo-accounts"
 
 class Command(BaseCommand):
     help = ("Run RetryOps on this machine: migrate, load the retry policies, create a demo pool and admin user, "
-            "then serve the web app with one RQ worker (with its scheduler) and the periodic jobs.")
+            "then serve the web app with an RQ worker for flows, one for the periodic jobs, and the periodic jobs' cron.")
 
     def add_arguments(self, parser):
         parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where to serve (default 127.0.0.1:8000).")
@@ -67,11 +67,14 @@ class Command(BaseCommand):
         self.stdout.write(self.style.WARNING(f"created the admin user: login admin, password {password}"))
 
     def child_processes(self, addrport: str) -> dict[str, tuple[list[str], dict[str, str]]]:
-        """The command line and environment of each process `up` serves with, by name."""
+        """The command line and environment of each process `up` serves with, by name. The periodic
+        jobs have a worker of their own, so a backlog of flows never delays the dispatcher or the
+        batch ticks; the flow worker takes due retries before new tasks, and runs RQ's scheduler,
+        which moves delayed retries onto their queue."""
+        from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES
+
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        worker = [*manage, "rqworker", "flows", "scheduler", "default", "--with-scheduler"]
-        if settings.RETRYOPS_WORKER_CLASS:
-            worker += ["--worker-class", settings.RETRYOPS_WORKER_CLASS]
+        worker_class = ["--worker-class", settings.RETRYOPS_WORKER_CLASS] if settings.RETRYOPS_WORKER_CLASS else []
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         env = os.environ.copy()
@@ -79,7 +82,8 @@ class Command(BaseCommand):
         # persistent connection would stay open, idle, until garbage collection (dozens of them).
         web_env = {**env, "DB_CONN_MAX_AGE": "0"}
         return {
-            "worker": (worker, env),
+            "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_class], env),
+            "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_class], env),
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }

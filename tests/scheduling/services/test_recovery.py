@@ -1,0 +1,118 @@
+"""scheduling.services.recovery: the dispatcher, on the real PostgreSQL and Redis."""
+
+from datetime import timedelta
+
+import django_rq
+import pytest
+from django.utils import timezone
+from rq import SimpleWorker
+
+from resources.choices import ResourceState
+from resources.models import Resource
+from scheduling import services
+from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.models import Attempt, RetryPolicy, Task
+from scheduling.queueing import queue_for
+from tests.factories import ResourceFactory, RetryPolicyFactory
+from tests.scheduling.helpers import work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start(resource, script=None, policy="instant"):
+    return services.start_task(flow="demo", pool_name=resource.pool, resource=resource, created_by="test",
+                               policy=policy, payload={"script": script} if script else {})
+
+
+def lose_redis_wakeup(redis_conn, task):
+    """What a flushed or failed-over Redis leaves: the task waits in the database, no job anywhere."""
+    redis_conn.flushdb()
+    return task
+
+
+def lost_attempt(resource, policy="instant"):
+    """A running attempt whose worker died: its lease has run out."""
+    task = start(resource, policy=policy)
+    services.begin_attempt(task_id=task.pk, attempt_number=1)
+    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(minutes=1))
+    return task
+
+
+def test_a_probe_whose_flow_is_gone_does_not_stop_the_dispatcher_pass(redis_conn, pool, alice, bob, instant_policy):
+    banned = start(alice, ["PermissionError: HTTP 403 banned"])
+    work()
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.QUARANTINED
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now() - timedelta(minutes=1))
+    Task.objects.filter(pk=banned.pk).update(flow="renamed-away")
+    waiting = lose_redis_wakeup(redis_conn, start(bob))
+
+    result = services.run_dispatcher()
+
+    assert result["enqueued"] == 1 and result["failed_steps"] == ["probes"]
+    assert services.dispatch_waiting() == []  # its wake-up is queued again
+    work()
+    assert Task.objects.get(pk=waiting.pk).state == TaskState.SUCCEEDED
+
+
+def test_a_policy_whose_delay_overflows_does_not_stop_recovery_of_other_lost_attempts(redis_conn, pool, alice, bob,
+                                                                                     instant_policy):
+    broken = RetryPolicyFactory(name="broken", max_attempts=3)
+    RetryPolicy.objects.filter(pk=broken.pk).update(initial_delay_seconds=float("inf"),
+                                                     max_delay_seconds=float("inf"))
+    bad = lost_attempt(alice, policy="broken")
+    good = lost_attempt(bob)
+    carol = ResourceFactory(pool=pool, key="carol@x")
+    waiting = lose_redis_wakeup(redis_conn, start(carol))
+
+    result = services.run_dispatcher()
+
+    assert result["abandoned"] == 1 and result["failed_rows"] == 1
+    assert Task.objects.get(pk=good.pk).state == TaskState.RETRYING
+    bad_row = Task.objects.get(pk=bad.pk)
+    assert bad_row.state == TaskState.RUNNING and "dispatcher could not recover" in bad_row.last_error
+    assert set(services.dispatch_waiting()) == set()  # both good.pk and waiting.pk were enqueued by the pass
+    work()
+    assert Task.objects.get(pk=waiting.pk).state == TaskState.SUCCEEDED
+    assert Task.objects.get(pk=good.pk).state == TaskState.SUCCEEDED
+
+
+def test_an_overdue_retry_whose_job_is_stuck_in_the_scheduled_registry_is_woken(redis_conn, alice, default_policy):
+    task = start(alice, ["TimeoutError: slow", "ok"], policy="default")
+    work()
+    task.refresh_from_db()
+    scheduled = queue_for(2).scheduled_job_registry
+    assert scheduled.get_job_ids() == [task.rq_job_id]
+    # The worker holding RQ's scheduler lock died with its scheduler: nobody moves the job.
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))
+
+    assert services.dispatch_waiting() == [task.pk]
+
+    task.refresh_from_db()
+    assert task.rq_job_id in queue_for(2).get_job_ids()
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+
+
+def test_a_retry_not_yet_overdue_by_the_grace_is_left_to_rq_s_scheduler(redis_conn, alice, default_policy):
+    task = start(alice, ["TimeoutError: slow", "ok"], policy="default")
+    work()
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=1))
+    assert services.dispatch_waiting() == []
+
+
+def test_an_overdue_task_whose_job_started_on_a_worker_that_died_is_woken(redis_conn, alice, instant_policy):
+    task = start(alice)
+    dead = django_rq.get_worker("flows", worker_class=SimpleWorker)
+    dead.register_birth()
+    job, _ = dead.dequeue_job_and_maintain_ttl(timeout=1)
+    dead.prepare_execution(job)
+    dead.prepare_job_execution(job)
+    # ...and the worker dies here, before begin_attempt recorded anything.
+    assert job.get_status(refresh=True) == "started"
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))
+
+    assert services.dispatch_waiting() == [task.pk]
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+    assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+

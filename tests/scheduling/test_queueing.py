@@ -1,0 +1,39 @@
+"""scheduling.queueing: how wake-ups reach the workers, on the real Redis."""
+
+import django_rq
+import pytest
+
+from scheduling import services
+from scheduling.choices import TaskState
+from scheduling.models import Attempt, Task
+from scheduling.queueing import WORKER_QUEUES
+from tests.factories import ResourceFactory, RetryPolicyFactory
+from tests.scheduling.helpers import CountingWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def burst_worker():
+    return django_rq.get_worker(*WORKER_QUEUES, worker_class=CountingWorker)
+
+
+def test_a_retry_due_in_under_half_a_second_is_delivered_once(redis_conn, alice):
+    RetryPolicyFactory(name="short", max_attempts=3, initial_delay_seconds=0.4, max_delay_seconds=0.4)
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="short",
+                               payload={"script": ["TimeoutError: slow", "ok"]})
+    worker = burst_worker()
+    worker.work(burst=True)
+    task.refresh_from_db()
+    assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
+    assert worker.deliveries == 2  # deliveries = attempts: no early arrivals deferred again
+
+
+def test_a_due_retry_is_taken_before_fresh_tasks_queued_ahead_of_it(redis_conn, pool, alice, instant_policy):
+    ResourceFactory.create_batch(5, pool=pool)
+    retried = services.start_task(flow="demo", pool_name=pool, resource=alice, created_by="test", policy="instant",
+                                  payload={"script": ["TimeoutError: slow", "ok"]})
+    fresh = [services.start_task(flow="demo", pool_name=pool, created_by="test", policy="instant")
+             for _ in range(5)]
+    burst_worker().work(burst=True, max_jobs=2)  # the first attempt fails; then its retry, or a fresh task?
+    assert Task.objects.get(pk=retried.pk).state == TaskState.SUCCEEDED
+    assert not Attempt.objects.filter(task__in=fresh).exists()
