@@ -19,7 +19,7 @@ def claim_for(task: Task) -> Resource:
     """The resource this attempt runs on: the task's held lease, else its pinned resource, else any."""
     if task.held_lease_token:
         try:
-            return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token)
+            return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token, use=True)
         except (LeaseMismatch, ResourceNotFound):
             pass  # the hold ran out and was swept; claim the pinned resource again below
     if task.pinned_resource_id:
@@ -29,7 +29,7 @@ def claim_for(task: Task) -> Resource:
 
 def claim_failure_verdict(error: ResourceError) -> Verdict:
     # In use or an empty pool can pass; quarantined, consumed or missing will not.
-    transient = isinstance(error, PoolExhausted) or getattr(error, "code", "") in (ResourceState.IN_USE, "failed")
+    transient = isinstance(error, PoolExhausted) or getattr(error, "reason", "") == ResourceState.IN_USE
     category = FailureCategory.RETRYABLE if transient else FailureCategory.NON_RETRYABLE
     action = PatternAction.RETRY_SAME_RESOURCE if transient else PatternAction.DEAD_LETTER
     return Verdict(Classification(category, None, str(error)), action)

@@ -20,7 +20,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     with transaction.atomic():
         current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
         if current is None:
-            raise ResourceUnavailable(f"no resource with id {resource_id}", code="missing", resource_id=resource_id)
+            raise ResourceUnavailable(f"no resource with id {resource_id}", reason="missing", resource_id=resource_id)
         last = Task.objects.filter(attempts__resource=current).order_by("-id").first()
         if flow is None:
             if last is None:
