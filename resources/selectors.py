@@ -55,6 +55,13 @@ def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
         raise PoolNotFound(f"no resource pool {pool!r}", pool=pool) from None
 
 
+def pool_id_of(pool: ResourcePool | int | str) -> int:
+    """A pool's id without reading the pool when given one: an unknown id simply matches nothing."""
+    if isinstance(pool, ResourcePool):
+        return pool.pk
+    return get_pool(pool).pk if isinstance(pool, str) else record_id(pool, field="pool")
+
+
 def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
                  key: str | None = None) -> Resource:
     """A resource by primary key, or by pool and key, with its pool loaded."""
@@ -153,9 +160,8 @@ def recently_failed(*, pool: ResourcePool | int | str, since: datetime) -> Query
     """A pool's resources whose last use failed retryably at `since` or later, newest failure first
     (resource_failed_recent_idx answers it): the failed-first scheduler's candidates. Slice it, or
     iterate it to filter by the failure's text."""
-    pool_id = pool.pk if isinstance(pool, ResourcePool) else get_pool(pool).pk
     return Resource.objects.filter(
-        pool_id=pool_id, state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
+        pool_id=pool_id_of(pool), state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
         last_failure_at__gte=since,
     ).order_by("-last_failure_at")
 

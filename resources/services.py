@@ -37,6 +37,7 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
     describe_unavailability,
     get_pool,
     get_resource,
+    pool_id_of,
     record_id,
     when,
 )
@@ -190,12 +191,7 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
-    if isinstance(pool, ResourcePool):
-        pool_id = pool.pk
-    elif isinstance(pool, str):
-        pool_id = get_pool(pool).pk
-    else:
-        pool_id = record_id(pool, field="pool")
+    pool_id = pool_id_of(pool)
     params = {**params, "pool_id": pool_id, "start_id": _random_start(pool_id)}
     resource = _one(sql.CLAIM_NEXT, params)
     if resource is None:
