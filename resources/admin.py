@@ -11,7 +11,7 @@ from retryops.jsonsafe import UnstorableValue, refuse_unstorable
 # Written by resources.services only. probe_after and the cooldown belong here too: a value
 # posted back from a page rendered before a probe or a quarantine would revive or cancel a probe.
 _STATE_FIELDS = (
-    "state", "lease_token", "lease_holder", "leased_at", "leased_until",
+    "state", "lease_token", "lease_kind", "lease_holder", "leased_at", "leased_until",
     "failure_count", "success_count", "consecutive_failures", "last_failure_reason",
     "last_failure_category", "last_failure_at", "last_success_at", "quarantine_reason", "quarantined_at",
     "probe_after", "probation_cooldown_seconds", "created_at",

@@ -30,3 +30,15 @@ class EventKind(models.TextChoices):
     UNQUARANTINED = "unquarantined", "Released from quarantine"
     LEASE_EXPIRED = "lease_expired", "Lease expired"
     PROBE_CLAIMED = "probe_claimed", "Claimed for a probation probe"
+
+
+
+class LeaseKind(models.TextChoices):
+    """What a lease is for. Only a use counts towards the statistics when the sweeper takes it back:
+    a reservation or a probe lease whose attempt never started, or a hold kept after a failure
+    (already counted), ran nothing on the resource."""
+
+    USE = "use", "In use by its holder"
+    RESERVATION = "reservation", "Reserved for a task"
+    HOLD = "hold", "Held for a retry"
+    PROBE = "probe", "Claimed for a probation probe"

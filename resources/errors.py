@@ -1,4 +1,5 @@
-"""Domain errors of the resource pool. Each carries a sentence an operator can act on."""
+"""Domain errors of the resource pool. Each carries a sentence an operator can act on (`str(error)`),
+a stable `code` for machines, and `details` naming what was wrong (the pool, the resource, the field)."""
 
 from retryops.errors import DomainError
 
@@ -9,31 +10,71 @@ class ResourceError(DomainError):
     code = "resource_error"
 
 
+class InvalidInput(ResourceError, ValueError):
+    """A value a service cannot take (empty, out of range, unstorable); `field` names the argument.
+    Also a ValueError, so form validation and older callers that catch ValueError keep working."""
+
+    code = "bad_input"
+
+    def __init__(self, message: str, *, field: str, **details):
+        super().__init__(message, field=field, **details)
+        self.field = field
+
+
 class PoolNotFound(ResourceError):
     code = "pool_not_found"
+
+    def __init__(self, message: str, *, pool):
+        super().__init__(message, pool=pool)
 
 
 class ResourceNotFound(ResourceError):
     code = "resource_not_found"
 
+    def __init__(self, message: str, *, resource_id: int | None = None, pool=None, key: str | None = None):
+        super().__init__(message, resource_id=resource_id, pool=pool, key=key)
+        self.resource_id = resource_id
+
 
 class PoolExhausted(ResourceError):
+    """No resource of the pool can be claimed now; `counts` says what they are doing ({state: n})."""
+
     code = "pool_exhausted"
+
+    def __init__(self, message: str, *, pool: str, counts: dict[str, int]):
+        super().__init__(message, pool=pool, counts=counts)
 
 
 class ResourceUnavailable(ResourceError):
-    """A named resource cannot be claimed; `code` is in_use, quarantined, done, failed or missing."""
+    """A named resource cannot be claimed. `reason` says why: in_use (it may free up: retry),
+    quarantined, done or missing (it will not)."""
 
-    code = "unavailable"
+    code = "resource_unavailable"
+    REASONS = ("in_use", "quarantined", "done", "missing")
 
-    def __init__(self, message: str, *, code: str, resource_id: int | None = None):
-        super().__init__(message, code=code, resource_id=resource_id)
+    def __init__(self, message: str, *, reason: str, resource_id: int | None = None):
+        super().__init__(message, reason=reason, resource_id=resource_id)
+        self.reason = reason
         self.resource_id = resource_id
 
 
 class LeaseMismatch(ResourceError):
+    """A lease token that does not hold the resource; `why` is expired, released or never_granted."""
+
     code = "lease_mismatch"
+    WHY = ("expired", "released", "never_granted")
+
+    def __init__(self, message: str, *, why: str, resource_id: int | None = None, lease_token: str | None = None):
+        super().__init__(message, why=why, resource_id=resource_id, lease_token=lease_token)
+        self.why = why
 
 
 class IllegalTransition(ResourceError):
+    """An action the resource's state does not allow; details name the state and the action."""
+
     code = "illegal_transition"
+
+    def __init__(self, message: str, *, state: str, action: str, resource_id: int | None = None):
+        super().__init__(message, state=state, action=action, resource_id=resource_id)
+        self.state = state
+        self.action = action

@@ -3,7 +3,7 @@
 from django.db import models
 from django.db.models import Q
 
-from resources.choices import EventKind, FailureCategory, ResourceState
+from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
 
 
 class ResourcePool(models.Model):
@@ -46,6 +46,8 @@ class Resource(models.Model):
     lease_holder = models.CharField(max_length=200, blank=True)
     leased_at = models.DateTimeField(null=True, blank=True)
     leased_until = models.DateTimeField(null=True, blank=True)
+    # Whether the lease is being used: only a used lease counts a failure when it is swept back.
+    lease_kind = models.CharField(max_length=20, choices=LeaseKind.choices, blank=True)
 
     failure_count = models.PositiveIntegerField(default=0)
     success_count = models.PositiveIntegerField(default=0)
@@ -86,6 +88,11 @@ class Resource(models.Model):
                     & Q(lease_token__isnull=True, leased_at__isnull=True, leased_until__isnull=True, lease_holder="")
                 ),
                 name="resource_lease_iff_in_use",
+            ),
+            models.CheckConstraint(
+                condition=Q(state=ResourceState.IN_USE, lease_kind__in=LeaseKind.values)
+                | (~Q(state=ResourceState.IN_USE) & Q(lease_kind="")),
+                name="resource_lease_kind_iff_in_use",
             ),
             models.CheckConstraint(
                 condition=~Q(state=ResourceState.QUARANTINED) | (~Q(quarantine_reason="") & Q(quarantined_at__isnull=False)),

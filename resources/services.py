@@ -15,47 +15,123 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection, transaction
-from django.db.models import Count
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from resources import sql
-from resources.choices import EventKind, FailureCategory, Outcome, ResourceState
+from resources.choices import EventKind, FailureCategory, LeaseKind, Outcome, ResourceState
 from resources.classification import Classification, classify, error_text
 from resources.errors import (
     IllegalTransition,
+    InvalidInput,
     LeaseMismatch,
-    PoolExhausted,
-    PoolNotFound,
-    ResourceError,
     ResourceNotFound,
     ResourceUnavailable,
 )
 from resources.models import Resource, ResourceEvent, ResourcePool
+from resources.selectors import (  # noqa: F401 - the reads callers have always found here
+    describe_exhaustion,
+    describe_lease_mismatch,
+    describe_unavailability,
+    get_pool,
+    get_resource,
+    pool_id_of,
+    record_id,
+    when,
+)
+from retryops.jsonsafe import UnstorableValue, clean_text, refuse_unstorable
 
 LEASE_EXPIRED_REASON = "lease expired"
+LEASE_EXPIRED_UNUSED_REASON = "lease expired unused"
 MAX_REASON_LENGTH = 2000
+# PositiveIntegerField and the ::integer the statements cast to: PostgreSQL's integer.
+MAX_INTEGER = 2**31 - 1
+# A resource a claim may take by name: a failed one too, which is how an operator retries it.
+CLAIMABLE = (ResourceState.AVAILABLE, ResourceState.FAILED)
 
 
 @dataclass(frozen=True)
 class ExpiredLease:
-    """A lease the sweeper took back: which resource, whose lease it was, and when it ran out."""
+    """A lease the sweeper took back: which resource, whose lease it was, when it ran out, and
+    whether it was being used (only then was a failure counted)."""
 
     resource_id: int
     lease_token: uuid.UUID
     holder: str
     leased_until: datetime
+    lease_kind: str = LeaseKind.USE
+    used: bool = True
 
 
-def _json(details: dict | None) -> str:
-    return json.dumps(details or {}, cls=DjangoJSONEncoder)
+# Input checks: every service answers bad input with InvalidInput naming the argument, before it
+# writes anything, instead of letting PostgreSQL refuse the value halfway through a transaction.
 
 
-# pool id -> (lowest id, highest id, when read). The random start needs the pool's id range;
-# asking for it on every claim would cost more than the claim when one pool holds most rows
-# (the planner then walks the primary key through the other pools' rows), so each process
-# reads it at most every BOUNDS_TTL seconds. Stale bounds are harmless: the scan runs forward
-# from the start without an upper bound, and falls back to the pool's beginning.
+def _text(value, *, field: str, max_length: int | None = None, required: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"{field} must be text, got {type(value).__name__}", field=field)
+    value = value.strip()
+    if required and not value:
+        raise InvalidInput(f"{field} must not be empty", field=field)
+    if "\x00" in value:
+        raise InvalidInput(f"{field} contains a NUL character (\\u0000)", field=field)
+    if max_length is not None and len(value) > max_length:
+        raise InvalidInput(f"{field} is {len(value)} characters long; at most {max_length} fit", field=field)
+    return value
+
+
+def _whole(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTEGER) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidInput(f"{field} must be a whole number from {minimum} to {maximum}, got {value!r}", field=field)
+    return value
+
+
+def _json(value: dict | None, *, field: str) -> str:
+    if value is not None and not isinstance(value, dict):
+        raise InvalidInput(f"{field} must be a JSON object, got {type(value).__name__}", field=field)
+    try:
+        refuse_unstorable(value or {}, name=field)
+    except UnstorableValue as exc:
+        raise InvalidInput(str(exc), field=field, path=exc.path) from None
+    return json.dumps(value or {}, cls=DjangoJSONEncoder)
+
+
+def _lease_seconds(value: int | None) -> int | None:
+    return None if value is None else _whole(value, field="lease_seconds")
+
+
+def _holder(holder: str) -> str:
+    return _text(holder, field="holder", max_length=200, required=True)
+
+
+def _actor(actor: str) -> str:
+    return _text(actor, field="actor", max_length=200, required=True)
+
+
+def _reason(reason: str, *, required: bool = False) -> str:
+    return _text(reason, field="reason", required=required)[:MAX_REASON_LENGTH]
+
+
+def _error_reason(error: BaseException | str) -> str:
+    # What a flow raised, after its side effects: stored as well as it can be, never refused.
+    return clean_text(error_text(error) or "unknown error")[:MAX_REASON_LENGTH]
+
+
+def _token(lease_token: uuid.UUID | str, resource_id: int) -> uuid.UUID:
+    try:
+        return lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
+    except ValueError:
+        raise LeaseMismatch(f"lease token {lease_token!r} is not a UUID", why="never_granted",
+                            resource_id=resource_id, lease_token=str(lease_token)) from None
+
+
+# pool id -> (lowest available id, highest available id, when read). The random start needs the
+# pool's id range. The read is two probes of resource_available_idx, cheap whatever the size of
+# this pool or its neighbours; the cache only saves its round trip in a long-lived process (a
+# forking worker starts each job with an empty one). Stale bounds are harmless: the scan runs
+# forward from the start without an upper bound, and falls back to the pool's beginning.
 BOUNDS_TTL = 30.0
 _pool_bounds: dict[int, tuple[int, int, float]] = {}
 
@@ -65,7 +141,7 @@ def _random_start(pool_id: int) -> int:
     cached = _pool_bounds.get(pool_id)
     if cached is None or now - cached[2] > BOUNDS_TTL:
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT min(id), max(id) FROM {sql.RESOURCE_TABLE} WHERE pool_id = %s::bigint", [pool_id])
+            cursor.execute(sql.AVAILABLE_BOUNDS, [pool_id])
             low, high = cursor.fetchone()
         if low is None:
             return 0
@@ -90,159 +166,76 @@ def _one(statement: str, params: dict) -> Resource | None:
     return Resource.from_db(connection.alias, sql.COLUMNS, values)
 
 
-def _lease_seconds(value: int | None) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise ValueError(f"lease_seconds must be a positive whole number of seconds, got {value!r}")
-    return value
-
-
-def _holder(holder: str) -> str:
-    if not isinstance(holder, str) or not holder.strip():
-        raise ValueError("holder must name who takes the resource (for example 'task 812'), got an empty value")
-    return holder.strip()[:200]
-
-
-def _when(moment: datetime | None) -> str:
-    if moment is None:
-        return "an unknown time"
-    local = timezone.localtime(moment)
-    if local.date() == timezone.localdate():
-        return f"{local:%H:%M:%S} {local.tzname()}"
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()}"
-
-
-def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
-    """The pool itself, from an instance, a primary key or a name."""
-    if isinstance(pool, ResourcePool):
-        return pool
-    lookup = {"pk": pool} if isinstance(pool, int) else {"name": pool}
-    try:
-        return ResourcePool.objects.get(**lookup)
-    except ResourcePool.DoesNotExist:
-        raise PoolNotFound(f"no resource pool {pool!r}") from None
-
-
-def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
-                 key: str | None = None) -> Resource:
-    """A resource by primary key, or by pool and key, with its pool loaded."""
-    queryset = Resource.objects.select_related("pool")
-    if resource_id is not None:
-        try:
-            return queryset.get(pk=resource_id)
-        except Resource.DoesNotExist:
-            raise ResourceNotFound(f"no resource with id {resource_id}") from None
-    if pool is None or key is None:
-        raise ValueError("name a resource by resource_id, or by pool and key")
-    pool = get_pool(pool)
-    try:
-        return queryset.get(pool=pool, key=key)
-    except Resource.DoesNotExist:
-        raise ResourceNotFound(f"pool {pool.name} has no {pool.resource_noun} with key {key!r}") from None
-
-
 def _resource_id(resource: Resource | int) -> int:
-    return resource.pk if isinstance(resource, Resource) else int(resource)
+    return resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
 
 
-def describe_unavailability(resource: Resource) -> ResourceUnavailable:
-    """Why a named resource cannot be claimed, in an operator's words."""
-    noun = resource.pool.resource_noun
-    name = f"{noun} {resource.key}"
-    state = resource.state
-    if state == ResourceState.IN_USE:
-        message = f"{name} is in use by {resource.lease_holder} until {_when(resource.leased_until)}"
-    elif state == ResourceState.QUARANTINED:
-        message = f"{name} is quarantined since {_when(resource.quarantined_at)}: {resource.quarantine_reason}"
-    elif state == ResourceState.DONE:
-        message = f"{name} was consumed by a successful run at {_when(resource.last_success_at)} and is done"
-    else:
-        message = f"{name} is {resource.get_state_display().lower()}"
-    return ResourceUnavailable(message, code=state, resource_id=resource.pk)
-
-
-def _exhausted(pool_id: int) -> PoolExhausted | PoolNotFound:
-    try:
-        pool = ResourcePool.objects.get(pk=pool_id)
-    except ResourcePool.DoesNotExist:
-        return PoolNotFound(f"no resource pool with id {pool_id}")
-    counts = dict(
-        Resource.objects.filter(pool_id=pool_id).values_list("state").annotate(n=Count("id")).order_by()
-    )
-    if not counts:
-        return PoolExhausted(f"pool {pool.name} has no {pool.resource_noun}s at all")
-    busy = ", ".join(f"{n} {ResourceState(state).label.lower()}" for state, n in sorted(counts.items()))
-    return PoolExhausted(f"pool {pool.name} has no available {pool.resource_noun}: {busy}")
-
-
-def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: int | None = None,
-               actor: str | None = None, details: dict | None = None) -> Resource:
-    """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED)."""
+def _claim_params(*, holder: str, lease_seconds: int | None, actor: str | None, details: dict | None,
+                  reserve: bool) -> dict:
     holder = _holder(holder)
-    # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
-    pool_id = pool.pk if isinstance(pool, ResourcePool) else pool if isinstance(pool, int) else get_pool(pool).pk
-    params = {
-        "pool_id": pool_id,
+    return {
         "token": uuid.uuid4(),
         "holder": holder,
         "lease_seconds": _lease_seconds(lease_seconds),
-        "actor": actor or holder,
-        "details": _json(details),
-        "start_id": _random_start(pool_id),
+        "actor": _actor(actor) if actor else holder,
+        "details": _json(details, field="details"),
+        "lease_kind": LeaseKind.RESERVATION if reserve else LeaseKind.USE,
     }
+
+
+def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: int | None = None,
+               actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
+    """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED).
+    With `reserve`, the lease is taken ahead of the attempt that will use it: until extend_lease(use=True)
+    says it is in use, the sweeper takes it back without counting a failure."""
+    params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
+                           reserve=reserve)
+    # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
+    pool_id = pool_id_of(pool)
+    params = {**params, "pool_id": pool_id, "start_id": _random_start(pool_id)}
     resource = _one(sql.CLAIM_NEXT, params)
     if resource is None:
         # Everything past the random start was taken or locked: scan from the pool's beginning.
         resource = _one(sql.CLAIM_NEXT, {**params, "start_id": 0})
     if resource is None:
-        raise _exhausted(pool_id)
+        raise describe_exhaustion(pool_id)
     return resource
 
 
 def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
                 key: str | None = None, strict: bool = True, lease_seconds: int | None = None,
-                actor: str | None = None, details: dict | None = None) -> Resource:
+                actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
     """Take the named resource. Strict (the default): if it cannot be had, raise ResourceUnavailable
-    and never hand out another one. Not strict: fall back to claim_next on the same pool."""
-    holder = _holder(holder)
+    (reason in_use, quarantined, done or missing; only in_use may pass) and never hand out another
+    one. Not strict: fall back to claim_next on the same pool. `reserve` as for claim_next."""
+    params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
+                           reserve=reserve)
+    fallback = {"holder": holder, "lease_seconds": lease_seconds, "actor": actor, "details": details,
+                "reserve": reserve}
     try:
         resource = get_resource(resource_id=resource_id, pool=pool, key=key)
     except ResourceNotFound as missing:
         if strict or pool is None:
-            raise ResourceUnavailable(str(missing), code="missing", resource_id=resource_id) from None
-        return claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
-    params = {
-        "resource_id": resource.pk,
-        "token": uuid.uuid4(),
-        "holder": holder,
-        "lease_seconds": _lease_seconds(lease_seconds),
-        "actor": actor or holder,
-        "details": _json(details),
-    }
-    claimed = _one(sql.CLAIM_BY_ID, params)
-    if claimed is not None:
-        return claimed
+            raise ResourceUnavailable(str(missing), reason="missing", resource_id=resource_id) from None
+        return claim_next(pool=pool, **fallback)
+    params["resource_id"] = resource.pk
+    # The failed claim is explained by a second read, and the holder may have released in between:
+    # a resource that reads as claimable is claimed once more rather than reported "available".
+    for _ in range(2):
+        claimed = _one(sql.CLAIM_BY_ID, params)
+        if claimed is not None:
+            return claimed
+        try:
+            current = get_resource(resource_id=resource.pk)
+        except ResourceNotFound as missing:
+            current = None
+            if strict:
+                raise ResourceUnavailable(str(missing), reason="missing", resource_id=resource.pk) from None
+        if current is None or current.state not in CLAIMABLE:
+            break
     if strict:
-        raise describe_unavailability(get_resource(resource_id=resource.pk))
-    return claim_next(pool=resource.pool_id, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
-
-
-def _lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> ResourceError:
-    resource = get_resource(resource_id=resource_id)
-    name = f"{resource.pool.resource_noun} {resource.key}"
-    expired = ResourceEvent.objects.filter(
-        resource_id=resource_id, kind=EventKind.LEASE_EXPIRED, lease_token=lease_token
-    ).first()
-    if expired is not None:
-        why = f"lease {lease_token} on {name} expired and was swept back at {_when(expired.created_at)}"
-    elif ResourceEvent.objects.filter(resource_id=resource_id, lease_token=lease_token).exists():
-        why = f"lease {lease_token} on {name} was already released"
-    else:
-        why = f"lease {lease_token} was never granted on {name}"
-    if resource.state == ResourceState.IN_USE:
-        now = f"it is now held by {resource.lease_holder}"
-    else:
-        now = f"it is now {resource.get_state_display().lower()}"
-    return LeaseMismatch(f"{why}; {now}")
+        raise describe_unavailability(current)
+    return claim_next(pool=resource.pool_id, **fallback)
 
 
 def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str,
@@ -255,92 +248,110 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     Only the current lease token releases; a late or foreign one raises LeaseMismatch.
     `probation_seconds` puts a quarantine on probation: one probe after that cooldown."""
     resource_id = _resource_id(resource)
-    try:
-        token = lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
-    except ValueError:
-        raise LeaseMismatch(f"lease token {lease_token!r} is not a UUID") from None
+    token = _token(lease_token, resource_id)
     if outcome not in Outcome.values:
-        raise ValueError(f"outcome must be one of {', '.join(Outcome.values)}, got {outcome!r}")
-    params = {"resource_id": resource_id, "token": token, "actor": actor or "", "details": _json(details)}
+        raise InvalidInput(f"outcome must be one of {', '.join(Outcome.values)}, got {outcome!r}", field="outcome")
+    params = {"resource_id": resource_id, "token": token, "actor": _actor(actor) if actor else "",
+              "details": _json(details, field="details")}
     if outcome == Outcome.SUCCESS:
         released = _one(sql.RELEASE_SUCCESS, params)
     else:
         if classification is None:
             if error is None:
-                raise ValueError("a failure needs the error that caused it")
+                raise InvalidInput("a failure needs the error that caused it", field="error")
             classification = classify(error)
-        reason = (error_text(error) if error is not None else classification.text)[:MAX_REASON_LENGTH]
+        if probation_seconds:
+            _whole(probation_seconds, field="probation_seconds", maximum=MAX_PROBATION_SECONDS)
+        reason = _error_reason(error if error is not None else classification.text)
         new_state = ResourceState.FAILED if classification.retryable else ResourceState.QUARANTINED
         released = _one(
             sql.RELEASE_FAILURE,
-            {**params, "new_state": new_state, "reason": reason or "unknown error", "category": classification.category,
+            {**params, "new_state": new_state, "reason": reason, "category": classification.category,
              "cooldown": probation_seconds if new_state == ResourceState.QUARANTINED and probation_seconds else None},
         )
     if released is None:
-        raise _lease_mismatch(resource_id, token)
+        raise describe_lease_mismatch(resource_id, token)
     return released
 
 
-def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seconds: int | None = None) -> Resource:
-    """Heartbeat: push the lease's end `seconds` (default: the pool's lease length) from now."""
+def _held(resource: Resource | int, lease_token: uuid.UUID | str) -> Resource:
+    """The locked row, if `lease_token` holds it; else the LeaseMismatch saying why not."""
     resource_id = _resource_id(resource)
+    token = _token(lease_token, resource_id)
+    current = _locked(resource_id)
+    if current.state != ResourceState.IN_USE or current.lease_token != token:
+        raise describe_lease_mismatch(resource_id, token)
+    return current
+
+
+def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seconds: int | None = None,
+                 use: bool = False) -> Resource:
+    """Heartbeat: push the lease's end `seconds` (default: the pool's lease length) from now.
+    With `use`, the lease (a reservation, a hold, a probe's) is now in use by its attempt, so a
+    sweep of it counts as a failure."""
     seconds = _lease_seconds(seconds)
     with transaction.atomic():
-        current = _locked(resource_id)
-        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
-            raise _lease_mismatch(resource_id, lease_token)
+        current = _held(resource, lease_token)
         current.leased_until = timezone.now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
-        current.save(update_fields=["leased_until"])
+        fields = ["leased_until"]
+        if use and current.lease_kind != LeaseKind.USE:
+            current.lease_kind = LeaseKind.USE
+            fields.append("lease_kind")
+        current.save(update_fields=fields)
     return current
 
 
 def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str, error: BaseException | str,
                        classification: Classification, hold_until: datetime, actor: str = "") -> Resource:
     """Record a retryable failure but keep the lease until `hold_until`, so the same task's retry
-    finds the resource waiting for it and neither claim_next nor a scheduler takes it meanwhile."""
-    if not classification.retryable:
-        raise IllegalTransition("a non-retryable failure cannot hold its resource for a retry")
-    resource_id = _resource_id(resource)
-    reason = (error_text(error) or "unknown error")[:MAX_REASON_LENGTH]
+    finds the resource waiting for it and neither claim_next nor a scheduler takes it meanwhile.
+    The lease becomes a hold: if it runs out, the sweeper counts no second failure."""
+    reason = _error_reason(error)
+    actor = actor and _actor(actor)
     with transaction.atomic():
-        current = _locked(resource_id)
-        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
-            raise _lease_mismatch(resource_id, lease_token)
+        current = _held(resource, lease_token)
+        if not classification.retryable:
+            raise IllegalTransition("a non-retryable failure cannot hold its resource for a retry",
+                                    state=current.state, action="hold", resource_id=current.pk)
         now = timezone.now()
         current.failure_count += 1
         current.consecutive_failures += 1
         current.last_failure_reason, current.last_failure_category, current.last_failure_at = (
             reason, classification.category, now)
-        current.leased_until = max(hold_until, now)
+        current.leased_until, current.lease_kind = max(hold_until, now), LeaseKind.HOLD
         current.save(update_fields=["failure_count", "consecutive_failures", "last_failure_reason",
-                                    "last_failure_category", "last_failure_at", "leased_until"])
-        ResourceEvent.objects.create(
-            resource=current, kind=EventKind.HELD_FOR_RETRY, actor=actor, reason=reason,
-            category=classification.category, lease_token=current.lease_token,
-            details={"held_until": current.leased_until.isoformat()},
-        )
+                                    "last_failure_category", "last_failure_at", "leased_until", "lease_kind"])
+        _event(current, EventKind.HELD_FOR_RETRY, actor=actor, reason=reason, category=classification.category,
+               lease_token=current.lease_token, details={"held_until": current.leased_until.isoformat()})
     return current
+
+
+def _unused_state(resource: Resource, now: datetime) -> None:
+    """Where a resource whose lease was never used goes back to: its quarantine if the lease was a
+    probe's (the next probe after the cooldown), failed if its last use failed, else available."""
+    if resource.quarantined_at is not None:
+        cooldown = timezone.timedelta(seconds=max(resource.probation_cooldown_seconds, 1))
+        resource.state, resource.probe_after = ResourceState.QUARANTINED, now + cooldown
+    else:
+        resource.state = ResourceState.FAILED if resource.consecutive_failures else ResourceState.AVAILABLE
+    resource.lease_token, resource.lease_holder, resource.leased_at, resource.leased_until = None, "", None, None
+    resource.lease_kind = ""
+
+
+_LEASE_FIELDS = ["state", "lease_token", "lease_holder", "leased_at", "leased_until", "lease_kind"]
 
 
 def release_unused(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str, reason: str) -> Resource:
     """Give back a lease that was never used (its task ended before running on it): no success
     or failure is counted; the resource returns as failed if its last use failed, else available.
     A probe's lease returns the resource to its quarantine."""
-    resource_id = _resource_id(resource)
+    actor, reason = _actor(actor), _reason(reason)
     with transaction.atomic():
-        current = _locked(resource_id)
-        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
-            raise _lease_mismatch(resource_id, lease_token)
+        current = _held(resource, lease_token)
         token = current.lease_token
-        if current.quarantined_at is not None:
-            cooldown = timezone.timedelta(seconds=max(current.probation_cooldown_seconds, 1))
-            current.state, current.probe_after = ResourceState.QUARANTINED, timezone.now() + cooldown
-        else:
-            current.state = ResourceState.FAILED if current.consecutive_failures else ResourceState.AVAILABLE
-        current.lease_token, current.lease_holder, current.leased_at, current.leased_until = None, "", None, None
-        current.save(update_fields=["state", "probe_after", "lease_token", "lease_holder", "leased_at", "leased_until"])
-        ResourceEvent.objects.create(resource=current, kind=EventKind.RELEASED_UNUSED, actor=actor, reason=reason,
-                                     lease_token=token)
+        _unused_state(current, timezone.now())
+        current.save(update_fields=[*_LEASE_FIELDS, "probe_after"])
+        _event(current, EventKind.RELEASED_UNUSED, actor=actor, reason=reason, lease_token=token)
     return current
 
 
@@ -349,7 +360,8 @@ MAX_PROBATION_SECONDS = 7 * 24 * 3600
 
 def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | None = None,
                     lease_seconds: int | None = None) -> Resource:
-    """Lease a quarantined resource whose probation cooldown is over, for its one probe."""
+    """Lease a quarantined resource whose probation cooldown is over, for its one probe. The lease
+    is a probe lease until its attempt starts (extend_lease(use=True))."""
     holder = _holder(holder)
     lease_seconds = _lease_seconds(lease_seconds)
     now = now or timezone.now()
@@ -358,39 +370,47 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
         if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
             raise IllegalTransition(
                 f"{current.pool.resource_noun} {current.key} is not due for a probe: it is "
-                f"{current.get_state_display().lower()}" + (f", probe after {_when(current.probe_after)}"
-                                                           if current.probe_after else "")
+                f"{current.get_state_display().lower()}" + (f", probe after {when(current.probe_after)}"
+                                                           if current.probe_after else ""),
+                state=current.state, action="probe", resource_id=current.pk,
             )
-        current.state, current.probe_after = ResourceState.IN_USE, None
+        current.state, current.probe_after, current.lease_kind = ResourceState.IN_USE, None, LeaseKind.PROBE
         current.lease_token, current.lease_holder = uuid.uuid4(), holder
         current.leased_at = now
         current.leased_until = now + timezone.timedelta(seconds=lease_seconds or current.pool.lease_seconds)
-        current.save(update_fields=["state", "probe_after", "lease_token", "lease_holder", "leased_at", "leased_until"])
-        ResourceEvent.objects.create(resource=current, kind=EventKind.PROBE_CLAIMED, actor=holder,
-                                     reason=current.quarantine_reason, lease_token=current.lease_token)
+        current.save(update_fields=[*_LEASE_FIELDS, "probe_after"])
+        _event(current, EventKind.PROBE_CLAIMED, actor=holder, reason=current.quarantine_reason,
+               lease_token=current.lease_token)
     return current
 
 
 def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeeded: bool,
               error: BaseException | str | None = None, actor: str = "") -> Resource:
-    """A probe's outcome: success returns the resource to the pool; failure quarantines it again
-    with twice the cooldown (at most a week)."""
-    resource_id = _resource_id(resource)
+    """A probe's outcome: success ends the quarantine (the resource goes back to the pool, or is
+    done in a pool that consumes its resources); failure quarantines it again with twice the
+    cooldown (at most a week). A lease taken on a resource that was no longer quarantined (a stale
+    probe, after an operator released the quarantine) is released as any use of that outcome."""
+    actor = actor and _actor(actor)
     now = timezone.now()
     with transaction.atomic():
-        current = _locked(resource_id)
-        if current.state != ResourceState.IN_USE or str(current.lease_token) != str(lease_token):
-            raise _lease_mismatch(resource_id, lease_token)
+        current = _held(resource, lease_token)
+        if current.quarantined_at is None:
+            return release(resource=current.pk, lease_token=current.lease_token, actor=actor or None,
+                           outcome=Outcome.SUCCESS if succeeded else Outcome.FAILURE,
+                           error=None if succeeded else (error if error is not None else "probe failed"),
+                           details={"probe": True})
         token, reason = current.lease_token, current.quarantine_reason
         current.lease_token, current.lease_holder, current.leased_at, current.leased_until = None, "", None, None
+        current.lease_kind = ""
         if succeeded:
-            current.state, current.quarantine_reason, current.quarantined_at = ResourceState.AVAILABLE, "", None
+            current.state = ResourceState.DONE if current.pool.consume_on_success else ResourceState.AVAILABLE
+            current.quarantine_reason, current.quarantined_at = "", None
             current.success_count += 1
             current.consecutive_failures, current.last_success_at = 0, now
             current.probation_cooldown_seconds = 0
             kinds = [(EventKind.RELEASED_SUCCESS, ""), (EventKind.UNQUARANTINED, "probe succeeded")]
         else:
-            text = (error_text(error) if error is not None else "probe failed")[:MAX_REASON_LENGTH]
+            text = _error_reason(error if error is not None else "probe failed")
             current.state, current.quarantined_at = ResourceState.QUARANTINED, now
             current.failure_count += 1
             current.consecutive_failures += 1
@@ -401,12 +421,12 @@ def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeed
             kinds = [(EventKind.RELEASED_FAILURE, text),
                      (EventKind.QUARANTINED, f"probe failed; next probe after {current.probation_cooldown_seconds} s")]
         current.save(update_fields=[
-            "state", "lease_token", "lease_holder", "leased_at", "leased_until", "quarantine_reason", "quarantined_at",
+            *_LEASE_FIELDS, "quarantine_reason", "quarantined_at",
             "success_count", "failure_count", "consecutive_failures", "last_success_at", "last_failure_reason",
             "last_failure_category", "last_failure_at", "probation_cooldown_seconds", "probe_after"])
         for kind, why in kinds:
-            ResourceEvent.objects.create(resource=current, kind=kind, actor=actor, reason=why, lease_token=token,
-                                         details={"probe": True, "quarantine_reason": reason})
+            _event(current, kind, actor=actor, reason=why, lease_token=token,
+                   details={"probe": True, "quarantine_reason": reason})
     return current
 
 
@@ -414,7 +434,7 @@ def _locked(resource: Resource | int) -> Resource:
     resource_id = _resource_id(resource)
     current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
     if current is None:
-        raise ResourceNotFound(f"no resource with id {resource_id}")
+        raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id)
     return current
 
 
@@ -422,32 +442,25 @@ def _locked_in(resource: Resource | int, action: str, allowed: tuple[str, ...]) 
     """The locked row, if its state allows `action`; else IllegalTransition naming both."""
     current = _locked(resource)
     if current.state not in allowed:
-        raise _illegal(current, action, allowed)
+        names = [ResourceState(s).value.replace("_", " ") for s in allowed]
+        states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+        raise IllegalTransition(
+            f"cannot {action} {current.pool.resource_noun} {current.key}: it is "
+            f"{current.get_state_display().lower()}; only {states} ones can be",
+            state=current.state, action=action, resource_id=current.pk,
+        )
     return current
 
 
-def _illegal(resource: Resource, action: str, allowed: tuple[str, ...]) -> IllegalTransition:
-    names = [ResourceState(s).value.replace("_", " ") for s in allowed]
-    states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-    return IllegalTransition(
-        f"cannot {action} {resource.pool.resource_noun} {resource.key}: it is "
-        f"{resource.get_state_display().lower()}; only {states} ones can be"
-    )
-
-
-def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", details: dict | None = None) -> None:
-    ResourceEvent.objects.create(resource=resource, kind=kind, actor=actor, reason=reason, details=details or {})
-
-
-def _actor(actor: str) -> str:
-    if not isinstance(actor, str) or not actor.strip():
-        raise ValueError("actor must name who does this (a user name, a task, a command)")
-    return actor.strip()[:200]
+def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", category: str = "",
+           lease_token: uuid.UUID | None = None, details: dict | None = None) -> None:
+    ResourceEvent.objects.create(resource=resource, kind=kind, actor=actor, reason=reason, category=category,
+                                 lease_token=lease_token, details=details or {})
 
 
 def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
     """Make a failed or consumed resource available again. Counters, reasons and history stay."""
-    actor = _actor(actor)
+    actor, reason = _actor(actor), _reason(reason)
     allowed = (ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
         current = _locked_in(resource, "reset", allowed)
@@ -460,14 +473,12 @@ def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource
 
 def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource:
     """Take a resource out of rotation until someone releases it from quarantine."""
-    actor = _actor(actor)
-    if not isinstance(reason, str) or not reason.strip():
-        raise ValueError("a quarantine needs a reason that operators will read")
+    actor, reason = _actor(actor), _reason(reason, required=True)
     allowed = (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
         current = _locked_in(resource, "quarantine", allowed)
         current.state = ResourceState.QUARANTINED
-        current.quarantine_reason = reason.strip()[:MAX_REASON_LENGTH]
+        current.quarantine_reason = reason
         current.quarantined_at = timezone.now()
         current.save(update_fields=["state", "quarantine_reason", "quarantined_at"])
         _event(current, EventKind.QUARANTINED, actor=actor, reason=current.quarantine_reason)
@@ -476,7 +487,7 @@ def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource
 
 def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
     """Put a quarantined resource back in the pool; the quarantine stays in its timeline."""
-    actor = _actor(actor)
+    actor, reason = _actor(actor), _reason(reason)
     allowed = (ResourceState.QUARANTINED,)
     with transaction.atomic():
         current = _locked_in(resource, "unquarantine", allowed)
@@ -493,41 +504,90 @@ def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> R
 
 def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease sweeper",
                          limit: int = 1000) -> list[ExpiredLease]:
-    """Take back resources whose lease ran out (their holder died or hung): they become failed,
-    retryable, "lease expired", counted as a failure, each with a timeline event."""
+    """Take back resources whose lease ran out. A used lease (its holder died or hung) becomes a
+    failure: failed, retryable, "lease expired", counted. An unused one (a reservation, a hold, a
+    probe lease whose attempt never started) goes back as release_unused leaves it, counting
+    nothing. Each gets a lease_expired event saying which it was."""
+    params = {"now": now or timezone.now(), "limit": _whole(limit, field="limit"), "actor": _actor(actor),
+              "reason": LEASE_EXPIRED_REASON, "unused_reason": LEASE_EXPIRED_UNUSED_REASON}
     with connection.cursor() as cursor:
-        cursor.execute(
-            sql.SWEEP,
-            {"now": now or timezone.now(), "limit": limit, "actor": actor, "reason": LEASE_EXPIRED_REASON},
-        )
+        cursor.execute(sql.SWEEP, params)
         rows = cursor.fetchall()
-    return [ExpiredLease(resource_id=r[0], lease_token=r[1], holder=r[2], leased_until=r[3]) for r in rows]
+    return [ExpiredLease(resource_id=r[0], lease_token=r[1], holder=r[2], leased_until=r[3], lease_kind=r[4],
+                         used=r[5]) for r in rows]
+
+
+def _unique_violation(exc: IntegrityError) -> str | None:
+    """The unique constraint an IntegrityError broke, if that is what it was."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) if getattr(exc.__cause__, "sqlstate", None) == "23505" else None
 
 
 def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
                 consume_on_success: bool = False, description: str = "") -> ResourcePool:
-    """A new, empty pool; a taken name raises ValueError naming it."""
-    if ResourcePool.objects.filter(name=name).exists():
-        raise ValueError(f"a resource pool named {name!r} exists already")
-    return ResourcePool.objects.create(name=name, resource_noun=resource_noun, lease_seconds=_lease_seconds(lease_seconds),
-                                       consume_on_success=consume_on_success, description=description)
+    """A new, empty pool; a taken name (also by a create running at the same time) is bad input naming it."""
+    name = _text(name, field="name", max_length=ResourcePool._meta.get_field("name").max_length, required=True)
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise InvalidInput(f"pool name {name!r} must be letters, digits, hyphens or underscores", field="name") from None
+    fields = {
+        "name": name,
+        "resource_noun": _text(resource_noun, field="resource_noun", required=True,
+                               max_length=ResourcePool._meta.get_field("resource_noun").max_length),
+        "lease_seconds": _whole(lease_seconds, field="lease_seconds"),
+        "consume_on_success": bool(consume_on_success),
+        "description": _text(description, field="description"),
+    }
+    try:
+        with transaction.atomic():
+            return ResourcePool.objects.create(**fields)
+    except IntegrityError as exc:
+        if _unique_violation(exc) is None:
+            raise
+        raise InvalidInput(f"a resource pool named {name!r} exists already", field="name") from None
 
 
-def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> list[Resource]:
-    """Add resources ({"key", "label", "attributes"}) to a pool, all or none; duplicate keys are named."""
-    target = get_pool(pool)
-    keys = [item.get("key") for item in resources]
-    if any(not isinstance(key, str) or not key.strip() for key in keys):
-        raise ValueError("every resource needs a non-empty key")
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
+def _resource_fields(item, n: int) -> dict:
+    if not isinstance(item, dict):
+        raise InvalidInput(f"resource {n} must be an object with a key, got {type(item).__name__}", field="resources")
+    attributes = item.get("attributes") or {}
+    _json(attributes, field="attributes")
+    return {
+        "key": _text(item.get("key"), field="key", max_length=Resource._meta.get_field("key").max_length,
+                     required=True),
+        "label": _text(item.get("label", ""), field="label", max_length=Resource._meta.get_field("label").max_length),
+        "attributes": attributes,
+    }
+
+
+def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> InvalidInput | None:
     taken = sorted(Resource.objects.filter(pool=target, key__in=keys).values_list("key", flat=True))
     problems = ([f"pool {target.name} already has {', '.join(taken)}"] if taken else []) + (
         [f"keys given twice: {', '.join(repeated)}"] if repeated else [])
-    if problems:
-        raise ValueError("; ".join(problems))
-    with transaction.atomic():
-        return Resource.objects.bulk_create(
-            Resource(pool=target, key=item["key"].strip(), label=item.get("label", ""),
-                     attributes=item.get("attributes") or {})
-            for item in resources
-        )
+    if not problems:
+        return None
+    return InvalidInput("; ".join(problems), field="key", taken=taken, repeated=repeated)
+
+
+def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> list[Resource]:
+    """Add resources ({"key", "label", "attributes"}) to a pool, all or none; duplicate keys are
+    named, also those another add running at the same time took first."""
+    target = get_pool(pool)
+    if not isinstance(resources, (list, tuple)):
+        raise InvalidInput("resources must be a list of objects", field="resources")
+    rows = [_resource_fields(item, n) for n, item in enumerate(resources)]
+    keys = [row["key"] for row in rows]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    problem = _keys_taken(target, keys, repeated)
+    if problem is not None:
+        raise problem
+    try:
+        with transaction.atomic():
+            return Resource.objects.bulk_create(Resource(pool=target, **row) for row in rows)
+    except IntegrityError as exc:
+        if _unique_violation(exc) != "resource_key_unique_in_pool":
+            raise
+        # Another add committed one of these keys while this one waited for it.
+        raise _keys_taken(target, keys, []) or InvalidInput(
+            f"a key of these was added to pool {target.name} meanwhile", field="key") from None

@@ -1,6 +1,8 @@
 """The pool's hot statements: each a data-modifying CTE that checks the state, changes the row and
-appends its timeline event in one round trip (see resources.services)."""
+appends its timeline event in one round trip (see resources.services). States, lease kinds and
+event kinds come from resources.choices; the timeline INSERT is written once, in `_append_events`."""
 
+from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
 
 _R = RESOURCE_TABLE = Resource._meta.db_table
@@ -12,17 +14,49 @@ COLUMNS = [f.column for f in Resource._meta.concrete_fields]
 
 _RETURNING = ", ".join(f"r.{column}" for column in COLUMNS)
 
-_LEASE_COLUMNS = """
-    state = 'in_use', lease_token = %(token)s::uuid, lease_holder = %(holder)s::text, leased_at = now(),
-    leased_until = now() + make_interval(secs => coalesce(%(lease_seconds)s::integer, p.lease_seconds))
+
+def _q(value: str) -> str:
+    """A choice value as an SQL literal (choices are plain identifiers, never user input)."""
+    if not value.replace("_", "").isalnum():
+        raise AssertionError(f"not a choice value: {value!r}")
+    return f"'{value}'"
+
+
+AVAILABLE, IN_USE, DONE = _q(ResourceState.AVAILABLE), _q(ResourceState.IN_USE), _q(ResourceState.DONE)
+FAILED, QUARANTINED = _q(ResourceState.FAILED), _q(ResourceState.QUARANTINED)
+USE = _q(LeaseKind.USE)
+RETRYABLE = _q(FailureCategory.RETRYABLE)
+
+_NO_LEASE = "lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL, lease_kind = ''"
+
+
+def _append_events(source: str, *, kind: str, reason: str = "''", category: str = "''",
+                   token: str = "%(token)s::uuid", details: str = "%(details)s::jsonb", extra: str = "") -> str:
+    """The CTE that appends one timeline row per row of `source` (a CTE returning `id`); `kind`,
+    `reason`, `category`, `token` and `details` are SQL expressions, `extra` more FROM items and
+    a WHERE/ORDER BY."""
+    return f"""event AS (
+        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
+        SELECT {source}.id, {kind}, %(actor)s::text, {reason}, {category}, {token}, {details}, now()
+        FROM {source}{extra}
+    )"""
+
+
+_LEASE_COLUMNS = f"""
+    state = {IN_USE}, lease_token = %(token)s::uuid, lease_holder = %(holder)s::text, leased_at = now(),
+    leased_until = now() + make_interval(secs => coalesce(%(lease_seconds)s::integer, p.lease_seconds)),
+    lease_kind = %(lease_kind)s::text
 """
 
 _CLAIM_EVENT = f"""
-    , event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'claimed', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM claimed
-    )
+    , {_append_events("claimed", kind=_q(EventKind.CLAIMED))}
     SELECT * FROM claimed
+"""
+
+# The lowest and highest available id of a pool: two probes of resource_available_idx (pool_id, id),
+# whatever the size of the pool or of the pools whose ids lie around it.
+AVAILABLE_BOUNDS = f"""
+    SELECT min(id), max(id) FROM {_R} WHERE pool_id = %s::bigint AND state = {AVAILABLE}
 """
 
 # Start the scan at a random id of the pool, so concurrent claimers spread over the pool instead
@@ -31,7 +65,7 @@ _CLAIM_EVENT = f"""
 CLAIM_NEXT = f"""
     WITH pick AS (
         SELECT r.id FROM {_R} r
-        WHERE r.pool_id = %(pool_id)s::bigint AND r.state = 'available' AND r.id >= %(start_id)s::bigint
+        WHERE r.pool_id = %(pool_id)s::bigint AND r.state = {AVAILABLE} AND r.id >= %(start_id)s::bigint
         ORDER BY r.pool_id, r.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED
@@ -51,78 +85,85 @@ CLAIM_BY_ID = f"""
     WITH claimed AS (
         UPDATE {_R} r SET {_LEASE_COLUMNS}
         FROM {_P} p
-        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id AND r.state IN ('available', 'failed')
+        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id AND r.state IN ({AVAILABLE}, {FAILED})
         RETURNING {_RETURNING}
     )
     {_CLAIM_EVENT}
 """
 
+_HELD = f"r.id = %(resource_id)s::bigint AND r.state = {IN_USE} AND r.lease_token = %(token)s::uuid"
+
 RELEASE_SUCCESS = f"""
     WITH released AS (
         UPDATE {_R} r SET
-            state = CASE WHEN p.consume_on_success THEN 'done' ELSE 'available' END,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
+            state = CASE WHEN p.consume_on_success THEN {DONE} ELSE {AVAILABLE} END, {_NO_LEASE},
             success_count = r.success_count + 1, consecutive_failures = 0, last_success_at = now()
         FROM {_P} p
-        WHERE r.id = %(resource_id)s::bigint AND p.id = r.pool_id
-          AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
+        WHERE {_HELD} AND p.id = r.pool_id
         RETURNING {_RETURNING}
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'released_success', %(actor)s::text, '', '', %(token)s::uuid, %(details)s::jsonb, now() FROM released
-    )
+    ), {_append_events("released", kind=_q(EventKind.RELEASED_SUCCESS))}
     SELECT * FROM released
 """
+
+# The failure, and the quarantine when it led to one, in that order.
+_RELEASE_FAILURE_EVENTS = _append_events(
+    "released", kind="k.kind", reason="%(reason)s::text", category="%(category)s::text",
+    extra=f""", (VALUES (1, {_q(EventKind.RELEASED_FAILURE)}), (2, {_q(EventKind.QUARANTINED)})) AS k(n, kind)
+        WHERE k.n = 1 OR released.state = {QUARANTINED}
+        ORDER BY k.n""")
 
 RELEASE_FAILURE = f"""
     WITH released AS (
         UPDATE {_R} r SET
-            state = %(new_state)s::text,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
+            state = %(new_state)s::text, {_NO_LEASE},
             failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
             last_failure_reason = %(reason)s::text, last_failure_category = %(category)s::text, last_failure_at = now(),
-            quarantine_reason = CASE WHEN %(new_state)s::text = 'quarantined' THEN %(reason)s::text ELSE r.quarantine_reason END,
-            quarantined_at = CASE WHEN %(new_state)s::text = 'quarantined' THEN now() ELSE r.quarantined_at END,
+            quarantine_reason = CASE WHEN %(new_state)s::text = {QUARANTINED} THEN %(reason)s::text ELSE r.quarantine_reason END,
+            quarantined_at = CASE WHEN %(new_state)s::text = {QUARANTINED} THEN now() ELSE r.quarantined_at END,
             probe_after = CASE WHEN %(cooldown)s::integer > 0 THEN now() + make_interval(secs => %(cooldown)s::integer) END,
             probation_cooldown_seconds = coalesce(%(cooldown)s::integer, 0)
-        WHERE r.id = %(resource_id)s::bigint AND r.state = 'in_use' AND r.lease_token = %(token)s::uuid
+        WHERE {_HELD}
         RETURNING {_RETURNING}
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT released.id, k.kind, %(actor)s::text, %(reason)s::text, %(category)s::text, %(token)s::uuid, %(details)s::jsonb, now()
-        FROM released, (VALUES (1, 'released_failure'), (2, 'quarantined')) AS k(n, kind)
-        WHERE k.kind = 'released_failure' OR released.state = 'quarantined'
-        ORDER BY k.n
-    )
+    ), {_RELEASE_FAILURE_EVENTS}
     SELECT * FROM released
 """
 
+# A used lease that ran out is a failure (its holder died or hung). An unused one (a reservation or
+# a probe lease whose attempt never started, a hold whose failure was counted already) goes back
+# as release_unused leaves it: quarantined if it was a probe's, failed if its last use failed,
+# else available. A lease on a resource still marked quarantined is a probation probe's: it
+# leaves the quarantine standing and schedules the next probe.
+_SWEEP_EVENTS = _append_events(
+    "swept", kind=_q(EventKind.LEASE_EXPIRED), token="expired_token",
+    reason="CASE WHEN used THEN %(reason)s::text ELSE %(unused_reason)s::text END",
+    category=f"CASE WHEN used THEN {RETRYABLE} ELSE '' END",
+    details="jsonb_build_object('holder', expired_holder, 'leased_until', expired_at, "
+            "'lease_kind', expired_kind, 'used', used)")
+
 SWEEP = f"""
     WITH expired AS (
-        SELECT id, lease_token, lease_holder, leased_until FROM {_R}
-        WHERE state = 'in_use' AND leased_until < %(now)s::timestamptz
+        SELECT id, lease_token, lease_holder, leased_until, lease_kind, lease_kind = {USE} AS used FROM {_R}
+        WHERE state = {IN_USE} AND leased_until < %(now)s::timestamptz
         ORDER BY leased_until
         LIMIT %(limit)s::integer
         FOR UPDATE SKIP LOCKED
     ), swept AS (
         UPDATE {_R} r SET
-            -- A lease on a resource still marked quarantined is a probation probe's: a lost probe
-            -- leaves the quarantine standing and schedules the next probe.
-            state = CASE WHEN r.quarantined_at IS NULL THEN 'failed' ELSE 'quarantined' END,
+            state = CASE WHEN r.quarantined_at IS NOT NULL THEN {QUARANTINED}
+                         WHEN expired.used OR r.consecutive_failures > 0 THEN {FAILED}
+                         ELSE {AVAILABLE} END,
             probe_after = CASE WHEN r.quarantined_at IS NULL THEN NULL
                                ELSE now() + make_interval(secs => greatest(r.probation_cooldown_seconds, 1)) END,
-            lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL,
-            failure_count = r.failure_count + 1, consecutive_failures = r.consecutive_failures + 1,
-            last_failure_reason = %(reason)s::text, last_failure_category = 'retryable', last_failure_at = now()
+            {_NO_LEASE},
+            failure_count = r.failure_count + expired.used::integer,
+            consecutive_failures = r.consecutive_failures + expired.used::integer,
+            last_failure_reason = CASE WHEN expired.used THEN %(reason)s::text ELSE r.last_failure_reason END,
+            last_failure_category = CASE WHEN expired.used THEN {RETRYABLE} ELSE r.last_failure_category END,
+            last_failure_at = CASE WHEN expired.used THEN now() ELSE r.last_failure_at END
         FROM expired
         WHERE r.id = expired.id
         RETURNING r.id, expired.lease_token AS expired_token, expired.lease_holder AS expired_holder,
-                  expired.leased_until AS expired_at
-    ), event AS (
-        INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT id, 'lease_expired', %(actor)s::text, %(reason)s::text, 'retryable', expired_token,
-               jsonb_build_object('holder', expired_holder, 'leased_until', expired_at), now()
-        FROM swept
-    )
-    SELECT * FROM swept
+                  expired.leased_until AS expired_at, expired.lease_kind AS expired_kind, expired.used
+    ), {_SWEEP_EVENTS}
+    SELECT id, expired_token, expired_holder, expired_at, expired_kind, used FROM swept
 """

@@ -27,7 +27,7 @@ def claim_for(task: Task) -> Resource:
     """The resource this attempt runs on: the task's held lease, else its pinned resource, else any."""
     if task.held_lease_token:
         try:
-            return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token)
+            return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token, use=True)
         except (LeaseMismatch, ResourceNotFound):
             pass  # the hold ran out and was swept; claim the pinned resource again below
     if task.is_probe:
@@ -37,7 +37,7 @@ def claim_for(task: Task) -> Resource:
         raise ResourceUnavailable(
             f"the probe lease of {task.holder} on resource {task.resource_id or task.pinned_resource_id} is gone "
             f"(expired and swept); the probe ends without touching the resource",
-            code=PROBE_LEASE_GONE, resource_id=task.resource_id or task.pinned_resource_id)
+            reason=PROBE_LEASE_GONE, resource_id=task.resource_id or task.pinned_resource_id)
     if task.pinned_resource_id:
         return pool.claim_by_id(resource_id=task.pinned_resource_id, holder=task.holder, strict=task.strict)
     return pool.claim_next(pool=task.pool_id, holder=task.holder)
@@ -46,7 +46,7 @@ def claim_for(task: Task) -> Resource:
 def claim_failure_verdict(error: ResourceError) -> Verdict:
     """What a failed claim means: only a quarantined, consumed or missing resource (or a gone
     probe lease) ends the task; every other reason is retried."""
-    fatal = not isinstance(error, PoolExhausted) and getattr(error, "code", "") in FATAL_CLAIM_REASONS
+    fatal = not isinstance(error, PoolExhausted) and getattr(error, "reason", "") in FATAL_CLAIM_REASONS
     category = FailureCategory.NON_RETRYABLE if fatal else FailureCategory.RETRYABLE
     action = PatternAction.DEAD_LETTER if fatal else PatternAction.RETRY_SAME_RESOURCE
     return Verdict(Classification(category, None, str(error)), action)

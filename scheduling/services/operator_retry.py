@@ -38,7 +38,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         # writes such a task), so no live task can appear between this check and the new task.
         current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
         if current is None:
-            raise ResourceUnavailable(f"no resource with id {resource_id}", code="missing", resource_id=resource_id)
+            raise ResourceUnavailable(f"no resource with id {resource_id}", reason="missing", resource_id=resource_id)
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:

@@ -174,9 +174,10 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
         elif reserve or claim_now:
             if pinned is not None:
                 lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=strict,
-                                         lease_seconds=lease_seconds)
+                                         lease_seconds=lease_seconds, reserve=True)
             else:
-                lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds)
+                lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
+                                        reserve=True)
             hold(task, lease)
         enqueue_after_commit(task)
     return task
