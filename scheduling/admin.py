@@ -13,6 +13,7 @@ from django.utils.safestring import mark_safe
 from resources.admin import save_edited_fields, storable_json_object
 from scheduling import services
 from scheduling.choices import TaskState
+from scheduling.errors import BadPolicy
 from scheduling.models import (
     Attempt,
     BatchConfig,
@@ -21,7 +22,7 @@ from scheduling.models import (
     Task,
     TaskEvent,
 )
-from scheduling.policies import PolicyError, clean_patterns, clean_policy
+from scheduling.policies import clean_patterns, clean_policy
 
 
 def _shown(value) -> str:
@@ -126,9 +127,9 @@ class RetryPolicyForm(forms.ModelForm):
         values = {"name": self.instance.name, **data}  # the name is read-only once the policy exists
         try:
             self.cleaned_policy = clean_policy({k: v for k, v in values.items() if v is not None or k == "deadline_seconds"})
-        except PolicyError as exc:
-            field = next((f for f in self.Meta.fields if str(exc).startswith(f)), None)
-            raise forms.ValidationError({field: str(exc)} if field else str(exc)) from None
+        except BadPolicy as exc:
+            field = exc.details.get("field", "").split("[")[0]
+            raise forms.ValidationError({field: str(exc)} if field in self.Meta.fields else str(exc)) from None
         return data
 
 
@@ -189,7 +190,7 @@ class BatchConfigForm(forms.ModelForm):
             raise forms.ValidationError("a list of regexes, as strings")
         try:
             clean_patterns("retryable_error_patterns", patterns)
-        except PolicyError as exc:
+        except BadPolicy as exc:
             raise forms.ValidationError(str(exc)) from None
         return patterns
 

@@ -2,7 +2,6 @@
 and `details` naming what was wrong (the field, the path in a payload, the task and its state)."""
 
 from retryops.errors import DomainError
-from scheduling.policies import PolicyError
 
 
 class SchedulingError(DomainError):
@@ -41,9 +40,9 @@ class UnknownPolicy(TaskError):
     code = "unknown_policy"
 
 
-class BadPolicy(TaskError, PolicyError):
-    """A policy definition that cannot be used; details: `source`. Also a PolicyError, so callers
-    that catch the validator's error catch this one."""
+class BadPolicy(TaskError):
+    """A policy definition that cannot be used (from the YAML file, the admin or a task's own
+    policy); details: the `field` to blame, and the `source` and `entry` of a YAML file."""
 
     code = "bad_policy"
 

@@ -9,6 +9,7 @@ from resources.choices import FailureCategory
 from resources.classification import Classification, compile_patterns, error_text
 from resources.services import MAX_PROBATION_SECONDS
 from scheduling.choices import Backoff, PatternAction
+from scheduling.errors import BadPolicy
 
 REQUIRED_FIELDS = (
     "name", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
@@ -19,10 +20,6 @@ DEFAULT_ACTION = {
     "retryable_error_patterns": PatternAction.RETRY_SAME_RESOURCE,
     "non_retryable_error_patterns": PatternAction.QUARANTINE,
 }
-
-
-class PolicyError(ValueError):
-    """A policy definition that cannot be used; the message names the field."""
 
 
 # Upper bounds, so that every allowed policy turns into times the scheduler can compute
@@ -38,48 +35,48 @@ def _number(data: dict, field: str, *, minimum: float, maximum: float, integer: 
     value = data[field]
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise PolicyError(f"{field} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+        raise BadPolicy(f"{field} must be {'a whole number' if integer else 'a number'}, got {value!r}", field=field)
     # NaN passes every comparison, infinity every lower bound; both reach timedelta() later.
     if not math.isfinite(value):
-        raise PolicyError(f"{field} must be a finite number, got {value!r}")
+        raise BadPolicy(f"{field} must be a finite number, got {value!r}", field=field)
     if value < minimum:
-        raise PolicyError(f"{field} must be at least {minimum:g}, got {value!r}")
+        raise BadPolicy(f"{field} must be at least {minimum:g}, got {value!r}", field=field)
     if value > maximum:
-        raise PolicyError(f"{field} must be at most {maximum:g}, got {value!r}")
+        raise BadPolicy(f"{field} must be at most {maximum:g}, got {value!r}", field=field)
     return value
 
 
 def _text(field: str, value: str) -> str:
     if "\x00" in value:
-        raise PolicyError(f"{field} contains a NUL character (\\u0000), which PostgreSQL cannot store")
+        raise BadPolicy(f"{field} contains a NUL character (\\u0000), which PostgreSQL cannot store", field=field)
     return value
 
 
 def clean_patterns(field: str, entries) -> list[dict]:
     """Normalise a pattern list to [{"pattern", "action", "probation"}]; a bad entry or regex names itself."""
     if not isinstance(entries, list):
-        raise PolicyError(f"{field} must be a list of regexes or {{pattern, action}} entries, got {entries!r}")
+        raise BadPolicy(f"{field} must be a list of regexes or {{pattern, action}} entries, got {entries!r}", field=field)
     cleaned = []
     for n, entry in enumerate(entries):
         where = f"{field}[{n}]"
         if isinstance(entry, str):
             entry = {"pattern": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("pattern"), str) or not entry["pattern"]:
-            raise PolicyError(f"{where} must be a regex or a mapping with a 'pattern' string, got {entry!r}")
+            raise BadPolicy(f"{where} must be a regex or a mapping with a 'pattern' string, got {entry!r}", field=where)
         _text(where, entry["pattern"])
         unknown = set(entry) - {"pattern", "action", "probation"}
         if unknown:
-            raise PolicyError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+            raise BadPolicy(f"{where} has unknown keys: {', '.join(sorted(unknown))}", field=where)
         action = entry.get("action", DEFAULT_ACTION[field])
         if action not in PatternAction.values:
-            raise PolicyError(f"{where}.action must be one of {', '.join(PatternAction.values)}, got {action!r}")
+            raise BadPolicy(f"{where}.action must be one of {', '.join(PatternAction.values)}, got {action!r}", field=where)
         probation = entry.get("probation", False)
         if not isinstance(probation, bool):
-            raise PolicyError(f"{where}.probation must be true or false, got {probation!r}")
+            raise BadPolicy(f"{where}.probation must be true or false, got {probation!r}", field=where)
         try:
             compile_patterns((entry["pattern"],))
         except ValueError as exc:
-            raise PolicyError(f"{where}: {exc}") from None
+            raise BadPolicy(f"{where}: {exc}", field=where) from None
         cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
     return cleaned
 
@@ -87,19 +84,19 @@ def clean_patterns(field: str, entries) -> list[dict]:
 def clean_policy(data) -> dict:
     """Validate one policy definition and return the model's field values."""
     if not isinstance(data, dict):
-        raise PolicyError(f"a policy must be a mapping of fields, got {data!r}")
+        raise BadPolicy(f"a policy must be a mapping of fields, got {data!r}")
     for field in REQUIRED_FIELDS:
         if field not in data:
-            raise PolicyError(f"missing field {field!r}")
+            raise BadPolicy(f"missing field {field!r}", field=field)
     unknown = set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS)
     if unknown:
-        raise PolicyError(f"unknown fields: {', '.join(sorted(unknown))}")
+        raise BadPolicy(f"unknown fields: {', '.join(sorted(unknown))}")
     if not isinstance(data["name"], str) or not data["name"].strip():
-        raise PolicyError(f"name must be a non-empty string, got {data['name']!r}")
+        raise BadPolicy(f"name must be a non-empty string, got {data['name']!r}", field="name")
     if data["backoff"] not in Backoff.values:
-        raise PolicyError(f"backoff must be one of {', '.join(Backoff.values)}, got {data['backoff']!r}")
+        raise BadPolicy(f"backoff must be one of {', '.join(Backoff.values)}, got {data['backoff']!r}", field="backoff")
     if not isinstance(data["same_resource_on_retry"], bool):
-        raise PolicyError(f"same_resource_on_retry must be true or false, got {data['same_resource_on_retry']!r}")
+        raise BadPolicy(f"same_resource_on_retry must be true or false, got {data['same_resource_on_retry']!r}", field="same_resource_on_retry")
     cleaned = {
         "name": _text("name", data["name"].strip()),
         "description": _text("description", str(data.get("description") or "")),
@@ -116,7 +113,7 @@ def clean_policy(data) -> dict:
         cleaned["probation_cooldown_seconds"] = _number(data, "probation_cooldown_seconds", minimum=1,
                                                             maximum=MAX_PROBATION_COOLDOWN_SECONDS, integer=True)
     if cleaned["max_delay_seconds"] < cleaned["initial_delay_seconds"]:
-        raise PolicyError("max_delay_seconds must be at least initial_delay_seconds")
+        raise BadPolicy("max_delay_seconds must be at least initial_delay_seconds", field="max_delay_seconds")
     if data.get("deadline_seconds") is not None:
         cleaned["deadline_seconds"] = float(_number(data, "deadline_seconds", minimum=1, maximum=MAX_DELAY_SECONDS))
     for field in ("retryable_error_patterns", "non_retryable_error_patterns"):
@@ -142,7 +139,7 @@ def retry_delay(*, backoff: str, attempt: int, initial: float, multiplier: float
         return capped
     if backoff == Backoff.EXPONENTIAL_JITTER:
         return (rng or random).uniform(0, capped)
-    raise PolicyError(f"unknown backoff {backoff!r}")
+    raise BadPolicy(f"unknown backoff {backoff!r}", field="backoff")
 
 
 @dataclass(frozen=True)

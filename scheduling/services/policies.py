@@ -40,7 +40,7 @@ def load_retry_policies(*, text: str, source: str, actor: str) -> list[RetryPoli
     Every refusal is a BadPolicy (code bad_policy) naming the source and the entry."""
     import yaml
 
-    from scheduling.policies import PolicyError, clean_policy
+    from scheduling.policies import clean_policy
 
     actor = name_of(actor, field="actor", what="who loads the policies")
     try:
@@ -54,8 +54,8 @@ def load_retry_policies(*, text: str, source: str, actor: str) -> list[RetryPoli
         label = f"policies[{n}]" + (f" ({entry['name']})" if isinstance(entry, dict) and "name" in entry else "")
         try:
             data = clean_policy(entry)
-        except PolicyError as exc:
-            raise BadPolicy(f"{source}: {label}: {exc}", source=source, entry=n) from None
+        except BadPolicy as exc:
+            raise BadPolicy(f"{source}: {label}: {exc}", source=source, entry=n, **exc.details) from None
         if data["name"] in names:
             raise BadPolicy(f"{source}: {label}: policy name {data['name']!r} appears twice", source=source, entry=n)
         names.add(data["name"])

@@ -2,7 +2,6 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
-
 from django.core.management import call_command
 from django.utils import timezone
 

@@ -6,8 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduling import services
+from scheduling.errors import BadPolicy
 from scheduling.models import RetryPolicy, RetryPolicyChange
-from scheduling.policies import PolicyError, clean_policy, judge, retry_delay
+from scheduling.policies import clean_policy, judge, retry_delay
 
 GOOD = {
     "name": "p", "max_attempts": 3, "backoff": "exponential", "initial_delay_seconds": 120, "multiplier": 2,
@@ -61,12 +62,12 @@ def test_a_valid_policy_is_normalised():
 
 @pytest.mark.parametrize("field", ["max_attempts", "backoff", "initial_delay_seconds", "retryable_error_patterns"])
 def test_a_missing_field_is_named(field):
-    with pytest.raises(PolicyError, match=f"missing field '{field}'"):
+    with pytest.raises(BadPolicy, match=f"missing field '{field}'"):
         clean_policy({k: v for k, v in GOOD.items() if k != field})
 
 
 def test_a_bad_regex_is_named_with_its_place():
-    with pytest.raises(PolicyError, match=r"retryable_error_patterns\[1\]: invalid error pattern '\(oops'"):
+    with pytest.raises(BadPolicy, match=r"retryable_error_patterns\[1\]: invalid error pattern '\(oops'"):
         clean_policy({**GOOD, "retryable_error_patterns": ["ok", "(oops"]})
 
 
@@ -79,7 +80,7 @@ def test_a_bad_regex_is_named_with_its_place():
     ({"colour": "blue"}, "unknown fields: colour"),
 ])
 def test_bad_values_are_refused_with_the_field_named(change, message):
-    with pytest.raises(PolicyError, match=message):
+    with pytest.raises(BadPolicy, match=message):
         clean_policy({**GOOD, **change})
 
 
@@ -113,7 +114,7 @@ def test_reloading_an_unchanged_file_records_nothing(db):
 
 def test_a_bad_policy_anywhere_loads_nothing(db):
     bad = {k: v for k, v in GOOD.items() if k != "max_attempts"} | {"name": "broken"}
-    with pytest.raises(PolicyError, match=r"t.yaml: policies\[1\] \(broken\): missing field 'max_attempts'"):
+    with pytest.raises(BadPolicy, match=r"t.yaml: policies\[1\] \(broken\): missing field 'max_attempts'"):
         services.load_retry_policies(text=document(GOOD, bad), source="t.yaml", actor="loader")
     assert not RetryPolicy.objects.exists()
 
@@ -160,12 +161,12 @@ DAY = 24 * 3600
     ("probation_cooldown_seconds", 2**31),
 ])
 def test_a_number_that_is_not_finite_or_too_large_is_refused_with_its_field_named(field, value):
-    with pytest.raises(PolicyError, match=f"^{field} must be"):
+    with pytest.raises(BadPolicy, match=f"^{field} must be"):
         clean_policy({**GOOD, field: value})
 
 
 def test_an_infinite_delay_in_the_yaml_file_is_refused_with_its_place(db):
-    with pytest.raises(PolicyError, match=r"t.yaml: policies\[0\] \(p\): max_delay_seconds must be"):
+    with pytest.raises(BadPolicy, match=r"t.yaml: policies\[0\] \(p\): max_delay_seconds must be"):
         services.load_retry_policies(text=document({**GOOD, "max_delay_seconds": float("inf")}), source="t.yaml",
                                      actor="loader")
     assert not RetryPolicy.objects.exists()
@@ -177,7 +178,7 @@ def test_an_infinite_delay_in_the_yaml_file_is_refused_with_its_place(db):
     ({"retryable_error_patterns": ["time\x00out"]}, r"retryable_error_patterns\[0\]"),
 ])
 def test_a_nul_character_postgresql_cannot_store_is_refused_with_its_field_named(change, field):
-    with pytest.raises(PolicyError, match=f"^{field}"):
+    with pytest.raises(BadPolicy, match=f"^{field}"):
         clean_policy({**GOOD, **change})
 
 
