@@ -1,12 +1,14 @@
 """Reads of tasks shared by the services, the console, the API and telemetry. No writes here."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from resources.classification import compile_patterns
 from resources.models import Resource
+from resources.selectors import recently_failed
 from retryops.jsonsafe import clean_text
 from scheduling.choices import (
     TERMINAL_STATES,
@@ -15,7 +17,7 @@ from scheduling.choices import (
     TaskState,
 )
 from scheduling.errors import BadInput, UnknownPolicy
-from scheduling.models import Attempt, RetryPolicy, Task
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
 
 
 def _resource_id(resource: Resource | int) -> int:
@@ -83,3 +85,25 @@ def lost_attempts() -> list[Attempt]:
     running = Attempt.objects.filter(outcome=AttemptOutcome.RUNNING, task__state=TaskState.RUNNING).select_related(
         "resource")
     return [a for a in running if a.resource is None or a.resource.lease_token != a.lease_token]
+
+
+def failed_first_candidates(*, config: BatchConfig, now: datetime) -> list[Resource]:
+    """What a failed-first batch tick tries first: the pool's recently failed, retryable resources,
+    newest failure first, whose last failure matches the config's patterns (any, when it has
+    none); up to a few times what a tick needs, so that those taken meanwhile can be skipped. A
+    resource a waiting task is pinned to (its retry is meant to run there, after a swept hold or
+    a lost worker) is not a candidate."""
+    wanted = config.tasks_per_tick * 5
+    recent = recently_failed(pool=config.pool_id, since=now - timedelta(seconds=config.recent_window_seconds)).exclude(
+        Exists(waiting_pinned_to(OuterRef("pk"))))
+    patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
+    if not patterns:
+        return list(recent[:wanted])
+    # Python's regexes, as the admin validated them; the window bounds the scan.
+    matching = []
+    for resource in recent.iterator(chunk_size=500):
+        if any(p.search(resource.last_failure_reason) for p in patterns):
+            matching.append(resource)
+            if len(matching) >= wanted:
+                break
+    return matching

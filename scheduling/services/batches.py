@@ -2,19 +2,16 @@
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from resources.choices import FailureCategory, ResourceState
 from resources.errors import PoolExhausted, ResourceUnavailable
-from resources.models import Resource
 from retryops.errors import DomainError
 from retryops.jsonsafe import clean_text
 from scheduling.models import BatchConfig, Task
-from scheduling.selectors import waiting_pinned_to
+from scheduling.selectors import failed_first_candidates
 from scheduling.services.tasks import start_task
 
 log = logging.getLogger(__name__)
@@ -28,38 +25,13 @@ class BatchTicks:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-def _recent_failed_candidates(config: BatchConfig, now: datetime) -> list[Resource]:
-    """Recently failed, retryable resources of the pool, newest failure first, whose last failure
-    matches the config's patterns (any, when it has none): up to a few times what a tick needs,
-    so that those taken meanwhile can be skipped. A resource a waiting task is pinned to (its
-    retry is meant to run there, after a swept hold or a lost worker) is not a candidate."""
-    from resources.classification import compile_patterns
-
-    wanted = config.tasks_per_tick * 5
-    recent = Resource.objects.filter(
-        pool_id=config.pool_id, state=ResourceState.FAILED, last_failure_category=FailureCategory.RETRYABLE,
-        last_failure_at__gte=now - timedelta(seconds=config.recent_window_seconds),
-    ).exclude(Exists(waiting_pinned_to(OuterRef("pk")))).order_by("-last_failure_at")
-    patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
-    if not patterns:
-        return list(recent[:wanted])
-    # Python's regexes, as the admin validated them; the window bounds the scan.
-    matching = []
-    for resource in recent.iterator(chunk_size=500):
-        if any(p.search(resource.last_failure_reason) for p in patterns):
-            matching.append(resource)
-            if len(matching) >= wanted:
-                break
-    return matching
-
-
 def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]:
     """One tick of a batch config: start up to tasks_per_tick tasks, each on a resource claimed
     now. With retry_failed_first, recently failed retryable resources go first; quarantined ones
     never."""
     now = now or timezone.now()
     started: list[Task] = []
-    candidates = _recent_failed_candidates(config, now) if config.retry_failed_first else []
+    candidates = failed_first_candidates(config=config, now=now) if config.retry_failed_first else []
     common = {"flow": config.flow, "pool_name": config.pool_id, "payload": config.payload, "policy": config.policy,
               "created_by": f"batch {config.name}"}
     while len(started) < config.tasks_per_tick and candidates:

@@ -3,13 +3,12 @@
 import logging
 from datetime import datetime
 
-from django.utils import timezone
-
 from resources import services as pool
-from resources.choices import FailureCategory, ResourceState
+from resources.choices import FailureCategory
 from resources.classification import Classification
-from resources.errors import LeaseMismatch, ResourceError
-from resources.models import Resource
+from resources.errors import LeaseMismatch, ResourceNotFound
+from resources.selectors import due_for_probe
+from retryops.errors import DomainError
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
@@ -30,7 +29,7 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
     try:
         pool.end_probe(resource=attempt.resource_id, lease_token=attempt.lease_token, succeeded=error is None,
                        error=error, actor=task.holder)
-    except LeaseMismatch as exc:
+    except (LeaseMismatch, ResourceNotFound) as exc:
         log.warning("probe %s ended without its lease: %s", attempt, exc)
     task.held_lease_token = None
     if error is None:
@@ -48,16 +47,16 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
 def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]:
     """Start one probe task for every quarantined resource whose probation cooldown is over,
     with the flow, payload and policy of the last task that ran on it."""
-    now = now or timezone.now()
-    due = Resource.objects.filter(state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit]
     probes = []
-    for resource in due:
+    for resource in due_for_probe(now=now, limit=limit):
         last = last_task_on(resource)
         if last is None:
             continue
         try:
             probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
                                      policy=last.policy, created_by="probation", resource=resource, probe=True))
-        except ResourceError as exc:
-            log.info("no probe for resource %s: %s", resource.pk, exc)
+        except DomainError as exc:  # taken meanwhile, its flow or policy gone: the others still get theirs
+            log.warning("no probe for resource %s (last task %s): %s", resource.pk, last.pk, exc)
+        except Exception:  # one bad row must not stop the rest
+            log.exception("no probe for resource %s (last task %s)", resource.pk, last.pk)
     return probes
