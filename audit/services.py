@@ -28,6 +28,8 @@ class Target:
 def target_of(obj: models.Model | Target) -> Target:
     """The target of a model instance: its model as app_label.model_name, its pk, its str()."""
     if isinstance(obj, Target):
+        if not str(obj.type).strip() or not str(obj.id).strip():
+            raise AuditError(f"a target needs a type and an id, got {obj!r}", code="bad_input", field="target")
         return obj
     if isinstance(obj, models.Model):
         if obj.pk is None:

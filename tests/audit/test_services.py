@@ -96,6 +96,12 @@ def test_an_unsaved_target_is_refused(pool):
     assert error.value.details["field"] == "target"
 
 
+def test_a_target_without_a_type_or_id_is_refused_before_the_database_would(db):
+    with pytest.raises(AuditError, match="needs a type and an id") as error:
+        record_audit(action="policy.change", target=Target(type="scheduling.retrypolicy", id=""))
+    assert error.value.details["field"] == "target"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_nothing_is_recorded(alice):
     with pytest.raises(AuditError) as error:
