@@ -1,0 +1,39 @@
+"""The audit log's vocabulary: through which door an action came, and which actions are audited."""
+
+from django.db import models
+
+
+class Channel(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    API = "api", "API"
+    COMMAND = "command", "Management command"
+    SYSTEM = "system", "System"
+
+
+class AuditAction(models.TextChoices):
+    """Every operator action the audit log knows, as "<noun>.<verb>". One list, so the admin can
+    filter by action without a DISTINCT over the table, and a typo fails in the first test that
+    records it. The field itself carries no choices: adding an action here needs no migration.
+    Workers' routine claims and releases are not here: they belong to the resource timeline."""
+
+    # resources
+    POOL_CREATE = "pool.create", "Pool created"
+    POOL_CHANGE = "pool.change", "Pool changed"
+    RESOURCE_CREATE = "resource.create", "Resource created"
+    RESOURCE_CHANGE = "resource.change", "Resource changed"
+    RESOURCE_RESET = "resource.reset", "Resource reset"
+    RESOURCE_QUARANTINE = "resource.quarantine", "Resource quarantined"
+    RESOURCE_UNQUARANTINE = "resource.unquarantine", "Resource released from quarantine"
+    RESOURCE_RETRY = "resource.retry", "Resource retried (strict task)"
+    # scheduling
+    TASK_START = "task.start", "Task started"
+    TASK_CANCEL = "task.cancel", "Task cancelled"
+    TASK_RUN_NOW = "task.run_now", "Task run now"
+    POLICY_CREATE = "policy.create", "Retry policy created"
+    POLICY_CHANGE = "policy.change", "Retry policy changed"
+    BATCH_CREATE = "batch.create", "Batch config created"
+    BATCH_CHANGE = "batch.change", "Batch config changed"
+    # compensation
+    DEAD_LETTER_REPLAY = "dead_letter.replay", "Dead letter replayed"
+    WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
+    RUNBOOK_RUN = "runbook.run", "Runbook action run"

@@ -1,0 +1,93 @@
+"""Who is acting, through which channel, in which request: set once at the door (the middleware,
+AuditedCommand, a job's `acting_as`), read by record_audit, so services take no extra arguments.
+
+A ContextVar rather than a thread-local: each thread and each asyncio task sees its own value,
+and `acting_as` puts the previous one back even when the body raises.
+"""
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from audit.choices import Channel
+from audit.errors import AuditError
+from retryops.jsonsafe import clean_text
+
+SYSTEM_ACTOR = "system"
+MAX_ACTOR_LENGTH = 200
+MAX_REQUEST_ID_LENGTH = 100
+# What we accept from a client's X-Request-ID: a token a log search can match exactly. Anything
+# else (spaces, control characters, a novel) is replaced by our own id rather than stored.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,%d}" % MAX_REQUEST_ID_LENGTH)
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """The actor, channel and request id that audit entries written now are attributed to."""
+
+    channel: str
+    request_id: str
+    # A callable for web requests: an API view authenticates (token, basic) after the middleware
+    # has run, so the user is read when the entry is written, not when the request came in.
+    actor_source: str | Callable[[], str]
+
+    @property
+    def actor(self) -> str:
+        source = self.actor_source
+        return clean_actor(source() if callable(source) else source)
+
+
+_SYSTEM = AuditContext(channel=Channel.SYSTEM, request_id="", actor_source=SYSTEM_ACTOR)
+_current: ContextVar[AuditContext] = ContextVar("retryops_audit_context", default=_SYSTEM)
+
+
+def current() -> AuditContext:
+    """The context in force; "system" on the system channel when nobody set one."""
+    return _current.get()
+
+
+def clean_actor(actor: str) -> str:
+    """An actor name a text column holds: trimmed, NUL-free, at most MAX_ACTOR_LENGTH; empty is "system"."""
+    text = clean_text(str(actor)).strip()
+    return text[:MAX_ACTOR_LENGTH] or SYSTEM_ACTOR
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def accepted_request_id(value: str | None) -> str | None:
+    """`value` if it is usable as a request id, else None (the caller makes a new one)."""
+    if value and _REQUEST_ID.fullmatch(value):
+        return value
+    return None
+
+
+def checked_channel(channel: str) -> str:
+    """`channel` if it is one of Channel, else AuditError."""
+    if channel not in Channel.values:
+        raise AuditError(f"channel must be one of {', '.join(Channel.values)}, got {channel!r}",
+                         code="bad_input", field="channel")
+    return channel
+
+
+@contextmanager
+def acting_as(*, actor: str | Callable[[], str], channel: str,
+              request_id: str | None = None) -> Iterator[AuditContext]:
+    """Attribute the audit entries written inside to `actor` on `channel`. Without a request id a
+    new one is made, so every entry of one job or command run shares it."""
+    if not callable(actor) and (not isinstance(actor, str) or not actor.strip()):
+        raise AuditError("actor must name who acts (a user name, a command, a job)", code="bad_input", field="actor")
+    if request_id is not None and accepted_request_id(request_id) is None:
+        raise AuditError(f"request id {request_id!r} is not a token of at most {MAX_REQUEST_ID_LENGTH} characters",
+                         code="bad_input", field="request_id")
+    context = AuditContext(channel=checked_channel(channel), request_id=request_id or new_request_id(),
+                           actor_source=actor)
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)
