@@ -158,3 +158,13 @@ def test_server_side_binding_behind_a_transaction_pooler_is_refused():
                               "DB_TRANSACTION_POOLER": "true", "DB_SERVER_SIDE_BINDING": "true"})
     assert run.returncode != 0
     assert "DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true" in run.stderr
+
+
+@pytest.mark.django_db
+def test_up_keeps_a_policy_edited_in_the_admin_and_says_so():
+    call_command("up", no_serve=True, no_demo=True, stdout=StringIO())
+    RetryPolicy.objects.filter(name="default").update(max_attempts=9)  # as the admin would
+    out = StringIO()
+    call_command("up", no_serve=True, no_demo=True, stdout=out)
+    assert RetryPolicy.objects.get(name="default").max_attempts == 9
+    assert "existing ones were left as they are" in out.getvalue()

@@ -35,9 +35,11 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
     return policy
 
 
-def load_retry_policies(*, text: str, source: str, actor: str) -> list[RetryPolicy]:
+def load_retry_policies(*, text: str, source: str, actor: str, only_missing: bool = False) -> list[RetryPolicy]:
     """Load every policy of a YAML document, all or none: a bad field anywhere loads nothing.
-    Every refusal is a BadPolicy (code bad_policy) naming the source and the entry."""
+    Every refusal is a BadPolicy (code bad_policy) naming the source and the entry. With
+    `only_missing`, policies that exist already are left as they are (the admin may have edited
+    them since); the whole document is still checked. Returns the policies it saved."""
     import yaml
 
     from scheduling.policies import clean_policy
@@ -61,4 +63,7 @@ def load_retry_policies(*, text: str, source: str, actor: str) -> list[RetryPoli
         names.add(data["name"])
         cleaned.append(data)
     with transaction.atomic():
+        if only_missing:
+            existing = set(RetryPolicy.objects.select_for_update().filter(name__in=names).values_list("name", flat=True))
+            cleaned = [data for data in cleaned if data["name"] not in existing]
         return [save_retry_policy(data=data, actor=actor) for data in cleaned]

@@ -5,7 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from scheduling.models import BatchConfig, Task
+from scheduling.models import BatchConfig, RetryPolicy, Task
 from tests.factories import ResourceFactory
 from tests.scheduling.helpers import work
 
@@ -73,3 +73,24 @@ def test_load_retry_policies_names_the_bad_field(tmp_path):
     path.write_text("policies:\n  - name: broken\n", encoding="utf-8")
     with pytest.raises(CommandError, match=r"policies\[0\] \(broken\): missing field"):
         call_command("load_retry_policies", str(path))
+
+
+def policies_yaml(*names: str) -> str:
+    entries = "".join(
+        f"  - {{name: {name}, max_attempts: 3, backoff: fixed, initial_delay_seconds: 1, multiplier: 1,"
+        f" max_delay_seconds: 1, retryable_error_patterns: [], non_retryable_error_patterns: [],"
+        f" same_resource_on_retry: true}}\n" for name in names)
+    return f"policies:\n{entries}"
+
+
+def test_load_retry_policies_only_missing_adds_new_policies_and_leaves_edited_ones(db, tmp_path):
+    path = tmp_path / "policies.yaml"
+    path.write_text(policies_yaml("a"))
+    call_command("load_retry_policies", str(path), stdout=StringIO())
+    RetryPolicy.objects.filter(name="a").update(max_attempts=9)
+    path.write_text(policies_yaml("a", "b"))
+    out = StringIO()
+    call_command("load_retry_policies", str(path), only_missing=True, stdout=out)
+    assert RetryPolicy.objects.get(name="a").max_attempts == 9
+    assert RetryPolicy.objects.filter(name="b").exists()
+    assert "1 missing retry policies added: b" in out.getvalue()

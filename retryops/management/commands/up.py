@@ -30,7 +30,8 @@ class Command(BaseCommand):
     def handle(self, *args, addrport, no_serve, no_demo, **options):
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("database migrated")
-        call_command("load_retry_policies", stdout=self.stdout)
+        # Only the missing ones: a policy edited in the admin must survive a restart.
+        call_command("load_retry_policies", only_missing=True, stdout=self.stdout)
         if not no_demo:
             self.ensure_demo()
         self.ensure_admin()
