@@ -53,7 +53,7 @@ def ensure_pool(name: str, size: int) -> ResourcePool:
             cursor.execute(f"ANALYZE {Resource._meta.db_table}")
     # A previous run that was interrupted may have left leases behind.
     Resource.objects.filter(pool=pool).exclude(state="available").update(
-        state="available", lease_token=None, lease_holder="", leased_at=None, leased_until=None
+        state="available", lease_token=None, lease_kind="", lease_holder="", leased_at=None, leased_until=None
     )
     return pool
 
@@ -64,13 +64,13 @@ def services_pair(pool_id: int, holder: str) -> None:
 
 
 RAW_CLAIM = f"""
-    UPDATE {Resource._meta.db_table} SET state = 'in_use', lease_token = %s, lease_holder = %s,
+    UPDATE {Resource._meta.db_table} SET state = 'in_use', lease_token = %s, lease_kind = 'use', lease_holder = %s,
         leased_at = now(), leased_until = now() + interval '600 seconds'
     WHERE id = (SELECT id FROM {Resource._meta.db_table} WHERE pool_id = %s AND state = 'available'
                 LIMIT 1 FOR UPDATE SKIP LOCKED)
     RETURNING id"""
 RAW_RELEASE = f"""
-    UPDATE {Resource._meta.db_table} SET state = 'available', lease_token = NULL, lease_holder = '',
+    UPDATE {Resource._meta.db_table} SET state = 'available', lease_token = NULL, lease_kind = '', lease_holder = '',
         leased_at = NULL, leased_until = NULL, success_count = success_count + 1
     WHERE id = %s AND lease_token = %s"""
 
@@ -93,13 +93,14 @@ def orm_pair(pool_id: int, holder: str) -> None:
         if resource is None:
             return
         resource.state, resource.lease_token, resource.lease_holder = "in_use", uuid.uuid4(), holder
+        resource.lease_kind = "use"
         resource.leased_at = timezone.now()
         resource.leased_until = resource.leased_at + timezone.timedelta(seconds=600)
         resource.save()
     token = resource.lease_token
     with transaction.atomic():
         resource = Resource.objects.select_for_update().get(pk=resource.pk, lease_token=token)
-        resource.state, resource.lease_token, resource.lease_holder = "available", None, ""
+        resource.state, resource.lease_token, resource.lease_holder, resource.lease_kind = "available", None, "", ""
         resource.leased_at = resource.leased_until = None
         resource.success_count += 1
         resource.save()
