@@ -1,5 +1,6 @@
-"""Plain admin for pools and resources. State changes go through resources.services only, so
-every state and statistics field is read-only here; the operator console is a later issue."""
+"""Plain admin for pools and resources. Every write goes through resources.services (which also
+writes its audit entry), so every state and statistics field is read-only here; the operator
+console is a later issue."""
 
 from django import forms
 from django.contrib import admin
@@ -18,12 +19,11 @@ _STATE_FIELDS = (
 )
 
 
-def save_edited_fields(obj, form) -> None:
-    """Write only what the operator typed in. The row may have changed since the admin read it
-    (a claim, a release, a sweep), and a whole-row save would put the old state and lease back."""
-    edited = [name for name in form.changed_data if name in form.fields]
-    if edited:
-        obj.save(update_fields=edited)
+def edited_fields(form) -> dict:
+    """Only what the operator typed in, for a service that writes just those fields: the row may
+    have changed since the admin read it (a claim, a release, a sweep, a tick), and writing the
+    whole form back would put the old values back."""
+    return {name: form.cleaned_data[name] for name in form.changed_data if name in form.fields}
 
 
 def storable_json_object(value, *, name: str) -> dict:
@@ -56,11 +56,13 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     readonly_fields = ("created_at",)
 
     def save_model(self, request, obj, form, change):
+        actor = request.user.get_username()
         if change:
-            save_edited_fields(obj, form)
+            services.change_pool(pool=obj.pk, actor=actor, **edited_fields(form))
             return
         created = services.create_pool(name=obj.name, resource_noun=obj.resource_noun, lease_seconds=obj.lease_seconds,
-                                       consume_on_success=obj.consume_on_success, description=obj.description)
+                                       consume_on_success=obj.consume_on_success, description=obj.description,
+                                       actor=actor)
         obj.pk, obj.created_at = created.pk, created.created_at
 
 
@@ -96,9 +98,10 @@ class ResourceAdmin(admin.ModelAdmin):
         return ["pool", "key", "label", "attributes", *_STATE_FIELDS] if obj else ["pool", "key", "label", "attributes"]
 
     def save_model(self, request, obj, form, change):
+        actor = request.user.get_username()
         if change:
-            save_edited_fields(obj, form)
+            services.change_resource(resource=obj.pk, actor=actor, **edited_fields(form))
             return
-        [created] = services.add_resources(pool=obj.pool, resources=[
+        [created] = services.add_resources(pool=obj.pool, actor=actor, resources=[
             {"key": obj.key, "label": obj.label, "attributes": obj.attributes}])
         obj.pk, obj.created_at = created.pk, created.created_at

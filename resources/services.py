@@ -20,6 +20,8 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit
 from resources import sql
 from resources.choices import EventKind, FailureCategory, LeaseKind, Outcome, ResourceState
 from resources.classification import Classification, classify, error_text
@@ -458,8 +460,10 @@ def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", categ
                                  lease_token=lease_token, details=details or {})
 
 
-def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
-    """Make a failed or consumed resource available again. Counters, reasons and history stay."""
+def reset(*, resource: Resource | int, actor: str, reason: str = "", audit: bool = True) -> Resource:
+    """Make a failed or consumed resource available again. Counters, reasons and history stay.
+    `audit=False` is for a service whose own operator action includes the reset (retry_resource
+    records one RESOURCE_RETRY entry, not a reset besides it)."""
     actor, reason = _actor(actor), _reason(reason)
     allowed = (ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
@@ -468,6 +472,9 @@ def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource
         current.state = ResourceState.AVAILABLE
         current.save(update_fields=["state"])
         _event(current, EventKind.RESET, actor=actor, reason=reason, details={"from": previous})
+        if audit:
+            record_audit(action=AuditAction.RESOURCE_RESET, target=current, before={"state": previous},
+                         after={"state": current.state}, reason=reason, actor=actor)
     return current
 
 
@@ -477,11 +484,17 @@ def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource
     allowed = (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
         current = _locked_in(resource, "quarantine", allowed)
+        before = {"state": current.state, "quarantine_reason": current.quarantine_reason,
+                  "quarantined_at": current.quarantined_at}
         current.state = ResourceState.QUARANTINED
         current.quarantine_reason = reason
         current.quarantined_at = timezone.now()
         current.save(update_fields=["state", "quarantine_reason", "quarantined_at"])
         _event(current, EventKind.QUARANTINED, actor=actor, reason=current.quarantine_reason)
+        record_audit(action=AuditAction.RESOURCE_QUARANTINE, target=current, before=before,
+                     after={"state": current.state, "quarantine_reason": reason,
+                            "quarantined_at": current.quarantined_at},
+                     reason=reason, actor=actor)
     return current
 
 
@@ -492,6 +505,9 @@ def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> R
     with transaction.atomic():
         current = _locked_in(resource, "unquarantine", allowed)
         previous = current.quarantine_reason
+        before = {"state": current.state, "quarantine_reason": previous, "quarantined_at": current.quarantined_at,
+                  "probe_after": current.probe_after,
+                  "probation_cooldown_seconds": current.probation_cooldown_seconds}
         current.state = ResourceState.AVAILABLE
         current.quarantine_reason = ""
         current.quarantined_at = current.probe_after = None
@@ -499,6 +515,10 @@ def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> R
         current.save(update_fields=["state", "quarantine_reason", "quarantined_at", "probe_after",
                                     "probation_cooldown_seconds"])
         _event(current, EventKind.UNQUARANTINED, actor=actor, reason=reason, details={"quarantine_reason": previous})
+        record_audit(action=AuditAction.RESOURCE_UNQUARANTINE, target=current, before=before,
+                     after={"state": current.state, "quarantine_reason": "", "quarantined_at": None,
+                            "probe_after": None, "probation_cooldown_seconds": 0},
+                     reason=reason, actor=actor)
     return current
 
 
@@ -523,29 +543,101 @@ def _unique_violation(exc: IntegrityError) -> str | None:
     return getattr(diag, "constraint_name", None) if getattr(exc.__cause__, "sqlstate", None) == "23505" else None
 
 
-def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
-                consume_on_success: bool = False, description: str = "") -> ResourcePool:
-    """A new, empty pool; a taken name (also by a create running at the same time) is bad input naming it."""
+def _pool_name(name) -> str:
     name = _text(name, field="name", max_length=ResourcePool._meta.get_field("name").max_length, required=True)
     try:
         validate_slug(name)
     except ValidationError:
         raise InvalidInput(f"pool name {name!r} must be letters, digits, hyphens or underscores", field="name") from None
+    return name
+
+
+def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_on_success=None,
+                 description=None) -> dict:
+    """The given pool fields, checked; None leaves a field out."""
     fields = {
-        "name": name,
-        "resource_noun": _text(resource_noun, field="resource_noun", required=True,
-                               max_length=ResourcePool._meta.get_field("resource_noun").max_length),
-        "lease_seconds": _whole(lease_seconds, field="lease_seconds"),
-        "consume_on_success": bool(consume_on_success),
-        "description": _text(description, field="description"),
+        "name": None if name is None else _pool_name(name),
+        "resource_noun": None if resource_noun is None else _text(
+            resource_noun, field="resource_noun", required=True,
+            max_length=ResourcePool._meta.get_field("resource_noun").max_length),
+        "lease_seconds": None if lease_seconds is None else _whole(lease_seconds, field="lease_seconds"),
+        "consume_on_success": None if consume_on_success is None else bool(consume_on_success),
+        "description": None if description is None else _text(description, field="description"),
     }
+    return {field: value for field, value in fields.items() if value is not None}
+
+
+def _name_taken(name: str) -> InvalidInput:
+    return InvalidInput(f"a resource pool named {name!r} exists already", field="name")
+
+
+def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
+                consume_on_success: bool = False, description: str = "", actor: str | None = None) -> ResourcePool:
+    """A new, empty pool; a taken name (also by a create running at the same time) is bad input naming it.
+    `actor` names who creates it in the audit log (default: the audit context's actor)."""
+    actor = actor and _actor(actor)
+    fields = _pool_fields(name=name, resource_noun=resource_noun, lease_seconds=lease_seconds,
+                          consume_on_success=consume_on_success, description=description)
     try:
         with transaction.atomic():
-            return ResourcePool.objects.create(**fields)
+            created = ResourcePool.objects.create(**fields)
+            record_audit(action=AuditAction.POOL_CREATE, target=created, before=None, after=fields,
+                         actor=actor or None)
+            return created
     except IntegrityError as exc:
         if _unique_violation(exc) is None:
             raise
-        raise InvalidInput(f"a resource pool named {name!r} exists already", field="name") from None
+        raise _name_taken(fields["name"]) from None
+
+
+def _write_changes(row, changes: dict, *, action: str, actor: str) -> None:
+    """Write the fields of `changes` that differ from the (locked) row, and their audit entry with
+    the before and after of just those; nothing at all when none differs."""
+    edited = {field: value for field, value in changes.items() if getattr(row, field) != value}
+    if not edited:
+        return
+    before = {field: getattr(row, field) for field in edited}
+    for field, value in edited.items():
+        setattr(row, field, value)
+    row.save(update_fields=list(edited))
+    record_audit(action=action, target=row, before=before, after=edited, actor=actor)
+
+
+def change_resource(*, resource: Resource | int, actor: str, label: str | None = None,
+                    attributes: dict | None = None) -> Resource:
+    """Edit what an operator may edit of a resource: its label and attributes (None: leave it).
+    Under the row's lock and with update_fields, so a claim or release landing meanwhile keeps
+    its state and lease; state and statistics change only through the other services."""
+    actor = _actor(actor)
+    changes = {}
+    if label is not None:
+        changes["label"] = _text(label, field="label", max_length=Resource._meta.get_field("label").max_length)
+    if attributes is not None:
+        _json(attributes, field="attributes")
+        changes["attributes"] = attributes
+    with transaction.atomic():
+        current = _locked(resource)
+        _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
+    return current
+
+
+def change_pool(*, pool: ResourcePool | int | str, actor: str, name: str | None = None,
+                resource_noun: str | None = None, lease_seconds: int | None = None,
+                consume_on_success: bool | None = None, description: str | None = None) -> ResourcePool:
+    """Edit a pool's settings (None: leave it), writing only what changed, under the row's lock."""
+    actor = _actor(actor)
+    changes = _pool_fields(name=name, resource_noun=resource_noun, lease_seconds=lease_seconds,
+                           consume_on_success=consume_on_success, description=description)
+    pool_id = get_pool(pool).pk
+    try:
+        with transaction.atomic():
+            current = ResourcePool.objects.select_for_update().get(pk=pool_id)
+            _write_changes(current, changes, action=AuditAction.POOL_CHANGE, actor=actor)
+    except IntegrityError as exc:
+        if _unique_violation(exc) is None:
+            raise
+        raise _name_taken(changes["name"]) from None
+    return current
 
 
 def _resource_fields(item, n: int) -> dict:
@@ -570,13 +662,18 @@ def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> I
     return InvalidInput("; ".join(problems), field="key", taken=taken, repeated=repeated)
 
 
-def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> list[Resource]:
+def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
+                  actor: str | None = None) -> list[Resource]:
     """Add resources ({"key", "label", "attributes"}) to a pool, all or none; duplicate keys are
-    named, also those another add running at the same time took first."""
+    named, also those another add running at the same time took first. One audit entry for the
+    whole add, on the pool, with the keys (`actor`: default, the audit context's actor)."""
+    actor = actor and _actor(actor)
     target = get_pool(pool)
     if not isinstance(resources, (list, tuple)):
         raise InvalidInput("resources must be a list of objects", field="resources")
     rows = [_resource_fields(item, n) for n, item in enumerate(resources)]
+    if not rows:
+        return []
     keys = [row["key"] for row in rows]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     problem = _keys_taken(target, keys, repeated)
@@ -584,7 +681,12 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict]) -> l
         raise problem
     try:
         with transaction.atomic():
-            return Resource.objects.bulk_create(Resource(pool=target, **row) for row in rows)
+            created = Resource.objects.bulk_create(Resource(pool=target, **row) for row in rows)
+            # One operator action, one entry: adding 50 resources at once is one add, and the pool
+            # is what changed (its membership). A resource's own history starts at its first event.
+            record_audit(action=AuditAction.RESOURCE_CREATE, target=target, before=None,
+                         after={"count": len(created), "keys": keys}, actor=actor or None)
+            return created
     except IntegrityError as exc:
         if _unique_violation(exc) != "resource_key_unique_in_pool":
             raise

@@ -10,7 +10,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
-from resources.admin import save_edited_fields, storable_json_object
+from resources.admin import edited_fields, storable_json_object
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.errors import BadPolicy
@@ -178,7 +178,7 @@ class BatchConfigForm(forms.ModelForm):
     class Meta:
         model = BatchConfig
         fields = "__all__"
-        exclude = ["last_tick_at"]
+        exclude = ["last_tick_at", "last_error"]  # the ticks' own
 
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.
@@ -211,9 +211,10 @@ class BatchConfigAdmin(admin.ModelAdmin):
                     "recent_window_seconds", "last_tick_at")
     list_filter = ("enabled", "retry_failed_first")
     list_select_related = ("pool", "policy")
+    readonly_fields = ("last_tick_at", "last_error")
 
     def save_model(self, request, obj, form, change):
-        if change:
-            save_edited_fields(obj, form)  # a batch tick writes last_tick_at meanwhile
-        else:
-            obj.save()
+        # A batch tick writes last_tick_at meanwhile: a change writes only the fields typed in.
+        saved = services.save_batch_config(data=edited_fields(form) if change else dict(form.cleaned_data),
+                                           actor=request.user.get_username(), config=obj.pk if change else None)
+        obj.pk = saved.pk

@@ -14,7 +14,7 @@ One module per use case; the public names are re-exported here. Reads live in sc
 
 from scheduling.errors import TaskError
 from scheduling.services.attempts import StartedAttempt, begin_attempt, finish_attempt
-from scheduling.services.batches import BatchTicks, run_batch, run_batches
+from scheduling.services.batches import BatchTicks, run_batch, run_batches, save_batch_config
 from scheduling.services.events import claim_task_events
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import retry_resource
@@ -40,5 +40,5 @@ __all__ = [
     "ABANDONED_REASON", "BatchTicks", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
     "claim_task_events", "dispatch_waiting", "finish_attempt", "load_retry_policies", "parse_payload",
     "policy_snapshot", "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher",
-    "run_task_now", "save_retry_policy", "start_probes", "start_task",
+    "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
 ]

@@ -4,15 +4,23 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit
 from resources.errors import PoolExhausted, ResourceUnavailable
+from resources.selectors import get_pool
 from retryops.errors import DomainError
 from retryops.jsonsafe import clean_text
+from scheduling.errors import BadInput, BadPolicy, FlowNotFound
+from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, Task
-from scheduling.selectors import failed_first_candidates
-from scheduling.services.tasks import start_task
+from scheduling.policies import clean_patterns
+from scheduling.selectors import failed_first_candidates, get_policy
+from scheduling.services.tasks import name_of, parse_payload, start_task
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +40,9 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
     now = now or timezone.now()
     started: list[Task] = []
     candidates = failed_first_candidates(config=config, now=now) if config.retry_failed_first else []
+    # The system's own starts: no audit entry each (the operator's action was saving the config).
     common = {"flow": config.flow, "pool_name": config.pool_id, "payload": config.payload, "policy": config.policy,
-              "created_by": f"batch {config.name}"}
+              "created_by": f"batch {config.name}", "audit": False}
     while len(started) < config.tasks_per_tick and candidates:
         candidate = candidates.pop(0)
         try:
@@ -68,3 +77,118 @@ def run_batches(*, now: datetime | None = None) -> BatchTicks:
             ticks.failed[config.name] = message
             BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error=message)
     return ticks
+
+
+# What an operator sets on a batch config; last_tick_at and last_error are the ticks' own.
+BATCH_FIELDS = ("name", "pool", "flow", "policy", "payload", "enabled", "tasks_per_tick", "retry_failed_first",
+                "recent_window_seconds", "retryable_error_patterns")
+MAX_INTEGER = 2**31 - 1
+
+
+def _count(value, *, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INTEGER:
+        raise BadInput(f"{field} must be a whole number from {minimum} to {MAX_INTEGER}, got {value!r}", field=field)
+    return value
+
+
+def _fits(value: str, field: str) -> str:
+    limit = BatchConfig._meta.get_field(field).max_length
+    if len(value) > limit:
+        raise BadInput(f"{field} is {len(value)} characters long; at most {limit} fit", field=field)
+    return value
+
+
+def _batch_name(value) -> str:
+    name = _fits(name_of(value, field="name", what="the batch config"), "name")
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise BadInput(f"batch config name {name!r} must be letters, digits, hyphens or underscores",
+                       field="name") from None
+    return name
+
+
+def _batch_flow(value) -> str:
+    flow = _fits(name_of(value, field="flow", what="a flow"), "flow")
+    try:
+        get_flow(flow)
+    except UnknownFlow as exc:
+        raise FlowNotFound(str(exc), flow=flow) from None
+    return flow
+
+
+def _batch_patterns(value) -> list[str]:
+    field = "retryable_error_patterns"
+    if not isinstance(value, list) or not all(isinstance(pattern, str) for pattern in value):
+        raise BadPolicy(f"{field} must be a list of regexes, as strings, got {value!r}", field=field)
+    clean_patterns(field, value)
+    return value
+
+
+_BATCH_CHECKS = {
+    "name": _batch_name,
+    "pool": get_pool,
+    "flow": _batch_flow,
+    "policy": lambda value: get_policy(name_of(value, field="policy", what="a retry policy")
+                                       if not isinstance(value, models.Model) else value),
+    "payload": parse_payload,
+    "enabled": bool,
+    "tasks_per_tick": lambda value: _count(value, field="tasks_per_tick", minimum=1),
+    "retry_failed_first": bool,
+    "recent_window_seconds": lambda value: _count(value, field="recent_window_seconds", minimum=0),
+    "retryable_error_patterns": _batch_patterns,
+}
+
+
+def _batch_values(data: dict) -> dict:
+    if not isinstance(data, dict):
+        raise BadInput(f"data must be a mapping of batch config fields, got {type(data).__name__}", field="data")
+    unknown = sorted(set(data) - set(BATCH_FIELDS))
+    if unknown:
+        raise BadInput(f"not a field an operator sets on a batch config: {', '.join(unknown)}", field=unknown[0])
+    return {field: _BATCH_CHECKS[field](value) for field, value in data.items()}
+
+
+def _shown(value):
+    # A pool or policy by its name: what an operator reads in the audit log.
+    return str(value) if isinstance(value, models.Model) else value
+
+
+def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | None = None) -> BatchConfig:
+    """Create a batch config (`config` None: name, pool, flow and policy are required) or change
+    the fields of `data` on one, under its row lock and writing only what differs, so a tick
+    landing meanwhile keeps its last_tick_at. Records BATCH_CREATE or BATCH_CHANGE with the
+    fields before and after; a save that changes nothing records nothing."""
+    actor = name_of(actor, field="actor", what="who saves the batch config")
+    values = _batch_values(data)
+    try:
+        with transaction.atomic():
+            if config is None:
+                missing = [field for field in ("name", "pool", "flow", "policy") if field not in values]
+                if missing:
+                    raise BadInput(f"a new batch config needs {', '.join(missing)}", field=missing[0])
+                saved = BatchConfig.objects.create(**values)
+                record_audit(action=AuditAction.BATCH_CREATE, target=saved, before=None, actor=actor,
+                             after={field: _shown(getattr(saved, field)) for field in BATCH_FIELDS})
+                return saved
+            config_id = config.pk if isinstance(config, BatchConfig) else config
+            saved = BatchConfig.objects.select_for_update(of=("self",)).select_related("pool", "policy").filter(
+                pk=config_id).first()
+            if saved is None:
+                raise BadInput(f"no batch config with id {config_id!r}", field="config")
+            edited = {field: value for field, value in values.items() if getattr(saved, field) != value}
+            if not edited:
+                return saved
+            before = {field: _shown(getattr(saved, field)) for field in edited}
+            for field, value in edited.items():
+                setattr(saved, field, value)
+            saved.save(update_fields=list(edited))
+            record_audit(action=AuditAction.BATCH_CHANGE, target=saved, before=before, actor=actor,
+                         after={field: _shown(value) for field, value in edited.items()})
+            return saved
+    except IntegrityError as exc:
+        # The name is the table's only unique column: a unique violation is a taken name, also
+        # one that a save running at the same time took first.
+        if getattr(exc.__cause__, "sqlstate", None) != "23505":
+            raise
+        raise BadInput(f"a batch config named {values.get('name')!r} exists already", field="name") from None

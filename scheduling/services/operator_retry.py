@@ -3,6 +3,8 @@
 from django.db import transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
@@ -50,9 +52,16 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
+        previous = current.state
+        # One operator action, one audit entry: the reset and the start inside it record none.
         if current.state in (ResourceState.FAILED, ResourceState.DONE):
-            pool.reset(resource=current, actor=actor, reason="retry this resource")
+            pool.reset(resource=current, actor=actor, reason="retry this resource", audit=False)
         elif current.state != ResourceState.AVAILABLE:
             raise pool.describe_unavailability(current)
-        return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
-                          resource=current, strict=True, reserve=True)
+        task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
+                          resource=current, strict=True, reserve=True, audit=False)
+        record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
+                     after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
+                            "policy": task.policy.name},
+                     reason=f"retry this resource as task {task.pk}", actor=actor)
+        return task

@@ -2,6 +2,8 @@
 
 from django.db import transaction
 
+from audit.choices import AuditAction
+from audit.services import record_audit
 from scheduling.errors import BadPolicy
 from scheduling.models import RetryPolicy
 from scheduling.services.tasks import name_of
@@ -16,7 +18,8 @@ def policy_snapshot(policy: RetryPolicy) -> dict:
 
 
 def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
-    """Create or change one policy from validated data, recording who changed what."""
+    """Create or change one policy from validated data, recording who changed what (a policy
+    change row and an audit entry); saving it unchanged records nothing."""
     from scheduling.models import RetryPolicyChange
 
     actor = name_of(actor, field="actor", what="who changes the policy")
@@ -32,6 +35,13 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
             return policy
         policy.save()
         RetryPolicyChange.objects.create(policy=policy, changed_by=actor, before=before, after=after)
+        if before:
+            changed = [field for field in POLICY_FIELDS if before[field] != after[field]]
+            record_audit(action=AuditAction.POLICY_CHANGE, target=policy, actor=actor,
+                         before={field: before[field] for field in changed},
+                         after={field: after[field] for field in changed})
+        else:
+            record_audit(action=AuditAction.POLICY_CREATE, target=policy, before=None, after=after, actor=actor)
     return policy
 
 

@@ -54,7 +54,8 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
             continue
         try:
             probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
-                                     policy=last.policy, created_by="probation", resource=resource, probe=True))
+                                     policy=last.policy, created_by="probation", resource=resource, probe=True,
+                                     audit=False))  # the system's own start
         except DomainError as exc:  # taken meanwhile, its flow or policy gone: the others still get theirs
             log.warning("no probe for resource %s (last task %s): %s", resource.pk, last.pk, exc)
         except Exception:  # one bad row must not stop the rest

@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit
 from resources import services as pool
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
@@ -114,13 +116,18 @@ def _deadline(policy: RetryPolicy, now: datetime) -> datetime | None:
 def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: str, payload=None,
                policy: RetryPolicy | str | None = None, resource: Resource | int | None = None,
                strict: bool = True, reserve: bool = False, claim_now: bool = False,
-               idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False) -> Task:
+               idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False,
+               audit: bool = True) -> Task:
     """Write a task and enqueue its first attempt once the transaction commits.
 
     `resource` names the resource to run on (strict by default; a task that names none is never
     strict). With `reserve`, that resource is claimed now, in this transaction, and held for the
     task; with `claim_now`, any resource of the pool is. A repeated `idempotency_key` returns the
-    task it started the first time."""
+    task it started the first time (and records nothing more). A start is an operator action with
+    its TASK_START audit entry unless `audit` is False: the system's own starts (batches, probes)
+    and starts that are part of another action (retry_resource records its own entry) pass False.
+    The caller says so rather than the audit channel, because run_batches and dispatch_tasks
+    start the system's tasks from a command, and an operator's retry comes through any channel."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -144,7 +151,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=bool(strict) and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
-                            reserve=reserve, claim_now=claim_now)
+                            reserve=reserve, claim_now=claim_now, audit=audit)
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
         existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -154,7 +161,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
 
 
 def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
-                 deadline, now, probe, reserve, claim_now) -> Task:
+                 deadline, now, probe, reserve, claim_now, audit) -> Task:
     with transaction.atomic():
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
@@ -179,8 +186,18 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
                 lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
                                         reserve=True)
             hold(task, lease)
+        if audit:
+            record_audit(action=AuditAction.TASK_START, target=task, before=None, after=_started(task),
+                         actor=created_by)
         enqueue_after_commit(task)
     return task
+
+
+def _started(task: Task) -> dict:
+    """What an operator asked for when starting `task`, as its audit entry keeps it."""
+    return {"flow": task.flow, "pool": task.pool.name, "payload": task.payload, "policy": task.policy.name,
+            "resource": task.pinned_resource_id, "strict": task.strict, "state": task.state,
+            "next_run_at": task.next_run_at, "idempotency_key": task.idempotency_key}
 
 
 def hold(task: Task, lease: Resource) -> None:
@@ -213,6 +230,7 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
         # Lock order, as in begin_attempt: the task, then its resource.
         task = _locked_task(task)
         _waiting_or_refuse(task, "cancel")
+        before = {"state": task.state}
         if task.held_lease_token:
             try:
                 pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=actor,
@@ -223,6 +241,8 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
         task.save(update_fields=["state", "finished_at", "held_lease_token"])
         emit(task, TaskEventKind.CANCELLED, attempt_number=task.attempt_count, actor=actor, reason=reason,
              resource=task.resource_id)
+        record_audit(action=AuditAction.TASK_CANCEL, target=task, before=before,
+                     after={"state": task.state, "finished_at": task.finished_at}, reason=reason, actor=actor)
     return task
 
 
@@ -234,11 +254,14 @@ def run_task_now(*, task: Task | int, actor: str) -> Task:
         task = _locked_task(task)
         _waiting_or_refuse(task, "run now")
         was = task.next_run_at
+        before = {"state": task.state, "next_run_at": was}
         task.next_run_at = timezone.now()
         if task.state == TaskState.SCHEDULED:
             task.state = TaskState.PENDING
         task.save(update_fields=["state", "next_run_at"])
         emit(task, TaskEventKind.RUN_NOW, attempt_number=task.attempt_count + 1, actor=actor,
              was_due_at=was.isoformat())
+        record_audit(action=AuditAction.TASK_RUN_NOW, target=task, before=before,
+                     after={"state": task.state, "next_run_at": task.next_run_at}, actor=actor)
         enqueue_after_commit(task)
     return task

@@ -15,7 +15,7 @@ from resources.errors import (
     PoolNotFound,
     ResourceUnavailable,
 )
-from resources.models import Resource, ResourceEvent
+from resources.models import Resource, ResourceEvent, ResourcePool
 from retryops.errors import DomainError
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
@@ -649,3 +649,37 @@ def test_two_adds_of_one_key_at_once_give_the_loser_a_clear_error():
     assert [(getattr(e, "code", repr(e)), getattr(e, "details", {}).get("field")) for e in raised] == [
         ("bad_input", "key")]
     assert Resource.objects.filter(pool=pool).count() == 1
+
+
+# operator edits of a resource or a pool: only the fields given, under the row's lock
+
+
+def test_a_resource_change_keeps_a_lease_taken_before_it(claimed_alice):
+    services.change_resource(resource=claimed_alice.pk, actor="carol", attributes={"region": "eu"})
+
+    row = fresh(claimed_alice)
+    assert (row.state, row.lease_token, row.attributes) == (
+        ResourceState.IN_USE, claimed_alice.lease_token, {"region": "eu"})
+
+
+def test_a_resource_change_refuses_attributes_postgresql_cannot_store_naming_the_field(alice):
+    with pytest.raises(DomainError) as refused:
+        services.change_resource(resource=alice.pk, actor="carol", attributes={"limit": float("inf")})
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "attributes")
+
+
+def test_a_pool_change_leaves_the_fields_it_was_not_given(pool):
+    ResourcePool.objects.filter(pk=pool.pk).update(description="EU accounts")  # after `pool` was read
+
+    changed = services.change_pool(pool=pool, actor="carol", lease_seconds=900)
+
+    row = ResourcePool.objects.get(pk=pool.pk)
+    assert (row.lease_seconds, row.description) == (900, "EU accounts") == (changed.lease_seconds, changed.description)
+
+
+def test_a_pool_change_to_a_taken_name_is_bad_input_naming_the_field(pool):
+    services.create_pool(name="keys")
+    with pytest.raises(DomainError) as refused:
+        services.change_pool(pool=pool, actor="carol", name="keys")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "name")
+    assert ResourcePool.objects.get(pk=pool.pk).name == "accounts"

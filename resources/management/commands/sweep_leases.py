@@ -1,10 +1,11 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.management.base import AuditedCommand
 from resources import services
 from retryops.errors import DomainError
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = ("Take back resources whose lease has expired: a used lease becomes a failure (retryable, "
             "'lease expired'); an unused one (reserved, held, a probe's) goes back without counting one.")
 

@@ -1,9 +1,8 @@
-from django.core.management.base import BaseCommand
-
+from audit.management.base import AuditedCommand
 from scheduling import services
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = ("Recover attempts whose worker died (expired leases), start due probation probes, and enqueue again every waiting task "
             "that has no live RQ job. The database is the source of truth; this makes Redis match it.")
 

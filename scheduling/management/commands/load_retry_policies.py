@@ -1,13 +1,15 @@
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.context import current
+from audit.management.base import AuditedCommand
 from retryops.errors import DomainError
 from scheduling import services
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = "Load retry policies from YAML (default config/tasks/retry-policies.yaml): all of them, or none."
 
     def add_arguments(self, parser):
@@ -21,7 +23,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
         try:
-            policies = services.load_retry_policies(text=text, source=path, actor="load_retry_policies",
+            policies = services.load_retry_policies(text=text, source=path, actor=current().actor,
                                                     only_missing=only_missing)
         except DomainError as exc:
             raise CommandError(str(exc)) from None

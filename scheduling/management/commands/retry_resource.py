@@ -1,11 +1,12 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.management.base import AuditedCommand
 from resources import services as pool_services
 from retryops.errors import DomainError
 from scheduling import services
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = ("Retry a resource in strict mode: reset it if failed and start a task on exactly that resource, "
             "atomically. Without --flow it reuses the flow, payload and policy of the last task that ran on it.")
 

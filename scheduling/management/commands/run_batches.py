@@ -1,9 +1,8 @@
-from django.core.management.base import BaseCommand
-
+from audit.management.base import AuditedCommand
 from scheduling import services
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = ("Run one tick of every enabled batch config (what the periodic batch job does). A config that fails "
             "is named on stderr and recorded on the config (last_error); the others tick all the same.")
 

@@ -1,11 +1,13 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.context import current
+from audit.management.base import AuditedCommand
 from resources import services as pool_services
 from retryops.errors import DomainError
 from scheduling import services
 
 
-class Command(BaseCommand):
+class Command(AuditedCommand):
     help = "Start a task: a flow run on a pool's resource (a named one with --key, strict unless --not-strict)."
 
     def add_arguments(self, parser):
@@ -16,13 +18,13 @@ class Command(BaseCommand):
         parser.add_argument("--not-strict", action="store_true", help="If the named resource cannot be had, take another.")
         parser.add_argument("--policy")
         parser.add_argument("--idempotency-key")
-        parser.add_argument("--actor", default="start_task command")
 
-    def handle(self, *args, flow, pool, payload, key, not_strict, policy, idempotency_key, actor, **options):
+    def handle(self, *args, flow, pool, payload, key, not_strict, policy, idempotency_key, actor=None, **options):
+        # The task's created_by is who runs the command: --actor (AuditedCommand's), else the OS user.
         try:
             resource = pool_services.get_resource(pool=pool, key=key) if key else None
             task = services.start_task(flow=flow, pool_name=pool, payload=payload, resource=resource,
-                                       strict=not not_strict, policy=policy, created_by=actor,
+                                       strict=not not_strict, policy=policy, created_by=actor or current().actor,
                                        idempotency_key=idempotency_key)
         except DomainError as exc:
             raise CommandError(str(exc)) from None

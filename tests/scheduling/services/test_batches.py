@@ -6,6 +6,7 @@ import pytest
 from django.utils import timezone
 
 from resources import services as pool_services
+from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import BatchConfig, Task
@@ -59,3 +60,32 @@ def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool
     started = services.run_batch(config=config)
 
     assert [t.resource.key for t in started] == ["fresh"]
+
+
+# saving a batch config: only the fields given, under the row's lock
+
+
+def test_a_batch_config_change_keeps_the_tick_time_it_did_not_edit(pool, instant_policy):
+    config = services.save_batch_config(actor="carol", data={"name": "signups", "pool": pool, "flow": "demo",
+                                                             "policy": instant_policy})
+    ticked = timezone.now()
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=ticked)
+
+    services.save_batch_config(config=config, data={"enabled": False}, actor="dave")  # `config` read before the tick
+
+    assert BatchConfig.objects.get(pk=config.pk).last_tick_at == ticked
+
+
+def test_a_batch_config_name_taken_is_refused_naming_the_field(pool, instant_policy):
+    data = {"name": "signups", "pool": pool, "flow": "demo", "policy": instant_policy}
+    services.save_batch_config(actor="carol", data=data)
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(actor="carol", data=data)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "name")
+
+
+def test_a_new_batch_config_without_a_policy_is_refused_naming_it(pool):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(actor="carol", data={"name": "signups", "pool": pool, "flow": "demo"})
+    assert refused.value.details["field"] == "policy"
+    assert not BatchConfig.objects.exists()
