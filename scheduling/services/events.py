@@ -7,7 +7,7 @@ from django.db import connection, transaction
 
 from scheduling.choices import TaskEventKind
 from scheduling.errors import BadInput, NotInTransaction
-from scheduling.models import Task, TaskEvent, TaskEventDelivery
+from scheduling.models import Task, TaskEvent, TaskEventDelivery, TaskEventWatermark
 from scheduling.signals import BY_KIND
 
 CONSUMER_LENGTH = TaskEventDelivery._meta.get_field("consumer").max_length
@@ -25,17 +25,32 @@ def emit(task: Task, kind: str, *, attempt_number: int | None = None, **details)
     )
 
 
-# Unprocessed events of the consumer's kinds in id order (task_event_kind_id_idx), each checked
-# against the consumer's deliveries (task_event_delivery_once). Not a "last id seen" cursor: a
-# transaction that commits after a later one leaves a lower id behind a higher one, and the
-# anti-join still finds it. The row lock (NO KEY UPDATE, so a delivery's foreign-key check does
-# not wait on it) with SKIP LOCKED keeps concurrent claimers from taking the same event; one that
-# is skipped now is claimed by a later call. ON CONFLICT makes a second delivery a no-op.
-_CLAIM_SQL = f"""
+# Why a watermark of transaction ids, not of event ids. Ids are taken at INSERT and become
+# visible at COMMIT, so a transaction can commit a lower id after a higher one has been processed:
+# a "last id seen" cursor loses it, and "every id below the highest processed one is final" is
+# never safe to conclude (a transaction that took its xid first can insert later, and one still
+# inside its INSERT may hold an id but no xid yet). Transaction ids do give a final prefix: every
+# transaction still running has an xid at or above pg_snapshot_xmin(pg_current_snapshot()) (our
+# own included), and every future one gets a higher xid. So the set of events whose `xid` is below
+# that xmin is complete and visible in this snapshot; once all of them are delivered (committed,
+# or delivered in this transaction, which commits with the watermark) they can never matter again.
+# Each (consumer, kind) keeps such a bound, `below_xid`; claims look only at the events above it
+# (task_event_kind_xid_idx), so a claim costs the events written since the consumer last caught
+# up, not every event ever processed. A transaction left open anywhere on the server holds xmin,
+# and so the watermark, back: claims then scan what was written since it began, as before.
+#
+# Picking: the unprocessed events of the consumer's kinds above its watermarks, checked against
+# its deliveries (task_event_delivery_once), in id order. The row lock (NO KEY UPDATE, so a
+# delivery's foreign-key check does not wait on it) with SKIP LOCKED keeps concurrent claimers
+# from taking the same event; one that is skipped now is claimed by a later call. ON CONFLICT
+# makes a second delivery a no-op (a claimer whose snapshot predates another's commit).
+_PICK_SQL = f"""
     WITH picked AS (
-        SELECT e.id FROM {TaskEvent._meta.db_table} e
-        WHERE e.kind = ANY(%(kinds)s)
-          AND NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
+        SELECT e.id
+        FROM unnest(%(kinds)s::varchar[]) AS k(kind)
+        LEFT JOIN {TaskEventWatermark._meta.db_table} m ON m.consumer = %(consumer)s AND m.kind = k.kind
+        JOIN {TaskEvent._meta.db_table} e ON e.kind = k.kind AND e.xid >= COALESCE(m.below_xid, '0')
+        WHERE NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
                           WHERE d.consumer = %(consumer)s AND d.event_id = e.id)
         ORDER BY e.id
         LIMIT %(limit)s
@@ -45,6 +60,44 @@ _CLAIM_SQL = f"""
     SELECT %(consumer)s, id, now() FROM picked
     ON CONFLICT (consumer, event_id) DO NOTHING
     RETURNING event_id
+"""
+
+# Advancing, after the pick so that this claim's own deliveries count: each watermark moves up to
+# the first event above it that this snapshot does not show delivered (an event another claimer
+# holds counts as undelivered: it may roll back), and never past xmin (LEAST ignores the NULL of
+# "none"). A watermark another claimer has locked is left to it (SKIP LOCKED): waiting would hold
+# this claim until that consumer commits its work. Its value may come from a newer version than
+# our snapshot's; the UPDATE only ever raises it. A (consumer, kind) seen for the first time gets
+# its row here; only two first claims at once wait for each other (on the unique index).
+_ADVANCE_SQL = f"""
+    WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+    locked AS (
+        SELECT id FROM {TaskEventWatermark._meta.db_table}
+        WHERE consumer = %(consumer)s AND kind = ANY(%(kinds)s)
+        FOR NO KEY UPDATE SKIP LOCKED
+    ),
+    marks AS (
+        SELECT k.kind, m.id, COALESCE(m.below_xid, '0') AS below_xid
+        FROM unnest(%(kinds)s::varchar[]) AS k(kind)
+        LEFT JOIN {TaskEventWatermark._meta.db_table} m ON m.consumer = %(consumer)s AND m.kind = k.kind
+        WHERE m.id IS NULL OR m.id IN (SELECT id FROM locked)
+    ),
+    reach AS (
+        SELECT marks.kind, marks.id, LEAST(horizon.xmin, (
+            SELECT min(e.xid) FROM {TaskEvent._meta.db_table} e
+            WHERE e.kind = marks.kind AND e.xid >= marks.below_xid
+              AND NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
+                              WHERE d.consumer = %(consumer)s AND d.event_id = e.id)
+        )) AS below_xid
+        FROM marks, horizon
+    ),
+    moved AS (
+        UPDATE {TaskEventWatermark._meta.db_table} w SET below_xid = reach.below_xid, advanced_at = now()
+        FROM reach WHERE w.id = reach.id AND reach.below_xid > w.below_xid
+    )
+    INSERT INTO {TaskEventWatermark._meta.db_table} (consumer, kind, below_xid, advanced_at)
+    SELECT %(consumer)s, reach.kind, reach.below_xid, now() FROM reach WHERE reach.id IS NULL
+    ON CONFLICT (consumer, kind) DO NOTHING
 """
 
 
@@ -65,9 +118,11 @@ def claim_task_events(*, consumer: str, kinds: list[str], limit: int = 100) -> l
     if not connection.in_atomic_block:
         raise NotInTransaction("claim_task_events marks events processed: call it inside the consumer's "
                                "transaction.atomic(), so a crash before the commit leaves them unprocessed")
+    kinds = sorted(set(kinds))
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, {"consumer": consumer, "kinds": list(kinds), "limit": limit})
+        cursor.execute(_PICK_SQL, {"consumer": consumer, "kinds": kinds, "limit": limit})
         ids = [row[0] for row in cursor.fetchall()]
+        cursor.execute(_ADVANCE_SQL, {"consumer": consumer, "kinds": kinds})
     return list(TaskEvent.objects.filter(pk__in=ids).order_by("id"))
 
 
