@@ -232,8 +232,8 @@ class TaskEvent(models.Model):
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx"),
-            # claim_task_events: a consumer's kinds above its watermarks.
-            models.Index(fields=["kind", "xid"], name="task_event_kind_xid_idx"),
+            # claim_task_events: a consumer's kinds above its watermarks, in the order it takes them.
+            models.Index(fields=["kind", "xid", "id"], name="task_event_claim_idx"),
         ]
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='taskevent',
-            index=models.Index(fields=['kind', 'xid'], name='task_event_kind_xid_idx'),
+            index=models.Index(fields=['kind', 'xid', 'id'], name='task_event_claim_idx'),
         ),
         migrations.AddConstraint(
             model_name='taskeventwatermark',

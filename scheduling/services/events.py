@@ -35,26 +35,40 @@ def emit(task: Task, kind: str, *, attempt_number: int | None = None, **details)
 # that xmin is complete and visible in this snapshot; once all of them are delivered (committed,
 # or delivered in this transaction, which commits with the watermark) they can never matter again.
 # Each (consumer, kind) keeps such a bound, `below_xid`; claims look only at the events above it
-# (task_event_kind_xid_idx), so a claim costs the events written since the consumer last caught
+# (task_event_claim_idx), so a claim costs the events written since the consumer last caught
 # up, not every event ever processed. A transaction left open anywhere on the server holds xmin,
 # and so the watermark, back: claims then scan what was written since it began, as before.
 #
-# Picking: the unprocessed events of the consumer's kinds above its watermarks, checked against
-# its deliveries (task_event_delivery_once), in id order. The row lock (NO KEY UPDATE, so a
-# delivery's foreign-key check does not wait on it) with SKIP LOCKED keeps concurrent claimers
-# from taking the same event; one that is skipped now is claimed by a later call. ON CONFLICT
-# makes a second delivery a no-op (a claimer whose snapshot predates another's commit).
+# Picking: per kind, the events above the consumer's watermark that it has not processed
+# (task_event_delivery_once), in the order of task_event_claim_idx: by writing transaction, then
+# id, which is oldest first as far as commits allow. The row lock (NO KEY UPDATE, so a delivery's
+# foreign-key check does not wait on it) with SKIP LOCKED keeps concurrent claimers from taking
+# the same event; one that is skipped now is claimed by a later call. It is taken below each
+# kind's LIMIT, so locked events do not use up the limit; with several kinds, events locked but
+# cut by the final LIMIT wait, undelivered, for this transaction to end. ON CONFLICT makes a second
+# delivery a no-op (a claimer whose snapshot predates another's commit).
+
+# "Has the consumer processed event e?", one probe of task_event_delivery_once per event of the
+# window. OFFSET 0 keeps it that: the planner cannot guess how small the window above a watermark
+# is (a third of the table, it assumes) and would otherwise hash every delivery the consumer ever
+# had, which is the cost the watermark exists to avoid.
+_DELIVERED = f"""SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
+                 WHERE d.consumer = %(consumer)s AND d.event_id = e.id OFFSET 0"""
+
 _PICK_SQL = f"""
     WITH picked AS (
-        SELECT e.id
+        SELECT w.id
         FROM unnest(%(kinds)s::varchar[]) AS k(kind)
         LEFT JOIN {TaskEventWatermark._meta.db_table} m ON m.consumer = %(consumer)s AND m.kind = k.kind
-        JOIN {TaskEvent._meta.db_table} e ON e.kind = k.kind AND e.xid >= COALESCE(m.below_xid, '0')
-        WHERE NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
-                          WHERE d.consumer = %(consumer)s AND d.event_id = e.id)
-        ORDER BY e.id
+        CROSS JOIN LATERAL (
+            SELECT e.id, e.xid FROM {TaskEvent._meta.db_table} e
+            WHERE e.kind = k.kind AND e.xid >= COALESCE(m.below_xid, '0') AND NOT EXISTS ({_DELIVERED})
+            ORDER BY e.xid, e.id
+            LIMIT %(limit)s
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) w
+        ORDER BY w.xid, w.id
         LIMIT %(limit)s
-        FOR NO KEY UPDATE OF e SKIP LOCKED
     )
     INSERT INTO {TaskEventDelivery._meta.db_table} (consumer, event_id, delivered_at)
     SELECT %(consumer)s, id, now() FROM picked
@@ -86,8 +100,7 @@ _ADVANCE_SQL = f"""
         SELECT marks.kind, marks.id, LEAST(horizon.xmin, (
             SELECT min(e.xid) FROM {TaskEvent._meta.db_table} e
             WHERE e.kind = marks.kind AND e.xid >= marks.below_xid
-              AND NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
-                              WHERE d.consumer = %(consumer)s AND d.event_id = e.id)
+              AND NOT EXISTS ({_DELIVERED})
         )) AS below_xid
         FROM marks, horizon
     ),
@@ -102,10 +115,11 @@ _ADVANCE_SQL = f"""
 
 
 def claim_task_events(*, consumer: str, kinds: list[str], limit: int = 100) -> list[TaskEvent]:
-    """The task events of `kinds` that `consumer` has not processed yet, oldest first, marked
-    processed for it in the caller's transaction: call it inside the consumer's own
-    `transaction.atomic()`, do the work, and commit. A consumer that fails or crashes before it
-    commits leaves the events for its next claim; each consumer gets every event once."""
+    """The task events of `kinds` that `consumer` has not processed yet (at most `limit`, oldest
+    first, returned in id order), marked processed for it in the caller's transaction: call it
+    inside the consumer's own `transaction.atomic()`, do the work, and commit. A consumer that
+    fails or crashes before it commits leaves the events for its next claim; each consumer gets
+    every event once. Its cost follows the events written since the consumer last caught up."""
     if not isinstance(consumer, str) or len(consumer) > CONSUMER_LENGTH or not _CONSUMER.match(consumer):
         raise BadInput(f"consumer must be a short lowercase name (dead_letters, alerts), got {consumer!r}",
                        field="consumer")
