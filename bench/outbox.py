@@ -105,9 +105,11 @@ def catch_up(timeout: float) -> float:
 
 
 def anti_join_claim() -> list[int]:
+    """The old claim_task_events: the anti-join, then the events it delivered."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(ANTI_JOIN_CLAIM, {"consumer": ANTI_JOIN, "kinds": [DEAD], "limit": 100})
-        return [row[0] for row in cursor.fetchall()]
+        ids = [row[0] for row in cursor.fetchall()]
+        return [e.pk for e in TaskEvent.objects.filter(pk__in=ids).order_by("id")]
 
 
 def watermark_claim() -> list[int]:
