@@ -41,6 +41,6 @@ class AuditAction(models.TextChoices):
     BULK_REPLAY_START = "bulk_replay.start", "Bulk replay started"
     BULK_REPLAY_CANCEL = "bulk_replay.cancel", "Bulk replay cancelled"
     WORK_ORDER_OPEN = "work_order.open", "Work order opened"
-    WORK_ORDER_ASSIGN = "work_order.assign", "Work order assigned"
+    WORK_ORDER_CHANGE = "work_order.change", "Work order changed (assignee, runbook, notes)"
     WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
     RUNBOOK_RUN = "runbook.run", "Runbook action run"

@@ -13,6 +13,7 @@ from compensation.services.work_orders import (
     acknowledge_work_order,
     assign_work_order,
     cancel_work_order,
+    change_work_order,
     close_work_order,
     compensate_work_order,
     open_work_order,
@@ -20,7 +21,7 @@ from compensation.services.work_orders import (
 )
 
 __all__ = [
-    "acknowledge_work_order", "assign_work_order", "cancel_work_order", "close_work_order", "collect_dead_letters",
+    "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
     "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",
     "resolve_dead_letter", "start_work_order",
 ]

@@ -151,18 +151,33 @@ def cancel_work_order(*, work_order: WorkOrder | int, actor: str, reason: str) -
     return _move(work_order, action="cancel", actor=actor, reason=reason, resolution=reason)
 
 
-def assign_work_order(*, work_order: WorkOrder | int, assignee: str, actor: str) -> WorkOrder:
-    """Give a live work order to `assignee` (empty: nobody)."""
+def change_work_order(*, work_order: WorkOrder | int, actor: str, assignee: str | None = None,
+                      runbook: str | None = None, notes: str | None = None,
+                      resolution: str | None = None) -> WorkOrder:
+    """Change who has a live work order, the runbook it follows, its notes or the resolution
+    drafted for its compensation (None: unchanged)."""
     actor = actor_name(actor)
-    assignee = text(assignee, field="assignee", max_length=200)
+    changes = {field: text(value, field=field, max_length=limit)
+               for field, value, limit in (("assignee", assignee, 200), ("runbook", runbook, 200),
+                                           ("notes", notes, 20000), ("resolution", resolution, 20000))
+               if value is not None}
     with transaction.atomic():
         order = locked(WorkOrder, work_order, kind="work_order")
         if order.state not in WORK_ORDER_LIVE:
-            raise IllegalTransition(f"cannot assign {order}: it is {order.state}", kind="work_order", id=order.pk,
-                                    from_state=order.state, to_state=order.state, action="assign")
-        before = _snapshot(order)
-        order.assignee = assignee
-        order.save(update_fields=["assignee", "updated_at"])
-        record_audit(action=AuditAction.WORK_ORDER_ASSIGN, target=order, before=before, after=_snapshot(order),
-                     actor=actor)
+            raise IllegalTransition(f"cannot change {order}: it is {order.state}", kind="work_order", id=order.pk,
+                                    from_state=order.state, to_state=order.state, action="change")
+        changes = {field: value for field, value in changes.items() if getattr(order, field) != value}
+        if not changes:
+            return order
+        before = {**_snapshot(order), "notes": order.notes}
+        for field, value in changes.items():
+            setattr(order, field, value)
+        order.save(update_fields=[*changes, "updated_at"])
+        record_audit(action=AuditAction.WORK_ORDER_CHANGE, target=order, before=before,
+                     after={**_snapshot(order), "notes": order.notes}, actor=actor)
     return order
+
+
+def assign_work_order(*, work_order: WorkOrder | int, assignee: str, actor: str) -> WorkOrder:
+    """Give a live work order to `assignee` (empty: nobody)."""
+    return change_work_order(work_order=work_order, actor=actor, assignee=assignee)

@@ -39,7 +39,7 @@ def test_every_work_order_action_writes_exactly_one_audit_entry(order):
     services.acknowledge_work_order(work_order=order, actor="dave")
     services.start_work_order(work_order=order, actor="dave")
     services.close_work_order(work_order=order, actor="dave", resolution="nothing to repair")
-    assert audit_of(order) == [AuditAction.WORK_ORDER_ASSIGN] + [AuditAction.WORK_ORDER_TRANSITION] * 3
+    assert audit_of(order) == [AuditAction.WORK_ORDER_CHANGE] + [AuditAction.WORK_ORDER_TRANSITION] * 3
 
 
 def test_collecting_dead_letters_writes_no_audit_entry(order):
