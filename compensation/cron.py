@@ -6,8 +6,9 @@ the retention clean-up."""
 from django.conf import settings
 from rq import cron
 
-from compensation.jobs import dead_letters_job
+from compensation.jobs import dead_letters_job, dlq_cleanup_job
 from scheduling.queueing import PERIODIC_QUEUE
 
-for job, interval in ((dead_letters_job, settings.RETRYOPS_DEAD_LETTER_INTERVAL),):
+for job, interval in ((dead_letters_job, settings.RETRYOPS_DEAD_LETTER_INTERVAL),
+                      (dlq_cleanup_job, settings.RETRYOPS_DLQ_CLEANUP_INTERVAL)):
     cron.register(job, queue_name=PERIODIC_QUEUE, interval=interval, ttl=interval)

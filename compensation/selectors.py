@@ -63,3 +63,51 @@ def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.R
     return list(DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
                 .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"))
                 .order_by("-count", "flow", "error_signature"))
+
+
+def _queues() -> dict:
+    """Each RQ queue's waiting, scheduled and running jobs; `error` when Redis does not answer."""
+    import django_rq
+    from redis.exceptions import RedisError
+    from rq.registry import ScheduledJobRegistry, StartedJobRegistry
+
+    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+
+    queues = {}
+    for name in (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE):
+        try:
+            queue = django_rq.get_queue(name)
+            queues[name] = {"waiting": queue.count,
+                            "scheduled": ScheduledJobRegistry(queue=queue).count,
+                            "running": StartedJobRegistry(queue=queue).count}
+        except RedisError as exc:
+            queues[name] = {"error": f"Redis did not answer: {exc}"}
+    return queues
+
+
+def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
+    """One screen for retry_inspect: the RQ queues, the tasks waiting for a retry (and the next
+    one due), running attempts, the DLQ by flow and signature, and the live work orders with their
+    SLA. JSON-ready (times as ISO text)."""
+    from scheduling.choices import AttemptOutcome, TaskState
+    from scheduling.models import Attempt, Task
+
+    now = now or timezone.now()
+    retrying = Task.objects.filter(state=TaskState.RETRYING)
+    next_due = retrying.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    orders = []
+    for order in live_work_orders()[:limit]:
+        sla = sla_of(order, now=now)
+        orders.append({"id": order.pk, "title": order.title, "state": order.state, "assignee": order.assignee,
+                       "dead_letters": order.dead_letter_count, "sla": sla.state,
+                       "waiting_seconds": sla.acknowledge_seconds if order.state == WorkOrderState.OPEN
+                       else sla.compensate_seconds})
+    return {
+        "at": now.isoformat(),
+        "queues": _queues(),
+        "scheduled_retries": {"count": retrying.count(), "next_due": next_due.isoformat() if next_due else None},
+        "running_attempts": Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).count(),
+        "dead_letters": [{**row, "oldest": row["oldest"].isoformat(), "newest": row["newest"].isoformat()}
+                         for row in dead_letters_by_signature()[:limit]],
+        "work_orders": orders,
+    }

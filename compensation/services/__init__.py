@@ -2,6 +2,12 @@
 commands and the API call these. One module per use case; the public names are re-exported here.
 Reads live in compensation.selectors."""
 
+from compensation.services.cleanup import (
+    Cleanup,
+    cleanup_dead_letters,
+    cleanup_queryset,
+    parse_states,
+)
 from compensation.services.dead_letters import (
     collect_dead_letters,
     discard_dead_letter,
@@ -21,6 +27,7 @@ from compensation.services.work_orders import (
 )
 
 __all__ = [
+    "Cleanup", "cleanup_dead_letters", "cleanup_queryset", "parse_states",
     "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
     "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",
     "resolve_dead_letter", "start_work_order",
