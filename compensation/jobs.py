@@ -6,13 +6,31 @@ log = logging.getLogger(__name__)
 
 
 def dead_letters_job() -> dict:
-    """Periodic: collect the dead letters not collected yet and follow the replays that ended."""
-    from compensation.services import collect_dead_letters, follow_replays
+    """Periodic: collect the dead letters not collected yet, follow the replays that ended, and
+    restart the bulk replays whose runner died."""
+    from compensation.services import (
+        collect_dead_letters,
+        follow_replays,
+        restart_stalled_bulk_replays,
+    )
 
     made = 0
     while batch := collect_dead_letters():
         made += len(batch)
-    return {"dead_letters": made, "replays_followed": follow_replays()}
+    return {"dead_letters": made, "replays_followed": follow_replays(),
+            "bulk_replays_restarted": restart_stalled_bulk_replays()}
+
+
+def bulk_replay_job(bulk_replay_id: int) -> str:
+    """One slice of a bulk replay; enqueues the next slice while there is more, so the periodic
+    jobs sharing its queue wait one slice at most."""
+    from compensation.services import run_bulk_replay
+    from compensation.services.bulk_replay import enqueue_bulk_replay
+
+    outcome = run_bulk_replay(bulk_replay=bulk_replay_id)
+    if outcome == "more":
+        enqueue_bulk_replay(bulk_replay_id)
+    return outcome
 
 
 def dlq_cleanup_job() -> dict:

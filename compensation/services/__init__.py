@@ -2,6 +2,13 @@
 commands and the API call these. One module per use case; the public names are re-exported here.
 Reads live in compensation.selectors."""
 
+from compensation.services.bulk_replay import (
+    bulk_replay_preview,
+    cancel_bulk_replay,
+    restart_stalled_bulk_replays,
+    run_bulk_replay,
+    start_bulk_replay,
+)
 from compensation.services.cleanup import (
     Cleanup,
     cleanup_dead_letters,
@@ -27,6 +34,8 @@ from compensation.services.work_orders import (
 )
 
 __all__ = [
+    "bulk_replay_preview", "cancel_bulk_replay", "restart_stalled_bulk_replays", "run_bulk_replay",
+    "start_bulk_replay",
     "Cleanup", "cleanup_dead_letters", "cleanup_queryset", "parse_states",
     "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
     "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",

@@ -77,14 +77,6 @@ def test_cleanup_replays_the_open_retryable_ones_instead_of_purging_them(redis_c
     assert list(DeadLetter.objects.values_list("state", flat=True)) == [DeadLetterState.REPLAYING]
 
 
-def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(old_letters, settings):
-    from compensation.jobs import dlq_cleanup_job
-
-    settings.RETRYOPS_DLQ_RETENTION_DAYS = 30
-    assert dlq_cleanup_job() == {"purged": 5}
-    assert AuditEntry.objects.filter(action="dead_letter.cleanup", channel="system").exists()
-
-
 def test_retry_inspect_shows_the_dlq_and_the_work_orders(redis_conn, old_letters):
     out = StringIO()
     call_command("retry_inspect", stdout=out)

@@ -9,7 +9,7 @@ from compensation.models import DeadLetter, WorkOrder
 from scheduling import services as scheduling
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.models import Task, TaskEvent
-from tests.compensation.conftest import dead_tasks, work_periodic
+from tests.compensation.conftest import dead_tasks
 from tests.scheduling.helpers import work
 
 
@@ -39,26 +39,8 @@ def test_a_failing_collector_leaves_the_worker_and_the_dead_task_alone(redis_con
     assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
     assert not DeadLetter.objects.exists()
     monkeypatch.undo()
-    work_periodic_after_enqueue()
+    services.collect_dead_letters()  # what the periodic job does next
     assert DeadLetter.objects.filter(task=task).exists()
-
-
-def work_periodic_after_enqueue():
-    import django_rq
-
-    from compensation.jobs import dead_letters_job
-    from scheduling.queueing import PERIODIC_QUEUE
-
-    django_rq.get_queue(PERIODIC_QUEUE).enqueue(dead_letters_job)
-    work_periodic()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_periodic_job_collects_a_death_whose_process_crashed_before_the_dead_letter(redis_conn, pool,
-                                                                                         instant_policy):
-    [task] = dead_tasks(pool=pool, policy=instant_policy)
-    work_periodic_after_enqueue()
-    assert DeadLetter.objects.get(task=task).state == DeadLetterState.OPEN
 
 
 @pytest.mark.django_db
