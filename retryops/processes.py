@@ -138,8 +138,8 @@ def die_with_parent():
 
 
 def port_holder(host: str, port: int) -> str | None:
-    """Why `host:port` cannot be served on, naming the process that listens there when it can be
-    seen; None when the port is free."""
+    """Why `host:port` cannot be listened on, naming the process that listens there when it can be
+    seen; None when it can."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # As the web server does, so a port whose last connections are in TIME_WAIT counts as free.
@@ -157,10 +157,10 @@ def port_holder(host: str, port: int) -> str | None:
         listeners = []
     for pid in listeners:
         try:
-            return f"pid {pid} listens there ({' '.join(psutil.Process(pid).cmdline())})"
+            return f"port {port} is taken: pid {pid} listens there ({' '.join(psutil.Process(pid).cmdline())})"
         except psutil.Error:
             continue
-    return "another process listens there (one this user cannot see)"
+    return f"port {port} is taken by a process this user cannot see"
 
 
 class RunFiles:

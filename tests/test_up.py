@@ -27,10 +27,11 @@ from resources.models import Resource
 from retryops import devservices
 from retryops.management.commands.up import Command as Up
 from scheduling import services
-from scheduling.choices import TaskState
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
+from scheduling.choices import TaskEventKind, TaskState
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
 from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
+from tests.scheduling.helpers import work
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +49,13 @@ def test_up_prepares_policies_demo_data_and_an_admin_and_is_idempotent():
     assert "exists already" in again.getvalue()
     assert get_user_model().objects.filter(is_superuser=True).count() == 1
     assert Resource.objects.filter(pool__name="demo-accounts").count() == 50
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_new_demo_shows_a_retry_and_a_dead_task_on_its_first_pass(redis_conn):
+    call_command("up", no_serve=True, stdout=StringIO())
+    work()
+    assert set(TaskEvent.objects.values_list("kind", flat=True)) >= {TaskEventKind.RETRY_SCHEDULED, TaskEventKind.DEAD}
 
 
 @pytest.mark.django_db

@@ -11,14 +11,19 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.core.management.commands.runserver import naiveip_re
-from django.db import connections
+from django.db import connections, transaction
 
 from resources import services as pool_services
 from resources.models import ResourcePool
 from retryops import devservices, processes
+from scheduling import services as task_services
 from scheduling.models import BatchConfig, RetryPolicy
 
 DEMO_POOL = "demo-accounts"
+# The demo batch's outcomes are random and it ticks once a minute: these show a retry and a dead
+# task in the first minute whatever the dice say.
+DEMO_SCRIPTS = (["TimeoutError: upstream timed out after 30s", "ok"],
+                ["PermissionError: HTTP 403: account suspended by upstream"])
 
 
 class Command(BaseCommand):
@@ -64,13 +69,18 @@ class Command(BaseCommand):
         host = (addr[1:-1] if ipv6 else addr) if addr else "127.0.0.1"
         reason = processes.port_holder(host, int(port))
         if reason:
-            raise CommandError(f"cannot serve on {addrport}: port {port} is taken: {reason}. Stop that process, "
-                               f"or serve elsewhere with --addrport")
+            raise CommandError(f"cannot serve on {addrport}: {reason}. Free it, or serve elsewhere with --addrport")
 
     def ensure_demo(self) -> None:
         if ResourcePool.objects.filter(name=DEMO_POOL).exists():
             self.stdout.write(f"demo pool {DEMO_POOL} exists already")
             return
+        with transaction.atomic():  # all of the demo or none: a later run skips it when the pool exists
+            self.create_demo()
+        self.stdout.write(f"created demo pool {DEMO_POOL} (50 accounts), batch config demo-signups and two demo tasks "
+                          "(one is retried, one ends dead)")
+
+    def create_demo(self) -> None:
         pool = pool_services.create_pool(name=DEMO_POOL, resource_noun="account", lease_seconds=120,
                                          description="Demo signup accounts; the demo batch runs flows on them.")
         pool_services.add_resources(pool=pool, resources=[
@@ -82,7 +92,9 @@ class Command(BaseCommand):
             payload={"failure_rate": 0.3, "non_retryable_rate": 0.03, "sleep": 0.5},
             tasks_per_tick=5, retry_failed_first=True, recent_window_seconds=600,
         )
-        self.stdout.write(f"created demo pool {DEMO_POOL} (50 accounts) and batch config demo-signups")
+        for script in DEMO_SCRIPTS:
+            task_services.start_task(flow="demo", pool_name=pool, payload={"script": script, "sleep": 0.5},
+                                     policy="fast", created_by="manage.py up", audit=False)
 
     def ensure_admin(self) -> None:
         User = get_user_model()
