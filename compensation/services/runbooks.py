@@ -18,6 +18,8 @@ from compensation.runbooks import (
     ActionContext,
     ApprovalRequired,
     FourEyes,
+    Runbook,
+    RunbookAction,
     TokenReused,
     field_of,
     first_error,
@@ -50,6 +52,14 @@ def _checked_input(action, value: Any) -> Any:
     return value
 
 
+def check_runbook_request(*, runbook: str, action: str, input: Any) -> tuple[Runbook, RunbookAction, Any]:
+    """The runbook, its action and the input checked against the action's schema, writing
+    nothing: what a request would refuse, for a dry run."""
+    book = get_runbook(runbook)
+    step = book.action(action)
+    return book, step, _checked_input(step, input)
+
+
 def _refuse_state(run: RunbookRun, *, verb: str, done: str, allowed: tuple, to_state: str):
     if run.state not in allowed:
         # Evaluated for the state at hand only: the others' fields are empty.
@@ -72,9 +82,7 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
     token = text(token, field="token", required=True)
     if not is_token(token):
         raise BadInput(f"token must be 1 to 100 letters, digits or ._:@/+=-, got {token!r}", field="token")
-    book = get_runbook(runbook)
-    step = book.action(action)
-    value = _checked_input(step, input)
+    book, step, value = check_runbook_request(runbook=runbook, action=action, input=input)
     with transaction.atomic():
         order = locked(WorkOrder, work_order, kind="work_order")
         run = RunbookRun.objects.filter(token=token).first()
