@@ -175,3 +175,9 @@ RETRYOPS_REPLAY_RATE = env_int("RETRYOPS_REPLAY_RATE", 10, minimum=1)
 RETRYOPS_SLA_NOTICE_SECONDS = env_int("RETRYOPS_SLA_NOTICE_SECONDS", 300, minimum=1)
 RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = env_int("RETRYOPS_SLA_ACKNOWLEDGE_SECONDS", 900, minimum=1)
 RETRYOPS_SLA_COMPENSATE_SECONDS = env_int("RETRYOPS_SLA_COMPENSATE_SECONDS", 86400, minimum=1)
+
+# Runbooks (compensation): the folder of <name>.md runbooks, and where the example external
+# action `notify_billing` POSTs its compensation requests (empty: it fails, saying so).
+RETRYOPS_RUNBOOK_DIR = Path(env_str("RETRYOPS_RUNBOOK_DIR", "") or BASE_DIR / "config" / "runbooks")
+RETRYOPS_RUNBOOK_HTTP_URL = env_str("RETRYOPS_RUNBOOK_HTTP_URL", "")
+RETRYOPS_RUNBOOK_HTTP_TIMEOUT = env_int("RETRYOPS_RUNBOOK_HTTP_TIMEOUT", 10, minimum=1)
