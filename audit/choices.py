@@ -37,3 +37,4 @@ class AuditAction(models.TextChoices):
     DEAD_LETTER_REPLAY = "dead_letter.replay", "Dead letter replayed"
     WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
     RUNBOOK_RUN = "runbook.run", "Runbook action run"
+    NOTIFICATION_RESEND = "notification.resend", "Notifications sent again"

@@ -161,3 +161,21 @@ RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
+
+# Notifications (compensation.notifications): Slack incoming webhook and PagerDuty Events API v2.
+# A channel with no URL or key records its notifications as skipped, with the reason.
+RETRYOPS_SLACK_WEBHOOK_URL = env_str("RETRYOPS_SLACK_WEBHOOK_URL", "") or ""
+RETRYOPS_PAGERDUTY_ROUTING_KEY = env_str("RETRYOPS_PAGERDUTY_ROUTING_KEY", "") or ""
+RETRYOPS_PAGERDUTY_URL = env_str("RETRYOPS_PAGERDUTY_URL", "") or "https://events.pagerduty.com/v2/enqueue"
+# Seconds for each request (connect, read, write); a timeout is retried like a 5xx.
+RETRYOPS_NOTIFY_TIMEOUT = env_int("RETRYOPS_NOTIFY_TIMEOUT", 5, minimum=1)
+# Sends per notification before it stays failed; retries wait 15 s, 30 s, 60 s, ... (at most an hour).
+RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
+# Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
+RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
+for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
+    if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_name} must be an http:// or https:// URL")

@@ -1,0 +1,1 @@
+from compensation import admin_notifications  # noqa: F401

@@ -1,0 +1,1 @@
+from compensation.notifications_models import Notification  # noqa: F401
