@@ -174,6 +174,8 @@ RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimu
 RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
 # Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
+# httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
+LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
 for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
     if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
         from django.core.exceptions import ImproperlyConfigured
