@@ -7,6 +7,8 @@ or a 5xx can (PagerDuty's advice for its Events API); a 400, 401, 403 or 404 can
 """
 
 import email.utils
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -54,6 +56,22 @@ class Message:
     severity: str = "error"
 
 
+_clients: dict[int, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """One client per process: it keeps connections alive and builds its TLS context once (a
+    client per request spent most of each send on that). Keyed by pid, so a forked RQ work
+    horse never shares its parent's sockets."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(pid) or _clients.setdefault(pid, httpx.Client(headers={"User-Agent": USER_AGENT}))
+    return client
+
+
 def retry_after_seconds(value: str | None) -> float | None:
     """A Retry-After header as seconds from now: either delta-seconds or an HTTP date."""
     if not value:
@@ -91,7 +109,7 @@ class Notifier:
     def post(self, url: str, body: dict) -> int:
         timeout = settings.RETRYOPS_NOTIFY_TIMEOUT
         try:
-            response = httpx.post(url, json=body, timeout=timeout, headers={"User-Agent": USER_AGENT})
+            response = http_client().post(url, json=body, timeout=timeout)
         except httpx.TimeoutException:
             raise TransportError(f"{self.label} did not answer within {timeout} s", retryable=True) from None
         except httpx.HTTPError as exc:
