@@ -3,13 +3,20 @@ worker of the periodic queue, it sends them."""
 
 import django_rq
 import pytest
+from django.conf import settings
 from django.db import transaction
 from rq import SimpleWorker
 
 from compensation.jobs_notifications import send_notifications_job
 from compensation.notifications_models import Notification
 from scheduling.queueing import PERIODIC_QUEUE
-from tests.compensation.notify_fixtures import PAGERDUTY_PATH, SLACK_PATH, bodies, page
+from tests.compensation.notify_fixtures import (
+    PAGERDUTY_PATH,
+    SLACK_PATH,
+    bodies,
+    closed_port_url,
+    page,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,3 +51,15 @@ def test_job_reports_what_it_sent(pagerduty_only, redis_conn):
     page(7)
 
     assert send_notifications_job() == {"sent": 0, "retrying": 1, "failed": 0, "skipped": 0}
+
+
+def test_redis_down_never_breaks_the_caller_and_the_rows_wait_for_the_periodic_run(both_channels, monkeypatch,
+                                                                                     caplog):
+    nobody = closed_port_url().rsplit("/", 2)[0].replace("http://", "redis://")
+    monkeypatch.setitem(settings.RQ_QUEUES[PERIODIC_QUEUE], "URL", f"{nobody}/0")
+
+    with transaction.atomic():
+        page(7)
+
+    assert set(Notification.objects.values_list("state", flat=True)) == {"queued"}
+    assert "notification send job not enqueued" in caplog.text
