@@ -47,3 +47,4 @@ class AuditAction(models.TextChoices):
     RUNBOOK_REQUEST = "runbook.request", "Runbook action requested"
     RUNBOOK_APPROVE = "runbook.approve", "Runbook action approved"
     RUNBOOK_REJECT = "runbook.reject", "Runbook action rejected"
+    NOTIFICATION_RESEND = "notification.resend", "Notifications sent again"

@@ -169,3 +169,5 @@ class BulkReplayAdmin(ReadOnlyAdmin):
                     "heartbeat_at", "finished_at")
     list_filter = ("state",)
     readonly_fields = [f.name for f in BulkReplay._meta.fields]
+
+from compensation import admin_notifications  # noqa: E402, F401  (the notifications admin: its own module)

@@ -166,4 +166,5 @@ class BulkReplay(models.Model):
         return f"bulk replay {self.pk}"
 
 
+from compensation.notifications_models import Notification  # noqa: E402, F401  (notifications: their own module)
 from compensation.runbook_models import RunbookRun  # noqa: E402, F401  (runbooks: their own module)
