@@ -7,7 +7,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 
 from compensation import services
-from compensation.admin_runbooks import RunbookRunInline, RunbooksOnWorkOrder
+from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.selectors import sla_of
@@ -80,7 +80,6 @@ class WorkOrderForm(forms.ModelForm):
 @admin.register(WorkOrder)
 class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
     form = WorkOrderForm
-    inlines = [RunbookRunInline]
     list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
                     "acknowledged_at", "compensated_at")
     list_filter = ("state", "source", "flow")

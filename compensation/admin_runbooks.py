@@ -2,8 +2,7 @@
 its runs; a page per work order to request an action; approve, run and reject as admin actions.
 Everything goes through compensation.services.runbooks; no form writes a run's columns.
 
-The work order's ModelAdmin (compensation.admin) mixes in RunbooksOnWorkOrder and shows
-RunbookRunInline."""
+The work order's ModelAdmin (compensation.admin) mixes in RunbooksOnWorkOrder."""
 
 import json
 import uuid
@@ -134,18 +133,6 @@ class RunbooksOnWorkOrder:
         context = {**self.admin_site.each_context(request), "title": f"Runbooks for {order}", "order": order,
                    "books": books, "opts": self.model._meta}
         return TemplateResponse(request, PAGE, context)
-
-
-class RunbookRunInline(admin.TabularInline):
-    model = RunbookRun
-    fields = ("runbook", "action", "state", "requested_by", "approved_by", "run_by", "finished_at")
-    readonly_fields = fields
-    extra = 0
-    show_change_link = True
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(RunbookRun)

@@ -191,6 +191,8 @@ RETRYOPS_NOTIFY_TIMEOUT = env_int("RETRYOPS_NOTIFY_TIMEOUT", 5, minimum=1)
 # Sends per notification before it stays failed; retries wait 15 s, 30 s, 60 s, ... (at most an hour).
 RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
 RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
+# Seconds between runs of the periodic send job (each notification is also sent right after its commit).
+RETRYOPS_NOTIFY_INTERVAL = env_int("RETRYOPS_NOTIFY_INTERVAL", 30, minimum=1)
 # Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.

@@ -16,6 +16,7 @@ from compensation.choices import (
 )
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter, WorkOrder
+from compensation.notifications import queue_notification, work_order_dedup_key
 from compensation.services.common import actor_name, locked, text
 from resources.models import ResourcePool
 from resources.selectors import get_pool
@@ -38,6 +39,18 @@ def _snapshot(order: WorkOrder) -> dict:
             "resolution": order.resolution}
 
 
+def _page(order: WorkOrder, event: str) -> None:
+    """Page the on-call about a work order that opened (trigger), or resolve the page when it
+    ended; queued in the caller's transaction, sent once it commits."""
+    verb = "opened" if event == "trigger" else f"{order.state}"
+    queue_notification(
+        event=event, dedup_key=work_order_dedup_key(order.pk), subject_id=order.pk, subject_label=str(order),
+        summary=f"Work order {order.pk} {verb}: {order.title}",
+        details={"flow": order.flow, "error_signature": order.error_signature,
+                 "dead_letters": order.dead_letter_count, "state": order.state},
+        link=f"/admin/compensation/workorder/{order.pk}/change/")
+
+
 def join_work_order(*, flow: str, error_signature: str, pool_id: int, first_dead_at: datetime,
                     last_dead_at: datetime, count: int) -> WorkOrder:
     """The live work order of this flow and signature, joined by `count` new dead letters; opened
@@ -55,13 +68,15 @@ def join_work_order(*, flow: str, error_signature: str, pool_id: int, first_dead
         try:
             # A savepoint: a collector that loses the race to open it joins the winner's.
             with transaction.atomic():
-                return WorkOrder.objects.create(
+                order = WorkOrder.objects.create(
                     title=f"{flow}: {error_signature or 'no error recorded'}"[:TITLE_LENGTH],
                     source=WorkOrderSource.DEAD_LETTERS, flow=flow, error_signature=error_signature,
                     pool_id=pool_id, opened_by="dead letters", dead_letter_count=count, first_dead_at=first_dead_at,
                     last_dead_at=last_dead_at)
         except IntegrityError:
             continue
+        _page(order, "trigger")
+        return order
     raise RuntimeError(f"work order for {flow} / {error_signature} neither found nor created")
 
 
@@ -80,6 +95,7 @@ def open_work_order(*, title: str, actor: str, flow: str = "", pool: ResourcePoo
                                          runbook=runbook, notes=notes, assignee=assignee, opened_by=actor)
         record_audit(action=AuditAction.WORK_ORDER_OPEN, target=order, before=None,
                      after={**_snapshot(order), "title": title, "flow": flow, "pool": pool_id}, actor=actor)
+        _page(order, "trigger")
     return order
 
 
@@ -117,6 +133,8 @@ def _move(order: WorkOrder | int, *, action: str, actor: str, reason: str = "", 
             # Its dead letters are taken care of; a replay under way still follows its task.
             DeadLetter.objects.filter(work_order=order, state=DeadLetterState.OPEN).update(
                 state=DeadLetterState.RESOLVED, settled_at=now, updated_at=now)
+        if target in (S.COMPENSATED, S.CLOSED, S.CANCELLED):
+            _page(order, "resolve")
         record_audit(action=AuditAction.WORK_ORDER_TRANSITION, target=order, before=before, after=_snapshot(order),
                      reason=reason or action, actor=actor)
     return order

@@ -14,7 +14,7 @@ from pytest_httpserver import HTTPServer
 from compensation.notifications import queue_notification, work_order_dedup_key
 from compensation.notifications_models import Notification, NotificationState
 
-PAGERDUTY_SPEC = Path(django_settings.BASE_DIR).parent / "shared" / "reference" / "pagerduty-events-v2.openapi.json"
+PAGERDUTY_SPEC = Path(django_settings.BASE_DIR) / "docs" / "reference" / "pagerduty-events-v2.openapi.json"
 SLACK_PATH = "/services/T000/B000/XXXX"
 PAGERDUTY_PATH = "/v2/enqueue"
 ROUTING_KEY = "e93facc04764012d7bfb002500d5d1a6"
@@ -107,3 +107,9 @@ def make_due() -> None:
 
 def bodies(server: HTTPServer, path: str) -> list[dict]:
     return [json.loads(request.get_data()) for request, _ in server.log if request.path == path]
+
+
+def accept(server: HTTPServer) -> None:
+    """The receiver answers as Slack and PagerDuty do when they take a message."""
+    server.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)
+    server.expect_request(SLACK_PATH).respond_with_data("ok")

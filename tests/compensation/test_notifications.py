@@ -28,6 +28,7 @@ from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
     ROUTING_KEY,
     SLACK_PATH,
+    accept,
     bodies,
     closed_port_url,
     make_due,
@@ -41,11 +42,6 @@ pytestmark = pytest.mark.django_db
 
 def state_of(channel: str, event: str = "trigger") -> Notification:
     return Notification.objects.get(channel=channel, event=event)
-
-
-def accept(server):
-    server.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)
-    server.expect_request(SLACK_PATH).respond_with_data("ok")
 
 
 # queueing and sending
