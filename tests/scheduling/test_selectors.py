@@ -71,3 +71,10 @@ def test_tasks_of_resource_are_those_that_ran_on_or_asked_for_it(redis_conn, poo
     start(pool, resource=bob)
     assert list(selectors.tasks_of_resource(alice)) == [asked, ran]
     assert Task.objects.count() == 3
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
+def test_tasks_of_a_resource_id_that_names_no_row_is_bad_input(value):
+    with pytest.raises(DomainError) as refused:
+        selectors.tasks_of_resource(value)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "resource")

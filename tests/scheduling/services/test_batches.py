@@ -62,6 +62,18 @@ def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool
     assert [t.resource.key for t in started] == ["fresh"]
 
 
+
+def test_a_failed_first_task_is_not_strict_but_holds_its_candidate(redis_conn, pool, default_policy):
+    failed = pool_services.claim_by_id(resource_id=ResourceFactory(pool=pool, key="r0").pk, holder="shop")
+    pool_services.release(resource=failed, lease_token=failed.lease_token, outcome="failure", error="TimeoutError")
+    config = BatchConfig.objects.create(name="signups", pool=pool, flow="demo", policy=default_policy,
+                                        tasks_per_tick=1, retry_failed_first=True)
+
+    [task] = services.run_batch(config=config)
+
+    assert (task.strict, task.resource_id, task.held_lease_token) == (False, failed.pk, task.resource.lease_token)
+
+
 # saving a batch config: only the fields given, under the row's lock
 
 
