@@ -570,7 +570,8 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
             resource_noun, field="resource_noun", required=True,
             max_length=ResourcePool._meta.get_field("resource_noun").max_length),
         "lease_seconds": None if lease_seconds is None else _whole(lease_seconds, field="lease_seconds"),
-        "consume_on_success": None if consume_on_success is None else bool(consume_on_success),
+        "consume_on_success": None if consume_on_success is None else inputs.flag(
+            consume_on_success, field="consume_on_success", error=InvalidInput),
         "description": None if description is None else _text(description, field="description"),
     }
     return {field: value for field, value in fields.items() if value is not None}

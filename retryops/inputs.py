@@ -19,6 +19,14 @@ def whole_number(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTE
     return value
 
 
+def flag(value, *, field: str, error: type[BadInput] = BadInput) -> bool:
+    """`value` if it is True or False; else `error` naming `field`. Never bool(value): "no" and
+    "false" are true strings, and a flag sent as text would flip to on."""
+    if not isinstance(value, bool):
+        raise error(f"{field} must be true or false, got {value!r}", field=field)
+    return value
+
+
 def record_id(value, *, field: str, error: type[BadInput] = BadInput) -> int:
     """`value` as a primary key: a whole number from 1 to bigint's largest, else `error` naming `field`."""
     return whole_number(value, field=field, minimum=1, maximum=MAX_ID, error=error)

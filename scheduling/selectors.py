@@ -9,7 +9,7 @@ from django.utils import timezone
 from resources.classification import compile_patterns
 from resources.models import Resource
 from resources.selectors import recently_failed
-from retryops.inputs import record_id
+from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import check_text
 from scheduling.choices import (
     TERMINAL_STATES,
@@ -80,6 +80,7 @@ def waiting_pinned_to(resource) -> QuerySet[Task]:
 
 def waiting_tasks_due(*, now: datetime | None = None, limit: int = 1000) -> QuerySet[Task]:
     """Waiting tasks whose next attempt is due, earliest first (task_waiting_due_idx)."""
+    limit = whole_number(limit, field="limit", error=BadInput)
     return Task.objects.filter(state__in=WAITING_STATES, next_run_at__lte=now or timezone.now()).order_by(
         "next_run_at")[:limit]
 

@@ -14,7 +14,7 @@ from audit.services import record_audit
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.selectors import get_pool
 from retryops.errors import DomainError
-from retryops.inputs import record_id, whole_number
+from retryops.inputs import flag, record_id, whole_number
 from retryops.jsonsafe import clean_text
 from scheduling.errors import BadInput, BadPolicy, FlowNotFound
 from scheduling.flows import UnknownFlow, get_flow
@@ -132,9 +132,9 @@ _BATCH_CHECKS = {
     "policy": lambda value: get_policy(name_of(value, field="policy", what="a retry policy")
                                        if not isinstance(value, models.Model) else value),
     "payload": parse_payload,
-    "enabled": bool,
+    "enabled": lambda value: flag(value, field="enabled", error=BadInput),
     "tasks_per_tick": lambda value: _count(value, field="tasks_per_tick", minimum=1),
-    "retry_failed_first": bool,
+    "retry_failed_first": lambda value: flag(value, field="retry_failed_first", error=BadInput),
     "recent_window_seconds": lambda value: _count(value, field="recent_window_seconds", minimum=0),
     "retryable_error_patterns": _batch_patterns,
 }
@@ -143,7 +143,7 @@ _BATCH_CHECKS = {
 def _batch_values(data: dict) -> dict:
     if not isinstance(data, dict):
         raise BadInput(f"data must be a mapping of batch config fields, got {type(data).__name__}", field="data")
-    unknown = sorted(set(data) - set(BATCH_FIELDS))
+    unknown = sorted(map(str, set(data) - set(BATCH_FIELDS)))
     if unknown:
         raise BadInput(f"not a field an operator sets on a batch config: {', '.join(unknown)}", field=unknown[0])
     return {field: _BATCH_CHECKS[field](value) for field, value in data.items()}

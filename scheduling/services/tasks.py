@@ -14,7 +14,7 @@ from audit.services import record_audit
 from resources import services as pool
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
-from retryops.inputs import record_id
+from retryops.inputs import flag, record_id
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from scheduling.choices import WAITING_STATES, TaskEventKind, TaskState
 from scheduling.errors import (
@@ -139,6 +139,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     created_by = name_of(created_by, field="created_by", what="who or what starts the task")
     idempotency_key = _idempotency_key(idempotency_key)
     run_at = _run_at(run_at, now)
+    strict = flag(strict, field="strict", error=BadInput)
     if idempotency_key:
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
@@ -155,7 +156,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
                            field="resource")
     try:
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
-                            strict=bool(strict) and pinned is not None, pinned=pinned, created_by=created_by,
+                            strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
                             reserve=reserve, claim_now=claim_now, audit=audit)
     except IntegrityError:
@@ -234,7 +235,9 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
     (reserved, or held for its retry) goes back unused. A running attempt cannot be cancelled
     (its flow is already doing its side effects): cancel the retry once it has ended."""
     actor = name_of(actor, field="actor", what="who cancels the task")
-    reason = clean_text(reason.strip()) if isinstance(reason, str) else ""
+    if reason is not None and not isinstance(reason, str):
+        raise BadInput(f"reason must be text, got {type(reason).__name__}", field="reason")
+    reason = clean_text(reason.strip()) if reason else ""
     with transaction.atomic():
         # Lock order, as in begin_attempt: the task, then its resource.
         task = _locked_task(task)

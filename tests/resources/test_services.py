@@ -748,3 +748,9 @@ def test_lock_resource_returns_the_row_with_its_pool(alice):
     with transaction.atomic():
         locked = services.lock_resource(alice.pk)
     assert (locked.pk, locked.pool.name) == (alice.pk, "accounts")
+
+
+def test_consume_on_success_sent_as_text_is_bad_input(db):
+    with bad_input("consume_on_success"):
+        services.create_pool(name="coupons", consume_on_success="no")
+    assert not ResourcePool.objects.filter(name="coupons").exists()

@@ -78,3 +78,10 @@ def test_tasks_of_a_resource_id_that_names_no_row_is_bad_input(value):
     with pytest.raises(DomainError) as refused:
         selectors.tasks_of_resource(value)
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "resource")
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5])
+def test_a_due_tasks_limit_that_is_not_a_positive_whole_number_is_bad_input(limit):
+    with pytest.raises(DomainError) as refused:
+        selectors.waiting_tasks_due(limit=limit)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "limit")

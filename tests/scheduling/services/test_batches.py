@@ -101,3 +101,34 @@ def test_a_new_batch_config_without_a_policy_is_refused_naming_it(pool):
         services.save_batch_config(actor="carol", data={"name": "signups", "pool": pool, "flow": "demo"})
     assert refused.value.details["field"] == "policy"
     assert not BatchConfig.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["enabled", "retry_failed_first"])
+def test_a_batch_config_flag_sent_as_text_is_refused_not_switched_on(pool, instant_policy, field):
+    config = services.save_batch_config(data={"name": "signups", "pool": pool, "flow": "demo", "policy": "instant",
+                                              "enabled": False}, actor="ops:carol")
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(config=config, data={field: "no"}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", field)
+    assert BatchConfig.objects.get(pk=config.pk).enabled is False
+
+
+def test_batch_config_patterns_with_a_lone_surrogate_are_refused_naming_the_field(pool, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(data={"name": "signups", "pool": pool, "flow": "demo", "policy": "instant",
+                                         "retryable_error_patterns": ["time\ud800out"]}, actor="ops:carol")
+    assert refused.value.details["field"].startswith("retryable_error_patterns")
+    assert not BatchConfig.objects.exists()
+
+
+def test_a_batch_config_field_that_is_not_text_is_named(pool, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(data={1: "one"}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "1")
+
+
+@pytest.mark.parametrize("value", ["abc", True, 2**70])
+def test_a_batch_config_id_that_names_no_row_is_bad_input(pool, instant_policy, value):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(config=value, data={"enabled": False}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "config")

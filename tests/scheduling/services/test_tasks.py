@@ -256,3 +256,18 @@ def test_a_resource_id_that_names_no_row_is_bad_input_on_start(pool, instant_pol
     error = refused(lambda: start(pool, resource=value))
     assert error.code == "bad_input" and error.details["field"] == "resource"
     assert isinstance(error, services.TaskError)
+
+
+@pytest.mark.django_db
+def test_strict_sent_as_text_is_refused_not_taken_as_true(pool, alice, instant_policy):
+    error = refused(lambda: start(pool, resource=alice, strict="no"))
+    assert (error.code, error.details["field"]) == ("bad_input", "strict")
+
+
+@pytest.mark.django_db
+def test_a_cancel_reason_that_is_not_text_is_refused(pool, alice, instant_policy):
+    task = start(pool)
+    with pytest.raises(DomainError) as caught:
+        services.cancel_task(task=task, actor="ops:carol", reason=5)
+    assert (caught.value.code, caught.value.details["field"]) == ("bad_input", "reason")
+    assert Task.objects.get(pk=task.pk).state == TaskState.PENDING
