@@ -8,7 +8,6 @@ from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
-from retryops.inputs import record_id
 from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
@@ -34,12 +33,10 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     task that ran on the resource. Refused while a task that has not finished is bound to the
     resource (TaskLive): that task would run beside the new one."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
-    resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource",
-                                                                                error=BadInput)
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
         # writes such a task), so no live task can appear between this check and the new task.
-        current = pool.lock_resource(resource_id)
+        current = pool.lock_resource(resource)
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:
