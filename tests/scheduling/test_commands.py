@@ -94,3 +94,10 @@ def test_load_retry_policies_only_missing_adds_new_policies_and_leaves_edited_on
     assert RetryPolicy.objects.get(name="a").max_attempts == 9
     assert RetryPolicy.objects.filter(name="b").exists()
     assert "1 missing retry policies added: b" in out.getvalue()
+
+
+def test_start_task_command_names_the_bad_payload(alice, instant_policy):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="payload is not JSON"):
+        call_command("start_task", flow="demo", pool="accounts", payload="nope", policy="instant")

@@ -1,14 +1,26 @@
 """scheduling.runner: what a worker does with one wake-up, on the real PostgreSQL and Redis."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
+import psutil
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from resources.choices import EventKind, ResourceState
+from resources.models import Resource, ResourceEvent
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, Task
-from tests.scheduling import helpers
+from tests import servers
+from tests.factories import ResourceFactory, ResourcePoolFactory
+from tests.scheduling import helpers  # noqa: F401  (registers the test flows)
 from tests.scheduling.helpers import work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,3 +105,63 @@ def test_a_failure_whose_error_the_database_refuses_still_ends_the_attempt_faile
     assert "could not be stored" in first.error_message and "error message refused" in first.error_message
     assert helpers.calls == [(task.pk, 1), (task.pk, 2)]
     assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_flow_leaves_an_abandoned_attempt_and_the_task_is_retried(redis_conn, instant_policy):
+    pool = ResourcePoolFactory(name="short-leases", lease_seconds=2)
+    resource = ResourceFactory(pool=pool, key="alice@x")
+    task = services.start_task(flow="demo", pool_name=pool, payload={"sleep": 60, "sleep_attempts": [1]},
+                               created_by="test", policy="instant")
+    env = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url()}
+    worker = subprocess.Popen([sys.executable, "manage.py", "rqworker", "flows", "--burst"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: Attempt.objects.filter(task=task, outcome=AttemptOutcome.RUNNING).exists())
+        time.sleep(1.5)  # long enough for the heartbeat to have extended the lease once
+        # The worker and its work horse (RQ forks one per job, in a session of its own).
+        parent = psutil.Process(worker.pid)
+        for process in [*parent.children(recursive=True), parent]:
+            process.send_signal(signal.SIGKILL)
+    finally:
+        worker.wait(timeout=10)
+    wait_for(lambda: Resource.objects.get(pk=resource.pk).leased_until < timezone.now(), timeout=10)
+
+    abandoned = services.recover_lost_attempts()
+
+    assert [a.task_id for a in abandoned] == [task.pk]
+    first = Attempt.objects.get(task=task, number=1)
+    assert (first.outcome, first.error_class) == (AttemptOutcome.ABANDONED, "WorkerLost")
+    assert Resource.objects.get(pk=resource.pk).state == ResourceState.FAILED
+    assert ResourceEvent.objects.filter(resource=resource, kind=EventKind.LEASE_EXPIRED).count() == 1
+    assert Task.objects.get(pk=task.pk).state == TaskState.RETRYING
+    work()
+    task.refresh_from_db()
+    assert task.state == TaskState.SUCCEEDED
+    assert list(task.attempts.values_list("number", "outcome", "resource__key")) == [
+        (1, "abandoned", "alice@x"), (2, "succeeded", "alice@x")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_a_long_flow_from_being_swept(redis_conn, instant_policy):
+    pool = ResourcePoolFactory(name="short-leases", lease_seconds=1)
+    ResourceFactory(pool=pool, key="alice@x")
+    task = services.start_task(flow="sleep_then_sweep", pool_name=pool, payload={"sleep": 2.5}, created_by="test",
+                               policy="instant")
+    work()
+    task.refresh_from_db()
+    assert task.result == {"swept": 0}  # without the heartbeat, the 1 s lease would have run out
+    assert task.state == TaskState.SUCCEEDED and task.attempt_count == 1

@@ -1,4 +1,5 @@
-"""The operator's "retry this resource", against a task that is still alive on it."""
+"""The operator's "retry this resource" (retry_resource): reset and a strict task in one step, refused while
+another task is still alive on the resource."""
 
 from datetime import timedelta
 
@@ -6,8 +7,9 @@ import pytest
 from django.utils import timezone
 
 from resources import services as pool_services
-from resources.choices import ResourceState
-from resources.models import Resource
+from resources.choices import EventKind, ResourceState
+from resources.errors import PoolExhausted, ResourceUnavailable
+from resources.models import Resource, ResourceEvent
 from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import TaskState
@@ -142,3 +144,62 @@ def test_retry_resource_refuses_an_actor_with_a_lone_surrogate(redis_conn, alice
         services.retry_resource(resource=alice, actor="ops\ud800carol", flow="demo")
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "actor")
     assert Task.objects.count() == 0
+
+
+@pytest.fixture
+def failed_alice(redis_conn, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=alice.pool, payload={"script": ["ConnectionResetError: reset"]},
+                               created_by="test", policy="instant")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    return Resource.objects.get(pk=alice.pk)
+
+
+def test_retry_resource_resets_and_reserves_it_for_a_strict_task(failed_alice):
+    task = services.retry_resource(resource=failed_alice, actor="ops:carol", payload={})
+    row = Resource.objects.get(pk=failed_alice.pk)
+    assert (row.state, row.lease_holder) == (ResourceState.IN_USE, f"task {task.pk}")
+    assert (task.strict, task.pinned_resource_id, task.flow) == (True, failed_alice.pk, "demo")
+    # between the reset and the job, nobody else can take it
+    with pytest.raises(PoolExhausted):
+        pool_services.claim_next(pool=failed_alice.pool, holder="another scheduler")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+
+
+def test_retry_resource_appends_to_the_history_instead_of_clearing_it(failed_alice):
+    services.retry_resource(resource=failed_alice, actor="ops:carol", payload={})
+    work()
+    row = Resource.objects.get(pk=failed_alice.pk)
+    assert row.failure_count == 3 and row.last_failure_reason == "ConnectionResetError: reset"
+    kinds = list(ResourceEvent.objects.filter(resource=row).order_by("id").values_list("kind", flat=True))
+    assert kinds[-3:] == [EventKind.RESET, EventKind.CLAIMED, EventKind.RELEASED_SUCCESS]
+    assert ResourceEvent.objects.get(resource=row, kind=EventKind.RESET).actor == "ops:carol"
+
+
+def test_retry_resource_reuses_the_last_flow_and_payload(failed_alice):
+    task = services.retry_resource(resource=failed_alice, actor="ops")
+    assert (task.flow, task.policy.name, task.payload) == ("demo", "instant", {"script": ["ConnectionResetError: reset"]})
+
+
+def test_retry_resource_of_an_in_use_resource_fails_and_writes_nothing(redis_conn, claimed_alice, bob, instant_policy):
+    before = Task.objects.count()
+    with pytest.raises(ResourceUnavailable, match="account alice@x is in use by task 812"):
+        services.retry_resource(resource=claimed_alice, actor="ops", flow="demo")
+    assert Task.objects.count() == before
+    assert Resource.objects.get(pk=bob.pk).state == ResourceState.AVAILABLE
+
+
+def test_retry_resource_without_history_needs_a_flow(redis_conn, alice, instant_policy):
+    with pytest.raises(services.TaskError, match="no task has run on account alice@x yet: name the flow"):
+        services.retry_resource(resource=alice, actor="ops")
+
+
+def test_retry_resource_command_reports_the_task(failed_alice):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("retry_resource", pool="accounts", key="alice@x", actor="ops", stdout=out)
+    assert "started task" in out.getvalue() and "on alice@x" in out.getvalue()

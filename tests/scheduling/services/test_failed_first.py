@@ -1,3 +1,5 @@
+"""Failed-first batch ticks: which failed resources a tick reclaims before fresh ones."""
+
 from datetime import timedelta
 
 import pytest

@@ -1,3 +1,5 @@
+"""Probation: a probationary quarantine gets a probe after its cooldown, through real workers."""
+
 from datetime import timedelta
 
 import pytest

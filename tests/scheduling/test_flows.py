@@ -1,4 +1,4 @@
-"""The http_call flow against a real HTTP server on localhost (the network edge)."""
+"""The built-in flows: http_call against a real local upstream."""
 
 import json
 import threading

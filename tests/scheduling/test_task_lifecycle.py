@@ -1,4 +1,5 @@
-"""Tasks running on real RQ workers against the real PostgreSQL and Redis."""
+"""A task's whole life through the run_attempt job on real RQ workers, against the real PostgreSQL
+and Redis: success, retries, backoff, death, strictness, lost jobs, outcomes that arrive late."""
 
 from datetime import timedelta
 
