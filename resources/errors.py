@@ -1,7 +1,7 @@
 """Domain errors of the resource pool. Each carries a sentence an operator can act on (`str(error)`),
 a stable `code` for machines, and `details` naming what was wrong (the pool, the resource, the field)."""
 
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 
 
 class ResourceError(DomainError):
@@ -10,15 +10,11 @@ class ResourceError(DomainError):
     code = "resource_error"
 
 
-class InvalidInput(ResourceError, ValueError):
+class InvalidInput(ResourceError, BadInput):
     """A value a service cannot take (empty, out of range, unstorable); `field` names the argument.
     Also a ValueError, so form validation and older callers that catch ValueError keep working."""
 
     code = "bad_input"
-
-    def __init__(self, message: str, *, field: str, **details):
-        super().__init__(message, field=field, **details)
-        self.field = field
 
 
 class PoolNotFound(ResourceError):

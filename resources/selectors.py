@@ -19,15 +19,21 @@ from resources.errors import (
     ResourceUnavailable,
 )
 from resources.models import Resource, ResourceEvent, ResourcePool
-
-# A bigint primary key; a larger number names nothing and PostgreSQL would refuse to compare it.
-MAX_ID = 2**63 - 1
+from retryops import inputs
+from retryops.jsonsafe import check_text
 
 
 def record_id(value, *, field: str) -> int:
-    """`value` as a primary key: a whole number in bigint range, else InvalidInput naming `field`."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
-        raise InvalidInput(f"{field} must be a whole number from 1 to {MAX_ID}, got {value!r}", field=field)
+    """`value` as a primary key, else InvalidInput naming `field` (retryops.inputs.record_id)."""
+    return inputs.record_id(value, field=field, error=InvalidInput)
+
+
+def _lookup_text(value, *, field: str) -> str:
+    # A name looked up, not stored, still goes to PostgreSQL: a NUL or a lone surrogate in it
+    # fails the query (psycopg refuses to send it) instead of finding nothing.
+    problem = check_text(value)
+    if problem:
+        raise InvalidInput(f"{field} {problem}: {value!r}", field=field)
     return value
 
 
@@ -46,7 +52,7 @@ def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
     if isinstance(pool, ResourcePool):
         return pool
     if isinstance(pool, str):
-        lookup = {"name": pool}
+        lookup = {"name": _lookup_text(pool, field="pool")}
     else:
         lookup = {"pk": record_id(pool, field="pool")}
     try:
@@ -74,8 +80,10 @@ def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | s
     if pool is None or key is None:
         raise InvalidInput("name a resource by resource_id, or by pool and key", field="resource_id")
     pool = get_pool(pool)
+    if not isinstance(key, str):
+        raise InvalidInput(f"key must be text, got {type(key).__name__}", field="key")
     try:
-        return queryset.get(pool=pool, key=key)
+        return queryset.get(pool=pool, key=_lookup_text(key, field="key"))
     except Resource.DoesNotExist:
         raise ResourceNotFound(f"pool {pool.name} has no {pool.resource_noun} with key {key!r}",
                                pool=pool.name, key=key) from None
@@ -169,6 +177,7 @@ def recently_failed(*, pool: ResourcePool | int | str, since: datetime) -> Query
 def due_for_probe(*, now: datetime | None = None, limit: int = 100) -> list[Resource]:
     """Quarantined resources whose probation cooldown is over, longest due first, with their pools."""
     now = now or timezone.now()
+    limit = inputs.whole_number(limit, field="limit", error=InvalidInput)
     return list(Resource.objects.select_related("pool").filter(
         state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit])
 
@@ -177,4 +186,6 @@ def timeline(*, resource: Resource | int, limit: int | None = None) -> list[Reso
     """A resource's timeline, newest first (resource_event_timeline_idx)."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
     events = ResourceEvent.objects.filter(resource_id=resource_id).order_by("-id")
-    return list(events[:limit] if limit is not None else events)
+    if limit is None:
+        return list(events)
+    return list(events[:inputs.whole_number(limit, field="limit", error=InvalidInput)])

@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.core.exceptions import ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -23,7 +23,13 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import record_audit
 from resources import sql
-from resources.choices import EventKind, FailureCategory, LeaseKind, Outcome, ResourceState
+from resources.choices import (
+    EventKind,
+    FailureCategory,
+    LeaseKind,
+    Outcome,
+    ResourceState,
+)
 from resources.classification import Classification, classify, error_text
 from resources.errors import (
     IllegalTransition,
@@ -43,13 +49,13 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
     record_id,
     when,
 )
-from retryops.jsonsafe import UnstorableValue, clean_text, refuse_unstorable
+from retryops import inputs
+from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 
 LEASE_EXPIRED_REASON = "lease expired"
 LEASE_EXPIRED_UNUSED_REASON = "lease expired unused"
 MAX_REASON_LENGTH = 2000
-# PositiveIntegerField and the ::integer the statements cast to: PostgreSQL's integer.
-MAX_INTEGER = 2**31 - 1
+MAX_INTEGER = inputs.MAX_INTEGER
 # A resource a claim may take by name: a failed one too, which is how an operator retries it.
 CLAIMABLE = (ResourceState.AVAILABLE, ResourceState.FAILED)
 
@@ -77,17 +83,16 @@ def _text(value, *, field: str, max_length: int | None = None, required: bool = 
     value = value.strip()
     if required and not value:
         raise InvalidInput(f"{field} must not be empty", field=field)
-    if "\x00" in value:
-        raise InvalidInput(f"{field} contains a NUL character (\\u0000)", field=field)
+    problem = check_text(value)
+    if problem:
+        raise InvalidInput(f"{field} {problem}", field=field)
     if max_length is not None and len(value) > max_length:
         raise InvalidInput(f"{field} is {len(value)} characters long; at most {max_length} fit", field=field)
     return value
 
 
 def _whole(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTEGER) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise InvalidInput(f"{field} must be a whole number from {minimum} to {maximum}, got {value!r}", field=field)
-    return value
+    return inputs.whole_number(value, field=field, minimum=minimum, maximum=maximum, error=InvalidInput)
 
 
 def _json(value: dict | None, *, field: str) -> str:
@@ -280,7 +285,7 @@ def _held(resource: Resource | int, lease_token: uuid.UUID | str) -> Resource:
     """The locked row, if `lease_token` holds it; else the LeaseMismatch saying why not."""
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
-    current = _locked(resource_id)
+    current = lock_resource(resource_id)
     if current.state != ResourceState.IN_USE or current.lease_token != token:
         raise describe_lease_mismatch(resource_id, token)
     return current
@@ -368,7 +373,7 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
     lease_seconds = _lease_seconds(lease_seconds)
     now = now or timezone.now()
     with transaction.atomic():
-        current = _locked(resource)
+        current = lock_resource(resource)
         if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
             raise IllegalTransition(
                 f"{current.pool.resource_noun} {current.key} is not due for a probe: it is "
@@ -432,7 +437,11 @@ def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeed
     return current
 
 
-def _locked(resource: Resource | int) -> Resource:
+def lock_resource(resource: Resource | int) -> Resource:
+    """The resource's row, read again under its lock (FOR UPDATE of the resource alone), with its
+    pool; ResourceNotFound when there is none. Inside the caller's transaction: every service that
+    locks a resource by id (here and in scheduling) takes it through this one, so they take the
+    same lock the same way."""
     resource_id = _resource_id(resource)
     current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
     if current is None:
@@ -442,7 +451,7 @@ def _locked(resource: Resource | int) -> Resource:
 
 def _locked_in(resource: Resource | int, action: str, allowed: tuple[str, ...]) -> Resource:
     """The locked row, if its state allows `action`; else IllegalTransition naming both."""
-    current = _locked(resource)
+    current = lock_resource(resource)
     if current.state not in allowed:
         names = [ResourceState(s).value.replace("_", " ") for s in allowed]
         states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
@@ -561,7 +570,8 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
             resource_noun, field="resource_noun", required=True,
             max_length=ResourcePool._meta.get_field("resource_noun").max_length),
         "lease_seconds": None if lease_seconds is None else _whole(lease_seconds, field="lease_seconds"),
-        "consume_on_success": None if consume_on_success is None else bool(consume_on_success),
+        "consume_on_success": None if consume_on_success is None else inputs.flag(
+            consume_on_success, field="consume_on_success", error=InvalidInput),
         "description": None if description is None else _text(description, field="description"),
     }
     return {field: value for field, value in fields.items() if value is not None}
@@ -616,7 +626,7 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
         _json(attributes, field="attributes")
         changes["attributes"] = attributes
     with transaction.atomic():
-        current = _locked(resource)
+        current = lock_resource(resource)
         _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
     return current
 

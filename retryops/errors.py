@@ -17,3 +17,15 @@ class DomainError(Exception):
     def as_dict(self) -> dict:
         """What an API answers and a log line carries."""
         return {"code": self.code, "message": str(self), "details": self.details}
+
+
+class BadInput(DomainError, ValueError):
+    """A value a service cannot take (empty, out of range, unstorable, naming no row); details:
+    `field`. Each app's bad-input error derives from it; also a ValueError, so form validation
+    and older callers that catch ValueError keep working."""
+
+    code = "bad_input"
+
+    def __init__(self, message: str, *, field: str, **details):
+        super().__init__(message, field=field, **details)
+        self.field = field

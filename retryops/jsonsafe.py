@@ -1,13 +1,17 @@
 """Values Python's json accepts and PostgreSQL's jsonb and text columns refuse.
 
-`json.loads` reads `NaN`, `Infinity` and `\\u0000`; jsonb refuses all three, and a text column
-refuses a NUL character. Input from people and systems is refused with the place named
-(`refuse_unstorable`); what a flow hands back after its side effects have happened is made
-storable instead (`make_storable`), because refusing it would turn a success into a rerun.
+`json.loads` reads `NaN`, `Infinity`, `\\u0000` and a lone `\\ud800`; jsonb refuses all four, a
+text column refuses a NUL character, and psycopg cannot even send a lone surrogate (UTF-8 has no
+encoding for one: UnicodeEncodeError, before PostgreSQL sees anything). `check_text` is the one
+guard on text, for JSON strings and keys as for plain columns. Input from people and systems is
+refused with the place named (`refuse_unstorable`); what a flow hands back after its side effects
+have happened is made storable instead (`make_storable`), because refusing it would turn a
+success into a rerun.
 """
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,20 +29,38 @@ class UnstorableValue(ValueError):
         self.path = path
 
 
+# A NUL, or any UTF-16 surrogate code point: json.loads turns a "\\ud800" without its partner
+# into one, and Python strings hold it where UTF-8 cannot.
+_UNSTORABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def check_text(text: str) -> str | None:
+    """What keeps a text column from holding `text`, as the end of a sentence naming it ("contains
+    a NUL character (\\u0000)"); None when it can be stored."""
+    found = _UNSTORABLE_CHARACTER.search(text)
+    if found is None:
+        return None
+    if found.group() == "\x00":
+        return "contains a NUL character (\\u0000)"
+    return f"contains a lone surrogate (\\u{ord(found.group()):04x}), which UTF-8 cannot encode"
+
+
 def _problem(value: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"is {value!r}, which JSON cannot hold"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
         return f"is {value}, larger than {MAX_SAFE_INTEGER}"
-    if isinstance(value, str) and "\x00" in value:
-        return "contains a NUL character (\\u0000)"
+    if isinstance(value, str):
+        return check_text(value)
     return None
 
 
 def _walk(value: Any, path: str, visit: Callable[[Any, str], Any]) -> Any:
     if isinstance(value, dict):
+        # The path is stored too (in a repair note, an error's text): a bad key is shown cleaned.
         return {visit(key, f"{path} key {key!r}") if isinstance(key, str) else key:
-                _walk(item, f"{path}.{key}", visit) for key, item in value.items()}
+                _walk(item, f"{path}.{clean_text(key) if isinstance(key, str) else key}", visit)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_walk(item, f"{path}[{n}]", visit) for n, item in enumerate(value)]
     return visit(value, path)
@@ -63,13 +85,14 @@ def refuse_unstorable(value: Any, *, name: str) -> Any:
 
 
 def clean_text(text: str) -> str:
-    """Text a PostgreSQL text column can hold: NUL characters become U+FFFD."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    """Text a PostgreSQL text column can hold: NUL characters and lone surrogates become U+FFFD."""
+    return _UNSTORABLE_CHARACTER.sub("\ufffd", text) if check_text(text) else text
 
 
 def make_storable(value: Any) -> tuple[Any, list[str]]:
     """`value` as jsonb can hold it, and notes on what had to change: non-finite floats become
-    null, huge integers strings, NUL characters U+FFFD, anything JSON cannot express its repr."""
+    null, huge integers strings, NUL characters and lone surrogates (in values and keys) U+FFFD,
+    anything JSON cannot express its repr."""
     notes: list[str] = []
 
     def fix(item: Any, path: str) -> Any:

@@ -1,6 +1,7 @@
 """Domain errors of tasks and flows. Each has a stable `code` for machines, a sentence for people,
 and `details` naming what was wrong (the field, the path in a payload, the task and its state)."""
 
+from retryops import errors
 from retryops.errors import DomainError
 
 
@@ -16,7 +17,7 @@ class TaskError(SchedulingError, ValueError):
     code = "bad_task"
 
 
-class BadInput(TaskError):
+class BadInput(TaskError, errors.BadInput):
     """A value no column can hold or no one can act on; details: `field`."""
 
     code = "bad_input"

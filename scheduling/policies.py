@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from resources.choices import FailureCategory
 from resources.classification import Classification, compile_patterns, error_text
 from resources.services import MAX_PROBATION_SECONDS
+from retryops.jsonsafe import check_text
 from scheduling.choices import Backoff, PatternAction
 from scheduling.errors import BadPolicy
 
@@ -29,6 +30,8 @@ MAX_ATTEMPTS = 1000
 MAX_DELAY_SECONDS = 30 * 24 * 3600
 MAX_MULTIPLIER = 100
 MAX_PROBATION_COOLDOWN_SECONDS = MAX_PROBATION_SECONDS
+# RetryPolicy.name's column (models imports nothing from here, but this module loads before apps do).
+MAX_NAME_LENGTH = 100
 
 
 def _number(data: dict, field: str, *, minimum: float, maximum: float, integer: bool = False) -> float | int:
@@ -47,8 +50,9 @@ def _number(data: dict, field: str, *, minimum: float, maximum: float, integer: 
 
 
 def _text(field: str, value: str) -> str:
-    if "\x00" in value:
-        raise BadPolicy(f"{field} contains a NUL character (\\u0000), which PostgreSQL cannot store", field=field)
+    problem = check_text(value)
+    if problem:
+        raise BadPolicy(f"{field} {problem}, which PostgreSQL cannot store", field=field)
     return value
 
 
@@ -90,9 +94,12 @@ def clean_policy(data) -> dict:
             raise BadPolicy(f"missing field {field!r}", field=field)
     unknown = set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS)
     if unknown:
-        raise BadPolicy(f"unknown fields: {', '.join(sorted(unknown))}")
+        raise BadPolicy(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
     if not isinstance(data["name"], str) or not data["name"].strip():
         raise BadPolicy(f"name must be a non-empty string, got {data['name']!r}", field="name")
+    if len(data["name"].strip()) > MAX_NAME_LENGTH:
+        raise BadPolicy(f"name is {len(data['name'].strip())} characters long; at most {MAX_NAME_LENGTH} fit",
+                        field="name")
     if data["backoff"] not in Backoff.values:
         raise BadPolicy(f"backoff must be one of {', '.join(Backoff.values)}, got {data['backoff']!r}", field="backoff")
     if not isinstance(data["same_resource_on_retry"], bool):

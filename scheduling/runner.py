@@ -8,7 +8,7 @@ import time
 from django.db import connection
 
 from resources.errors import LeaseMismatch
-from retryops.jsonsafe import clean_text, make_storable
+from retryops.jsonsafe import check_text, clean_text, make_storable
 from scheduling.models import Attempt
 from scheduling.services.attempts import begin_attempt, finish_attempt
 
@@ -52,7 +52,7 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
         heartbeat.stop()
     duration = time.monotonic() - began
     if error is not None:
-        return finish_attempt(attempt=started.attempt, error=_storable_error(error), duration=duration)
+        return _record_failure(started.attempt, _storable_error(error), duration)
     try:
         return finish_attempt(attempt=started.attempt, result=result, duration=duration)
     except Exception as exc:
@@ -77,15 +77,39 @@ def _storable(result):
     return {"value": stored, "storage_note": note[:2000]}
 
 
-def _storable_error(error: Exception) -> Exception:
-    """The flow's error, or a stand-in of the same class name whose message has its NUL characters
-    replaced: the error's text is written to the attempt, the task and the resource's history,
-    and a text column refuses a NUL. Classification reads only "ClassName: message"."""
-    message = str(error)
-    if "\x00" not in message:
-        return error
+def _record_failure(attempt: Attempt, error: Exception, duration: float) -> Attempt | None:
+    """Record the flow's failure. If that write fails too (a value nobody foresaw, a trigger), the
+    attempt still ends failed, with a message saying why its error is missing: left `running`, it
+    would wait for its lease to run out and be retried as a lost worker's, its failure never
+    counted against the resource or judged by the policy."""
+    try:
+        return finish_attempt(attempt=attempt, error=error, duration=duration)
+    except Exception as exc:
+        log.exception("task %s attempt %s: its error could not be stored; recording the failure without it",
+                      attempt.task_id, attempt.number)
+        stand_in = _stand_in(error, f"the error could not be stored: {type(exc).__name__}: {exc}"[:2000])
+        try:
+            return finish_attempt(attempt=attempt, error=stand_in, duration=duration)
+        except Exception:
+            # The dispatcher abandons it once its lease runs out, and retries the task.
+            log.exception("task %s attempt %s: its failure could not be recorded; it stays running",
+                          attempt.task_id, attempt.number)
+            return None
+
+
+def _stand_in(error: Exception, message: str) -> Exception:
+    """An exception of the same class name as `error` with `message`, cleaned for a text column.
+    Classification reads only "ClassName: message", so the class name keeps its verdict."""
     stand_in = type(type(error).__name__, (Exception,), {"__module__": type(error).__module__})
     return stand_in(clean_text(message))
+
+
+def _storable_error(error: Exception) -> Exception:
+    """The flow's error, or a stand-in of the same class name whose message has its NUL characters
+    and lone surrogates replaced: the error's text is written to the attempt, the task and the
+    resource's history, and a text column cannot hold either."""
+    message = str(error)
+    return _stand_in(error, message) if check_text(message) else error
 
 
 class _Heartbeat:

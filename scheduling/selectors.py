@@ -9,7 +9,8 @@ from django.utils import timezone
 from resources.classification import compile_patterns
 from resources.models import Resource
 from resources.selectors import recently_failed
-from retryops.jsonsafe import clean_text
+from retryops.inputs import record_id, whole_number
+from retryops.jsonsafe import check_text
 from scheduling.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
@@ -21,7 +22,7 @@ from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
 
 
 def _resource_id(resource: Resource | int) -> int:
-    return resource.pk if isinstance(resource, Resource) else int(resource)
+    return resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource", error=BadInput)
 
 
 def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
@@ -29,7 +30,7 @@ def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
     if isinstance(policy, RetryPolicy):
         return policy
     name = policy or getattr(settings, "RETRYOPS_DEFAULT_POLICY", "default")
-    if not isinstance(name, str) or clean_text(name) != name:
+    if not isinstance(name, str) or check_text(name):
         raise BadInput(f"policy must be a policy's name, got {name!r}", field="policy")
     try:
         return RetryPolicy.objects.get(name=name)
@@ -54,17 +55,21 @@ def last_task_on(resource: Resource | int) -> Task | None:
 
 
 def live_task_on(resource: Resource | int) -> Task | None:
-    """A task that has not finished and is bound to the resource: it asked for it, waits for it
-    (pinned), or its latest attempt ran on it (a lost attempt not yet recovered). Starting
-    another task on the resource would run the same business instance twice. An operator's
-    question, asked once per retry: no index beyond the state's."""
+    """A task that has not finished and will touch the resource again, so that starting another
+    task on it would run the same business instance twice: its attempt runs there now (also a
+    lost attempt not yet recovered: task.resource is the running attempt's), it waits for its
+    next attempt there (pinned, or holding a lease on it), or it is strict about it. A waiting
+    task that ran there and moved on to another resource (not strict, or retried elsewhere) is
+    not bound any more. An operator's question, asked once per retry: no index beyond the
+    state's."""
     resource_id = _resource_id(resource)
-    return (
-        Task.objects.exclude(state__in=TERMINAL_STATES)
-        .filter(Q(pinned_resource_id=resource_id) | Q(requested_resource_id=resource_id) | Q(resource_id=resource_id))
-        .order_by("-id")
-        .first()
+    bound = (
+        Q(state=TaskState.RUNNING, resource_id=resource_id)
+        | Q(state__in=WAITING_STATES, pinned_resource_id=resource_id)
+        | Q(state__in=WAITING_STATES, held_lease_token__isnull=False, resource_id=resource_id)
+        | Q(strict=True, requested_resource_id=resource_id)
     )
+    return Task.objects.exclude(state__in=TERMINAL_STATES).filter(bound).order_by("-id").first()
 
 
 def waiting_pinned_to(resource) -> QuerySet[Task]:
@@ -75,6 +80,7 @@ def waiting_pinned_to(resource) -> QuerySet[Task]:
 
 def waiting_tasks_due(*, now: datetime | None = None, limit: int = 1000) -> QuerySet[Task]:
     """Waiting tasks whose next attempt is due, earliest first (task_waiting_due_idx)."""
+    limit = whole_number(limit, field="limit", error=BadInput)
     return Task.objects.filter(state__in=WAITING_STATES, next_run_at__lte=now or timezone.now()).order_by(
         "next_run_at")[:limit]
 

@@ -76,7 +76,8 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
 
 
 # Every attempt passes through here and through _succeed, so each is one statement (insert the
-# attempt and move the task, in one round trip) rather than two ORM writes.
+# attempt and move the task, in one round trip) rather than two ORM writes. A success clears the
+# task's copy of its latest error (an earlier attempt's); the attempts keep their own.
 #
 # The start's commit does not wait for its WAL flush (synchronous_commit off for this one
 # transaction; about a fifth of a task's time, see README). What that risks: a PostgreSQL crash
@@ -109,7 +110,7 @@ _SUCCESS_SQL = f"""
         RETURNING id
     )
     UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = %(now)s, result = %(result)s::jsonb,
-        held_lease_token = NULL
+        held_lease_token = NULL, last_error = '', last_error_signature = '', last_error_category = ''
     WHERE id = %(task)s AND EXISTS (SELECT 1 FROM attempt)
     RETURNING id
 """

@@ -14,6 +14,7 @@ from audit.services import record_audit
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.selectors import get_pool
 from retryops.errors import DomainError
+from retryops.inputs import flag, record_id, whole_number
 from retryops.jsonsafe import clean_text
 from scheduling.errors import BadInput, BadPolicy, FlowNotFound
 from scheduling.flows import UnknownFlow, get_flow
@@ -47,7 +48,9 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
         candidate = candidates.pop(0)
         try:
             with transaction.atomic():
-                started.append(start_task(resource=candidate, reserve=True, **common))
+                # Not strict: the config never named this resource, a failed-first tick only
+                # prefers it; its reservation is strict all the same (see start_task).
+                started.append(start_task(resource=candidate, strict=False, reserve=True, **common))
         except ResourceUnavailable:
             continue  # taken since we looked
     while len(started) < config.tasks_per_tick:
@@ -82,13 +85,10 @@ def run_batches(*, now: datetime | None = None) -> BatchTicks:
 # What an operator sets on a batch config; last_tick_at and last_error are the ticks' own.
 BATCH_FIELDS = ("name", "pool", "flow", "policy", "payload", "enabled", "tasks_per_tick", "retry_failed_first",
                 "recent_window_seconds", "retryable_error_patterns")
-MAX_INTEGER = 2**31 - 1
 
 
 def _count(value, *, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INTEGER:
-        raise BadInput(f"{field} must be a whole number from {minimum} to {MAX_INTEGER}, got {value!r}", field=field)
-    return value
+    return whole_number(value, field=field, minimum=minimum, error=BadInput)
 
 
 def _fits(value: str, field: str) -> str:
@@ -132,9 +132,9 @@ _BATCH_CHECKS = {
     "policy": lambda value: get_policy(name_of(value, field="policy", what="a retry policy")
                                        if not isinstance(value, models.Model) else value),
     "payload": parse_payload,
-    "enabled": bool,
+    "enabled": lambda value: flag(value, field="enabled", error=BadInput),
     "tasks_per_tick": lambda value: _count(value, field="tasks_per_tick", minimum=1),
-    "retry_failed_first": bool,
+    "retry_failed_first": lambda value: flag(value, field="retry_failed_first", error=BadInput),
     "recent_window_seconds": lambda value: _count(value, field="recent_window_seconds", minimum=0),
     "retryable_error_patterns": _batch_patterns,
 }
@@ -143,7 +143,7 @@ _BATCH_CHECKS = {
 def _batch_values(data: dict) -> dict:
     if not isinstance(data, dict):
         raise BadInput(f"data must be a mapping of batch config fields, got {type(data).__name__}", field="data")
-    unknown = sorted(set(data) - set(BATCH_FIELDS))
+    unknown = sorted(map(str, set(data) - set(BATCH_FIELDS)))
     if unknown:
         raise BadInput(f"not a field an operator sets on a batch config: {', '.join(unknown)}", field=unknown[0])
     return {field: _BATCH_CHECKS[field](value) for field, value in data.items()}
@@ -171,7 +171,8 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
                 record_audit(action=AuditAction.BATCH_CREATE, target=saved, before=None, actor=actor,
                              after={field: _shown(getattr(saved, field)) for field in BATCH_FIELDS})
                 return saved
-            config_id = config.pk if isinstance(config, BatchConfig) else config
+            config_id = config.pk if isinstance(config, BatchConfig) else record_id(config, field="config",
+                                                                                     error=BadInput)
             saved = BatchConfig.objects.select_for_update(of=("self",)).select_related("pool", "policy").filter(
                 pk=config_id).first()
             if saved is None:

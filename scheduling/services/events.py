@@ -123,8 +123,10 @@ def claim_task_events(*, consumer: str, kinds: list[str], limit: int = 100) -> l
     if not isinstance(consumer, str) or len(consumer) > CONSUMER_LENGTH or not _CONSUMER.match(consumer):
         raise BadInput(f"consumer must be a short lowercase name (dead_letters, alerts), got {consumer!r}",
                        field="consumer")
-    unknown = sorted(set(kinds) - set(TaskEventKind.values)) if isinstance(kinds, (list, tuple, set)) else [kinds]
-    if unknown or not kinds:
+    # Checked one by one before any set() of them: an unhashable element ([["task.dead"]]) is bad
+    # input like any other, not a TypeError.
+    listed = isinstance(kinds, (list, tuple, set, frozenset))
+    if not listed or not kinds or not all(isinstance(kind, str) and kind in TaskEventKind.values for kind in kinds):
         raise BadInput(f"kinds must be task event kinds ({', '.join(TaskEventKind.values)}), got {kinds!r}",
                        field="kinds")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM:

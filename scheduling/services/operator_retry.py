@@ -7,7 +7,6 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
-from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
@@ -35,13 +34,10 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     resource (TaskLive): that task would run beside the new one. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
-    resource_id = resource.pk if isinstance(resource, Resource) else int(resource)
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
         # writes such a task), so no live task can appear between this check and the new task.
-        current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
-        if current is None:
-            raise ResourceUnavailable(f"no resource with id {resource_id}", reason="missing", resource_id=resource_id)
+        current = pool.lock_resource(resource)
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:

@@ -55,6 +55,8 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
     from scheduling.policies import clean_policy
 
     actor = name_of(actor, field="actor", what="who loads the policies")
+    if not isinstance(text, str):
+        raise BadPolicy(f"{source}: expected the YAML document as text, got {type(text).__name__}", source=source)
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -36,7 +36,9 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
         attempt.outcome = AttemptOutcome.SUCCEEDED
         attempt.save()
         task.state, task.finished_at, task.result = TaskState.SUCCEEDED, now, result
-        task.save(update_fields=["state", "finished_at", "result", "held_lease_token"])
+        task.last_error, task.last_error_signature, task.last_error_category = "", "", ""
+        task.save(update_fields=["state", "finished_at", "result", "held_lease_token", "last_error",
+                                 "last_error_signature", "last_error_category"])
         return attempt
     verdict = Verdict(Classification(FailureCategory.NON_RETRYABLE, None, str(error)), PatternAction.QUARANTINE)
     close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)

@@ -10,8 +10,10 @@ from rq.job import Job, JobStatus
 from resources import services as pool
 from resources.choices import FailureCategory
 from resources.classification import Classification
+from retryops.inputs import whole_number
 from retryops.jsonsafe import clean_text
 from scheduling.choices import WAITING_STATES, AttemptOutcome, PatternAction
+from scheduling.errors import BadInput
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
 from scheduling.queueing import FLOW_QUEUE, enqueue_attempt
@@ -119,6 +121,7 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     logged and skipped."""
     import django_rq
 
+    limit = whole_number(limit, field="limit", error=BadInput)
     waiting = list(
         Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at").values_list(
             "pk", "attempt_count", "next_run_at", "rq_job_id")[:limit]

@@ -14,7 +14,8 @@ from audit.services import record_audit
 from resources import services as pool
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
-from retryops.jsonsafe import UnstorableValue, clean_text, refuse_unstorable
+from retryops.inputs import flag, record_id
+from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from scheduling.choices import WAITING_STATES, TaskEventKind, TaskState
 from scheduling.errors import (
     BadInput,
@@ -61,16 +62,18 @@ def name_of(value, *, field: str, what: str) -> str:
     """Who or what does something (created_by, actor): a non-empty line of text a column can hold."""
     if not isinstance(value, str) or not value.strip():
         raise BadInput(f"{field} must name {what}, got {value!r}", field=field)
-    if clean_text(value) != value:
-        raise BadInput(f"{field} contains a NUL character (\\u0000): {value!r}", field=field)
+    problem = check_text(value)
+    if problem:
+        raise BadInput(f"{field} {problem}: {value!r}", field=field)
     return value.strip()[:NAME_LENGTH]
 
 
 def _idempotency_key(key) -> str | None:
     if key is None or key == "":
         return None
-    if not isinstance(key, str) or clean_text(key) != key:
-        raise BadInput(f"idempotency_key must be text without NUL characters, got {key!r}", field="idempotency_key")
+    if not isinstance(key, str) or check_text(key):
+        raise BadInput(f"idempotency_key must be text a column can hold (no NUL characters, no lone surrogates), "
+                       f"got {key!r}", field="idempotency_key")
     if len(key) > IDEMPOTENCY_KEY_LENGTH:
         raise BadInput(f"idempotency_key is {len(key)} characters long; at most {IDEMPOTENCY_KEY_LENGTH} fit",
                        field="idempotency_key")
@@ -88,13 +91,14 @@ def _run_at(run_at, now: datetime) -> datetime | None:
 
 
 def _pool_name(pool_name):
-    if isinstance(pool_name, str) and clean_text(pool_name) != pool_name:
-        raise BadInput(f"pool_name contains a NUL character (\\u0000): {pool_name!r}", field="pool_name")
+    problem = check_text(pool_name) if isinstance(pool_name, str) else None
+    if problem:
+        raise BadInput(f"pool_name {problem}: {pool_name!r}", field="pool_name")
     return pool_name
 
 
 def _flow(flow) -> str:
-    if not isinstance(flow, str) or clean_text(flow) != flow:
+    if not isinstance(flow, str) or check_text(flow):
         raise BadInput(f"flow must be a flow's name, got {flow!r}", field="flow")
     try:
         get_flow(flow)
@@ -122,7 +126,8 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
 
     `resource` names the resource to run on (strict by default; a task that names none is never
     strict). With `reserve`, that resource is claimed now, in this transaction, and held for the
-    task; with `claim_now`, any resource of the pool is. A repeated `idempotency_key` returns the
+    task (that claim is strict even for a task that is not: ResourceUnavailable if it cannot be
+    had); with `claim_now`, any resource of the pool is. A repeated `idempotency_key` returns the
     task it started the first time (and records nothing more). A start is an operator action with
     its TASK_START audit entry unless `audit` is False: the system's own starts (batches, probes)
     and starts that are part of another action (retry_resource records its own entry) pass False.
@@ -134,6 +139,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     created_by = name_of(created_by, field="created_by", what="who or what starts the task")
     idempotency_key = _idempotency_key(idempotency_key)
     run_at = _run_at(run_at, now)
+    strict = flag(strict, field="strict", error=BadInput)
     if idempotency_key:
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
@@ -143,13 +149,14 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     deadline = _deadline(policy, now)
     pinned = None
     if resource is not None:
-        pinned = resource if isinstance(resource, Resource) else pool.get_resource(resource_id=resource)
+        pinned = resource if isinstance(resource, Resource) else pool.get_resource(
+            resource_id=record_id(resource, field="resource", error=BadInput))
         if pinned.pool_id != target_pool.pk:
             raise BadInput(f"resource {pinned.key} belongs to pool {pinned.pool.name}, not {target_pool.name}",
                            field="resource")
     try:
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
-                            strict=bool(strict) and pinned is not None, pinned=pinned, created_by=created_by,
+                            strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
                             reserve=reserve, claim_now=claim_now, audit=audit)
     except IntegrityError:
@@ -166,7 +173,7 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
             # does, so its "no live task on this resource" check cannot miss this one.
-            list(Resource.objects.select_for_update(of=("self",)).filter(pk=pinned.pk).values_list("pk"))
+            pool.lock_resource(pinned.pk)
         task = Task.objects.create(
             flow=flow, pool=target_pool, payload=payload, policy=policy, strict=strict,
             requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
@@ -180,7 +187,10 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
             hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder, lease_seconds=lease_seconds))
         elif reserve or claim_now:
             if pinned is not None:
-                lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=strict,
+                # Strict whatever the task is: a reservation of this resource that handed out
+                # another would reserve what nobody asked for (a failed-first batch tick skips a
+                # candidate taken meanwhile). A task that is not strict may move on later retries.
+                lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=True,
                                          lease_seconds=lease_seconds, reserve=True)
             else:
                 lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
@@ -206,7 +216,7 @@ def hold(task: Task, lease: Resource) -> None:
 
 
 def _locked_task(task: Task | int) -> Task:
-    task_id = task.pk if isinstance(task, Task) else task
+    task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
     locked = Task.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=task_id).first()
     if locked is None:
         raise TaskNotFound(f"no task with id {task_id}", task_id=task_id)
@@ -225,7 +235,9 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
     (reserved, or held for its retry) goes back unused. A running attempt cannot be cancelled
     (its flow is already doing its side effects): cancel the retry once it has ended."""
     actor = name_of(actor, field="actor", what="who cancels the task")
-    reason = clean_text(reason.strip()) if isinstance(reason, str) else ""
+    if reason is not None and not isinstance(reason, str):
+        raise BadInput(f"reason must be text, got {type(reason).__name__}", field="reason")
+    reason = clean_text(reason.strip()) if reason else ""
     with transaction.atomic():
         # Lock order, as in begin_attempt: the task, then its resource.
         task = _locked_task(task)

@@ -117,3 +117,15 @@ def test_the_available_bounds_read_uses_the_available_index(pool):
         cursor.execute("EXPLAIN " + sql.AVAILABLE_BOUNDS, [pool.pk])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "resource_available_idx" in plan
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5])
+def test_a_timeline_limit_that_is_not_a_positive_whole_number_is_bad_input(alice, limit):
+    with pytest.raises(InvalidInput) as refused:
+        selectors.timeline(resource=alice, limit=limit)
+    assert refused.value.details["field"] == "limit"
+
+
+def test_a_probe_limit_below_one_is_bad_input(db):
+    with pytest.raises(InvalidInput):
+        selectors.due_for_probe(limit=-1)

@@ -683,3 +683,74 @@ def test_a_pool_change_to_a_taken_name_is_bad_input_naming_the_field(pool):
         services.change_pool(pool=pool, actor="carol", name="keys")
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "name")
     assert ResourcePool.objects.get(pk=pool.pk).name == "accounts"
+
+
+# lone surrogates: Python holds them, UTF-8 (and so PostgreSQL) cannot
+
+
+def test_an_actor_with_a_lone_surrogate_is_bad_input(alice):
+    with bad_input("actor"):
+        services.quarantine(resource=alice, actor="ops\ud800", reason="banned")
+    assert fresh(alice).state == ResourceState.AVAILABLE
+
+
+def test_a_quarantine_reason_with_a_lone_surrogate_is_bad_input(alice):
+    with bad_input("reason"):
+        services.quarantine(resource=alice, actor="ops", reason="banned\udc00")
+
+
+def test_a_key_with_a_lone_surrogate_is_bad_input(pool):
+    with bad_input("key"):
+        services.add_resources(pool=pool, resources=[{"key": "a\ud800b"}])
+
+
+def test_attributes_with_a_lone_surrogate_in_a_key_are_bad_input(pool):
+    with bad_input("attributes"):
+        services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"n\ud800": 1}}])
+
+
+def test_a_failure_whose_error_text_holds_a_lone_surrogate_is_still_recorded(claimed_alice):
+    services.release(resource=claimed_alice, lease_token=claimed_alice.lease_token, outcome="failure",
+                     error="TimeoutError: bad\ud800byte")
+    row = fresh(claimed_alice)
+    assert (row.state, row.last_failure_reason) == (ResourceState.FAILED, "TimeoutError: bad\ufffdbyte")
+
+
+@pytest.mark.parametrize("name", ["acc\x00ounts", "acc\ud800ounts"])
+def test_a_pool_name_no_column_can_hold_is_bad_input(pool, name):
+    with bad_input("pool"):
+        services.claim_next(pool=name, holder="task 1")
+
+
+@pytest.mark.parametrize("key", ["alice\x00", "alice\ud800"])
+def test_a_resource_key_no_column_can_hold_is_bad_input(alice, key):
+    with bad_input("key"):
+        services.claim_by_id(pool="accounts", key=key, holder="task 1")
+
+
+# ids
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70, 0, -1])
+def test_a_resource_id_that_names_no_row_is_bad_input(alice, value):
+    with bad_input("resource"):
+        services.reset(resource=value, actor="ops")
+
+
+def test_lock_resource_of_a_missing_resource_names_it(alice):
+    from resources.errors import ResourceNotFound
+
+    with transaction.atomic(), pytest.raises(ResourceNotFound, match=f"no resource with id {alice.pk + 1000}"):
+        services.lock_resource(alice.pk + 1000)
+
+
+def test_lock_resource_returns_the_row_with_its_pool(alice):
+    with transaction.atomic():
+        locked = services.lock_resource(alice.pk)
+    assert (locked.pk, locked.pool.name) == (alice.pk, "accounts")
+
+
+def test_consume_on_success_sent_as_text_is_bad_input(db):
+    with bad_input("consume_on_success"):
+        services.create_pool(name="coupons", consume_on_success="no")
+    assert not ResourcePool.objects.filter(name="coupons").exists()

@@ -55,19 +55,27 @@ def nan_result(context):
     return {"x": float("nan"), "ok": True}
 
 
-@flow("nul_result")
-def nul_result(context):
-    """Returns a string with a NUL character, as json.loads reads "\\u0000"; jsonb refuses it."""
+# Characters json.loads reads from upstream JSON ("\\u0000", a "\\ud800" without its partner) that
+# no text column or jsonb can hold; a flow is told which one by name, since a payload cannot hold it.
+UNSTORABLE = {"nul": "\x00", "surrogate": "\ud800"}
+
+
+@flow("unstorable_result")
+def unstorable_result(context):
+    """Returns the payload's unstorable character in a value and in a key."""
     calls.append((context.task_id, context.attempt))
-    return {"name": "a\x00b", "k\x00": 1}
+    char = UNSTORABLE[context.payload["char"]]
+    return {"name": f"a{char}b", f"k{char}": 1}
 
 
-@flow("nul_error")
-def nul_error(context):
-    """Fails retryably on its first attempt with a NUL in the message, then succeeds."""
+@flow("unstorable_error")
+def unstorable_error(context):
+    """Fails retryably on its first attempt with the payload's unstorable character (or the
+    payload's text) in the message, then succeeds."""
     calls.append((context.task_id, context.attempt))
     if context.attempt == 1:
-        raise TimeoutError("upstream said \x00 slow")
+        text = UNSTORABLE.get(context.payload["char"], context.payload["char"])
+        raise TimeoutError(f"upstream said {text} slow")
     return {"ok": True}
 
 

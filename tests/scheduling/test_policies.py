@@ -176,9 +176,12 @@ def test_an_infinite_delay_in_the_yaml_file_is_refused_with_its_place(db):
     ({"description": "nul \x00 here"}, "description"),
     ({"name": "p\x00"}, "name"),
     ({"retryable_error_patterns": ["time\x00out"]}, r"retryable_error_patterns\[0\]"),
+    ({"description": "lone \ud800 here"}, "description"),
+    ({"name": "p\udc00"}, "name"),
+    ({"retryable_error_patterns": ["time\ud800out"]}, r"retryable_error_patterns\[0\]"),
 ])
-def test_a_nul_character_postgresql_cannot_store_is_refused_with_its_field_named(change, field):
-    with pytest.raises(BadPolicy, match=f"^{field}"):
+def test_text_postgresql_cannot_store_is_refused_with_its_field_named(change, field):
+    with pytest.raises(BadPolicy, match=f"^{field} contains a (NUL character|lone surrogate)"):
         clean_policy({**GOOD, **change})
 
 
@@ -208,3 +211,14 @@ def test_every_allowed_policy_gives_a_delay_between_zero_and_its_cap(backoff, at
     delay = retry_delay(backoff=backoff, attempt=attempt, initial=initial, multiplier=multiplier, maximum=maximum,
                         rng=random.Random(attempt))
     assert 0 <= delay <= maximum
+
+
+def test_a_name_longer_than_its_column_is_refused_with_its_field_named():
+    with pytest.raises(BadPolicy) as refused:
+        clean_policy({**GOOD, "name": "p" * 101})
+    assert refused.value.details["field"] == "name"
+
+
+def test_unknown_fields_that_are_not_text_are_named():
+    with pytest.raises(BadPolicy, match="unknown fields: 1, extra"):
+        clean_policy({**GOOD, 1: "one", "extra": 2})

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -25,9 +26,9 @@ from tests.scheduling.helpers import work
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_once(flow, pool):
+def run_once(flow, pool, payload=None):
     helpers.calls.clear()
-    task = services.start_task(flow=flow, pool_name=pool, created_by="test", policy="instant")
+    task = services.start_task(flow=flow, pool_name=pool, created_by="test", policy="instant", payload=payload)
     work()
     task.refresh_from_db()
     return task
@@ -42,53 +43,68 @@ def test_a_nan_in_a_flow_result_keeps_the_success_and_runs_the_flow_once(redis_c
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
 
 
-def test_a_nul_character_in_a_flow_result_keeps_the_success_and_runs_the_flow_once(redis_conn, alice,
-                                                                                   instant_policy):
-    task = run_once("nul_result", alice.pool)
+@pytest.mark.parametrize("char, note", [("nul", "NUL character"), ("surrogate", "lone surrogate")])
+def test_text_no_column_holds_in_a_flow_result_keeps_the_success_and_runs_the_flow_once(redis_conn, alice,
+                                                                                        instant_policy, char, note):
+    task = run_once("unstorable_result", alice.pool, {"char": char})
     assert helpers.calls == [(task.pk, 1)]
     assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 1)
     assert task.result["value"] == {"name": "a\ufffdb", "k\ufffd": 1}
-    assert "NUL character" in task.result["storage_note"]
+    assert note in task.result["storage_note"]
 
 
-def test_a_nul_character_in_an_error_message_is_stored_and_the_task_retried(redis_conn, alice, instant_policy):
-    task = run_once("nul_error", alice.pool)
+@pytest.mark.parametrize("char", ["nul", "surrogate"])
+def test_text_no_column_holds_in_an_error_message_is_stored_and_the_task_retried(redis_conn, alice, instant_policy,
+                                                                                 char):
+    task = run_once("unstorable_error", alice.pool, {"char": char})
     assert helpers.calls == [(task.pk, 1), (task.pk, 2)]
     assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
     first = Attempt.objects.get(task=task, number=1)
     assert (first.outcome, first.error_class) == (AttemptOutcome.FAILED, "TimeoutError")
     assert first.error_message == "upstream said \ufffd slow"
-    assert "\x00" not in task.last_error and task.last_error.startswith("TimeoutError: upstream said")
+    assert first.resource.last_failure_reason == "TimeoutError: upstream said \ufffd slow"
 
 
-@pytest.fixture
-def result_refusing_trigger(db):
-    """A trigger that makes PostgreSQL refuse a task's result holding the key refuse_me: a write
-    failing for a reason nobody foresaw."""
-    table = Task._meta.db_table
+@contextmanager
+def refusing_trigger(table, condition, message):
+    """A trigger that makes PostgreSQL refuse an UPDATE of `table` whose new row meets `condition`:
+    a write failing for a reason nobody foresaw."""
     with connection.cursor() as cursor:
-        cursor.execute("""
-            CREATE FUNCTION test_refuse_result() RETURNS trigger AS $$
+        cursor.execute(f"""
+            CREATE FUNCTION test_refuse() RETURNS trigger AS $$
             BEGIN
-                IF NEW.result ? 'refuse_me' THEN RAISE EXCEPTION 'result refused'; END IF;
+                IF {condition} THEN RAISE EXCEPTION '{message}'; END IF;
                 RETURN NEW;
             END $$ LANGUAGE plpgsql""")
-        cursor.execute(f"CREATE TRIGGER test_refuse_result BEFORE UPDATE ON {table} FOR EACH ROW "
-                       "EXECUTE FUNCTION test_refuse_result()")
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TRIGGER test_refuse_result ON {table}")
-        cursor.execute("DROP FUNCTION test_refuse_result()")
+        cursor.execute(f"CREATE TRIGGER test_refuse BEFORE UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION test_refuse()")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER test_refuse ON {table}")
+            cursor.execute("DROP FUNCTION test_refuse()")
 
 
 def test_a_success_whose_result_the_database_refuses_is_kept_as_a_success_with_a_note(
-        redis_conn, alice, instant_policy, result_refusing_trigger):
-    task = run_once("refused_result", alice.pool)
+        redis_conn, alice, instant_policy):
+    with refusing_trigger(Task._meta.db_table, "NEW.result ? 'refuse_me'", "result refused"):
+        task = run_once("refused_result", alice.pool)
     assert helpers.calls == [(task.pk, 1)]
     assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 1)
     assert task.result["value"] is None
     assert "result refused" in task.result["storage_note"]
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_a_failure_whose_error_the_database_refuses_still_ends_the_attempt_failed(redis_conn, alice,
+                                                                                  instant_policy):
+    with refusing_trigger(Attempt._meta.db_table, "NEW.error_message LIKE '%refuse me%'", "error message refused"):
+        task = run_once("unstorable_error", alice.pool, {"char": "refuse me:"})
+    first = Attempt.objects.get(task=task, number=1)
+    assert (first.outcome, first.error_class) == (AttemptOutcome.FAILED, "TimeoutError")
+    assert "could not be stored" in first.error_message and "error message refused" in first.error_message
+    assert helpers.calls == [(task.pk, 1), (task.pk, 2)]
+    assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
 
 
 ROOT = Path(__file__).resolve().parents[2]

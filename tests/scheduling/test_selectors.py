@@ -71,3 +71,17 @@ def test_tasks_of_resource_are_those_that_ran_on_or_asked_for_it(redis_conn, poo
     start(pool, resource=bob)
     assert list(selectors.tasks_of_resource(alice)) == [asked, ran]
     assert Task.objects.count() == 3
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
+def test_tasks_of_a_resource_id_that_names_no_row_is_bad_input(value):
+    with pytest.raises(DomainError) as refused:
+        selectors.tasks_of_resource(value)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "resource")
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5])
+def test_a_due_tasks_limit_that_is_not_a_positive_whole_number_is_bad_input(limit):
+    with pytest.raises(DomainError) as refused:
+        selectors.waiting_tasks_due(limit=limit)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "limit")

@@ -62,6 +62,18 @@ def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool
     assert [t.resource.key for t in started] == ["fresh"]
 
 
+
+def test_a_failed_first_task_is_not_strict_but_holds_its_candidate(redis_conn, pool, default_policy):
+    failed = pool_services.claim_by_id(resource_id=ResourceFactory(pool=pool, key="r0").pk, holder="shop")
+    pool_services.release(resource=failed, lease_token=failed.lease_token, outcome="failure", error="TimeoutError")
+    config = BatchConfig.objects.create(name="signups", pool=pool, flow="demo", policy=default_policy,
+                                        tasks_per_tick=1, retry_failed_first=True)
+
+    [task] = services.run_batch(config=config)
+
+    assert (task.strict, task.resource_id, task.held_lease_token) == (False, failed.pk, task.resource.lease_token)
+
+
 # saving a batch config: only the fields given, under the row's lock
 
 
@@ -89,3 +101,34 @@ def test_a_new_batch_config_without_a_policy_is_refused_naming_it(pool):
         services.save_batch_config(actor="carol", data={"name": "signups", "pool": pool, "flow": "demo"})
     assert refused.value.details["field"] == "policy"
     assert not BatchConfig.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["enabled", "retry_failed_first"])
+def test_a_batch_config_flag_sent_as_text_is_refused_not_switched_on(pool, instant_policy, field):
+    config = services.save_batch_config(data={"name": "signups", "pool": pool, "flow": "demo", "policy": "instant",
+                                              "enabled": False}, actor="ops:carol")
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(config=config, data={field: "no"}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", field)
+    assert BatchConfig.objects.get(pk=config.pk).enabled is False
+
+
+def test_batch_config_patterns_with_a_lone_surrogate_are_refused_naming_the_field(pool, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(data={"name": "signups", "pool": pool, "flow": "demo", "policy": "instant",
+                                         "retryable_error_patterns": ["time\ud800out"]}, actor="ops:carol")
+    assert refused.value.details["field"].startswith("retryable_error_patterns")
+    assert not BatchConfig.objects.exists()
+
+
+def test_a_batch_config_field_that_is_not_text_is_named(pool, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(data={1: "one"}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "1")
+
+
+@pytest.mark.parametrize("value", ["abc", True, 2**70])
+def test_a_batch_config_id_that_names_no_row_is_bad_input(pool, instant_policy, value):
+    with pytest.raises(DomainError) as refused:
+        services.save_batch_config(config=value, data={"enabled": False}, actor="ops:carol")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "config")

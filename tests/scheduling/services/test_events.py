@@ -72,6 +72,10 @@ def test_a_claim_outside_a_transaction_is_refused(task):
     ({"consumer": " ", "kinds": [DEAD]}, "consumer"),
     ({"consumer": "alerts", "kinds": ["task.exploded"]}, "kinds"),
     ({"consumer": "alerts", "kinds": [DEAD], "limit": 0}, "limit"),
+    ({"consumer": "alerts", "kinds": [[DEAD]]}, "kinds"),
+    ({"consumer": "alerts", "kinds": [{"kind": DEAD}]}, "kinds"),
+    ({"consumer": "alerts", "kinds": DEAD}, "kinds"),
+    ({"consumer": "alerts", "kinds": [DEAD], "limit": 10.0}, "limit"),
 ])
 def test_bad_claim_arguments_are_refused_by_name(kwargs, field):
     with pytest.raises(DomainError) as refused, transaction.atomic():

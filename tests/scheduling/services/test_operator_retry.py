@@ -87,6 +87,65 @@ def test_retry_resource_refuses_an_actor_that_names_no_one(redis_conn, alice, in
     assert Task.objects.count() == 0
 
 
+def test_retry_resource_refuses_while_a_task_runs_an_attempt_on_it(redis_conn, pool, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="instant")
+    services.begin_attempt(task_id=task.pk, attempt_number=1)  # its flow runs now
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+    assert "is running attempt 1" in str(refused.value)
+
+
+def test_retry_resource_refuses_while_a_waiting_task_holds_it_for_its_retry(redis_conn, pool, alice, default_policy):
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+                               created_by="shop", policy="default")
+    work()
+    task.refresh_from_db()
+    assert (task.state, task.pinned_resource_id) == (TaskState.RETRYING, alice.pk)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
+def test_retry_resource_goes_ahead_when_the_waiting_task_moved_on_to_another_resource(redis_conn, pool, alice,
+                                                                                    named):
+    RetryPolicyFactory(name="moves", initial_delay_seconds=120, max_delay_seconds=120, same_resource_on_retry=False)
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+                               resource=alice if named else None, strict=False, created_by="shop", policy="moves")
+    work()
+    task.refresh_from_db()
+    assert (task.state, task.resource_id, task.pinned_resource_id) == (TaskState.RETRYING, alice.pk, None)
+
+    again = services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert again.pk != task.pk and again.pinned_resource_id == alice.pk
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
+def test_retry_resource_refuses_an_id_that_names_no_resource(redis_conn, alice, instant_policy, value):
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=value, actor="ops:carol", flow="demo")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "resource")
+
+
+def test_retry_resource_of_a_missing_resource_names_it(redis_conn, alice, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice.pk + 1000, actor="ops:carol", flow="demo")
+    assert refused.value.code == "resource_not_found" and f"no resource with id {alice.pk + 1000}" in str(refused.value)
+
+
+def test_retry_resource_refuses_an_actor_with_a_lone_surrogate(redis_conn, alice, instant_policy):
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops\ud800carol", flow="demo")
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "actor")
+    assert Task.objects.count() == 0
+
+
 @pytest.fixture
 def failed_alice(redis_conn, alice, instant_policy):
     task = services.start_task(flow="demo", pool_name=alice.pool, payload={"script": ["ConnectionResetError: reset"]},

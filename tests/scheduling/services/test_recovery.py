@@ -9,6 +9,7 @@ from rq import SimpleWorker
 
 from resources.choices import ResourceState
 from resources.models import Resource
+from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, RetryPolicy, Task
@@ -116,3 +117,10 @@ def test_an_overdue_task_whose_job_started_on_a_worker_that_died_is_woken(redis_
     assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
 
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_a_dispatch_limit_that_is_not_a_positive_whole_number_is_bad_input(redis_conn, limit):
+    with pytest.raises(DomainError) as refused:
+        services.dispatch_waiting(limit=limit)
+    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "limit")

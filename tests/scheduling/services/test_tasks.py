@@ -210,6 +210,69 @@ def test_run_now_makes_a_scheduled_task_pending(redis_conn, pool, alice, instant
     assert row.state == TaskState.PENDING and row.next_run_at <= timezone.now()
 
 
+@pytest.mark.parametrize("field, value", [
+    ("created_by", "shop\ud800"), ("idempotency_key", "order\udc0042"), ("policy", "inst\ud800ant"),
+    ("flow", "de\ud800mo"), ("pool_name", "acc\ud800ounts"),
+])
+@pytest.mark.django_db
+def test_text_with_a_lone_surrogate_is_refused_naming_the_field(pool, instant_policy, field, value):
+    kwargs = {"flow": "demo", "pool_name": pool, "created_by": "shop", "policy": "instant", field: value}
+    error = refused(lambda: services.start_task(**kwargs))
+    assert error.code == "bad_input" and error.details["field"] == field
+
+
+@pytest.mark.django_db
+def test_a_payload_with_a_lone_surrogate_is_refused_naming_the_place(pool, instant_policy):
+    error = refused(lambda: start(pool, payload='{"order": {"note": "\\ud800"}}'))
+    assert (error.code, error.details["path"]) == ("bad_payload", "payload.order.note")
+    assert "lone surrogate" in str(error)
+
+
+@pytest.mark.django_db
+def test_a_payload_key_with_a_lone_surrogate_is_refused(pool, instant_policy):
+    error = refused(lambda: start(pool, payload={"n\udc00te": 1}))
+    assert error.code == "bad_payload" and "lone surrogate" in str(error)
+
+
+@pytest.mark.django_db
+def test_a_reservation_of_a_named_resource_never_takes_another_one(pool, claimed_alice, bob, instant_policy):
+    error = refused(lambda: start(pool, resource=claimed_alice, strict=False, reserve=True))
+    assert (error.code, error.details["reason"]) == ("resource_unavailable", "in_use")
+    assert Resource.objects.get(pk=bob.pk).lease_token is None
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70, 0, -3])
+@pytest.mark.django_db
+def test_a_task_id_that_names_no_row_is_bad_input(value):
+    for action in (services.cancel_task, services.run_task_now):
+        with pytest.raises(DomainError) as caught:
+            action(task=value, actor="ops:carol")
+        assert (caught.value.code, caught.value.details["field"]) == ("bad_input", "task")
+
+
+@pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
+@pytest.mark.django_db
+def test_a_resource_id_that_names_no_row_is_bad_input_on_start(pool, instant_policy, value):
+    error = refused(lambda: start(pool, resource=value))
+    assert error.code == "bad_input" and error.details["field"] == "resource"
+    assert isinstance(error, services.TaskError)
+
+
+@pytest.mark.django_db
+def test_strict_sent_as_text_is_refused_not_taken_as_true(pool, alice, instant_policy):
+    error = refused(lambda: start(pool, resource=alice, strict="no"))
+    assert (error.code, error.details["field"]) == ("bad_input", "strict")
+
+
+@pytest.mark.django_db
+def test_a_cancel_reason_that_is_not_text_is_refused(pool, alice, instant_policy):
+    task = start(pool)
+    with pytest.raises(DomainError) as caught:
+        services.cancel_task(task=task, actor="ops:carol", reason=5)
+    assert (caught.value.code, caught.value.details["field"]) == ("bad_input", "reason")
+    assert Task.objects.get(pk=task.pk).state == TaskState.PENDING
+
+
 def test_an_unknown_flow_is_refused_naming_the_known_ones(alice, instant_policy):
     with pytest.raises(services.TaskError, match=r"unknown flow 'signup'; known flows: .*demo.*http_call"):
         services.start_task(flow="signup", pool_name=alice.pool, created_by="t", policy="instant")
