@@ -40,6 +40,7 @@ from retryops.errors import DomainError
 from retryops.jsonsafe import (
     MAX_SAFE_INTEGER,
     UnstorableValue,
+    check_text,
     clean_text,
     refuse_unstorable,
 )
@@ -83,8 +84,9 @@ class IllegalTransition(NotificationError):
 def _text(value: Any, *, field: str, max_length: int, required: bool = True) -> str:
     if not isinstance(value, str) or (required and not value.strip()):
         raise BadInput(f"{field} must be {'non-empty ' if required else ''}text, got {value!r}", field=field)
-    if clean_text(value) != value:
-        raise BadInput(f"{field} contains a NUL character (\\u0000)", field=field)
+    problem = check_text(value)
+    if problem:
+        raise BadInput(f"{field} {problem}", field=field)
     if len(value) > max_length:
         raise BadInput(f"{field} is {len(value)} characters long; at most {max_length} fit", field=field)
     return value.strip()

@@ -24,8 +24,9 @@ from compensation.errors import BadInput, BulkReplayRunning, IllegalTransition
 from compensation.models import BulkReplay, DeadLetter
 from compensation.services.common import actor_name, locked, text
 from compensation.services.replay import replay_dead_letter
-from resources.selectors import MAX_ID, get_pool
+from resources.selectors import get_pool
 from retryops.errors import DomainError
+from retryops.inputs import record_id
 
 MAX_RATE = 500
 FILTER_FIELDS = ("flow", "error_signature", "pool", "resource", "died_after", "died_before")
@@ -61,10 +62,7 @@ def parse_filter(filter) -> dict:
     if filter.get("pool") not in (None, ""):
         canonical["pool"] = get_pool(filter["pool"]).pk
     if filter.get("resource") not in (None, ""):
-        resource = filter["resource"]
-        if isinstance(resource, bool) or not isinstance(resource, int) or not 0 < resource <= MAX_ID:
-            raise BadInput(f"filter.resource must be a resource id, got {resource!r}", field="filter.resource")
-        canonical["resource"] = resource
+        canonical["resource"] = record_id(filter["resource"], field="filter.resource", error=BadInput)
     for field in ("died_after", "died_before"):
         if filter.get(field) not in (None, ""):
             canonical[field] = _when(filter[field], f"filter.{field}")
