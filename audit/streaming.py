@@ -130,6 +130,7 @@ def prune_published(*, older_than: timedelta = KEEP_PUBLISHED, batch: int = PRUN
             # Oldest ids first (the primary key): old published rows sit at its start.
             cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE published_at < %s "
                            "ORDER BY id LIMIT %s)", [cutoff, batch])
-            deleted += cursor.rowcount
-        if cursor.rowcount < batch:
+            count = cursor.rowcount
+        deleted += count
+        if count < batch:
             return deleted
