@@ -2,11 +2,6 @@
 
 from django.db import models
 
-# The Redis streams the outbox (audit.models.StreamMessage) publishes to: audit entries, task events.
-AUDIT_STREAM = "retryops:audit"
-EVENTS_STREAM = "retryops:events"
-STREAMS = (AUDIT_STREAM, EVENTS_STREAM)
-
 
 class Channel(models.TextChoices):
     ADMIN = "admin", "Admin"

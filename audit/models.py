@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from audit.choices import STREAMS, Channel
+from audit.choices import Channel
 
 # "<noun>.<verb>", lower case: the shape of every AuditAction value.
 ACTION_PATTERN = r"^[a-z][a-z_]*\.[a-z][a-z_]*$"
@@ -63,6 +63,11 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} of {self.target_type} {self.target_id} by {self.actor}"
+
+# The Redis streams the outbox publishes to (audit.streaming): audit entries, task events.
+AUDIT_STREAM = "retryops:audit"
+EVENTS_STREAM = "retryops:events"
+STREAMS = (AUDIT_STREAM, EVENTS_STREAM)
 
 
 class StreamMessage(models.Model):

@@ -30,9 +30,8 @@ from django.utils import timezone
 from redis import Redis
 from redis.exceptions import RedisError
 
-from audit.choices import AUDIT_STREAM, STREAMS
 from audit.errors import AuditError
-from audit.models import AuditEntry, StreamMessage
+from audit.models import AUDIT_STREAM, STREAMS, AuditEntry, StreamMessage
 from retryops import flags
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ import re
 
 from django.db import connection, transaction
 
-from audit.choices import EVENTS_STREAM
+from audit.models import EVENTS_STREAM
 from audit.streaming import add_to_stream
 from scheduling.choices import TaskEventKind
 from scheduling.errors import BadInput, NotInTransaction
