@@ -35,5 +35,12 @@ class AuditAction(models.TextChoices):
     BATCH_CHANGE = "batch.change", "Batch config changed"
     # compensation
     DEAD_LETTER_REPLAY = "dead_letter.replay", "Dead letter replayed"
+    DEAD_LETTER_DISCARD = "dead_letter.discard", "Dead letter discarded"
+    DEAD_LETTER_RESOLVE = "dead_letter.resolve", "Dead letter resolved"
+    DEAD_LETTER_CLEANUP = "dead_letter.cleanup", "Dead letters archived or purged"
+    BULK_REPLAY_START = "bulk_replay.start", "Bulk replay started"
+    BULK_REPLAY_CANCEL = "bulk_replay.cancel", "Bulk replay cancelled"
+    WORK_ORDER_OPEN = "work_order.open", "Work order opened"
+    WORK_ORDER_CHANGE = "work_order.change", "Work order changed (assignee, runbook, notes)"
     WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
     RUNBOOK_RUN = "runbook.run", "Runbook action run"

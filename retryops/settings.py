@@ -162,6 +162,20 @@ RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
 
+# Dead letters and work orders (compensation). Seconds between runs of the dead-letter consumer
+# (which also follows replays and restarts stalled bulk replays), and of the retention clean-up.
+RETRYOPS_DEAD_LETTER_INTERVAL = env_int("RETRYOPS_DEAD_LETTER_INTERVAL", 5, minimum=1)
+RETRYOPS_DLQ_CLEANUP_INTERVAL = env_int("RETRYOPS_DLQ_CLEANUP_INTERVAL", 3600, minimum=60)
+# Replayed, resolved and discarded dead letters older than this many days are purged by the periodic clean-up.
+RETRYOPS_DLQ_RETENTION_DAYS = env_int("RETRYOPS_DLQ_RETENTION_DAYS", 30, minimum=1)
+# Bulk replays: replays per second when the request names no rate (a request may ask up to 500).
+RETRYOPS_REPLAY_RATE = env_int("RETRYOPS_REPLAY_RATE", 10, minimum=1)
+# The SLA clocks of a work order, in seconds: dead letter -> work order (the operators' 5-minute
+# notice), -> acknowledged, -> compensated.
+RETRYOPS_SLA_NOTICE_SECONDS = env_int("RETRYOPS_SLA_NOTICE_SECONDS", 300, minimum=1)
+RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = env_int("RETRYOPS_SLA_ACKNOWLEDGE_SECONDS", 900, minimum=1)
+RETRYOPS_SLA_COMPENSATE_SECONDS = env_int("RETRYOPS_SLA_COMPENSATE_SECONDS", 86400, minimum=1)
+
 # Feature flags (retryops/flags.py), all on; RETRYOPS_FLAGS_OFF lists the ones turned off, e.g.
 # "task-retry-queue,audit-streaming". An unknown name stops start-up.
 from retryops import flags  # noqa: E402

@@ -194,6 +194,26 @@ class Attempt(models.Model):
         return f"task {self.task_id} attempt {self.number}"
 
 
+class TransactionIdField(models.Field):
+    """A PostgreSQL xid8: a transaction id that never wraps around, compared only with other xid8
+    values (psycopg hands it over as text, so it travels as text and reads back as an int)."""
+
+    description = "PostgreSQL 64-bit transaction id (xid8)"
+
+    def db_type(self, connection) -> str:
+        return "xid8"
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        return None if value is None else str(int(value))
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else int(value)
+
+    def to_python(self, value):
+        return None if value is None else int(value)
+
+
 class TaskEvent(models.Model):
     """task.execution.failed, task.retry.scheduled, task.retry.succeeded, task.dead: rows to count and alert on."""
 
@@ -202,13 +222,18 @@ class TaskEvent(models.Model):
     attempt_number = models.PositiveIntegerField(null=True, blank=True)
     details = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The writing transaction's id: claim_task_events compares it with the oldest transaction still
+    # running to know which events can no longer be joined by an earlier one (see its comments).
+    xid = TransactionIdField(
+        db_default=models.Func(function="pg_current_xact_id", output_field=TransactionIdField()), editable=False
+    )
 
     class Meta:
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx"),
-            # claim_task_events: a consumer's kinds in id order.
-            models.Index(fields=["kind", "id"], name="task_event_kind_id_idx"),
+            # claim_task_events: a consumer's kinds above its watermarks, in the order it takes them.
+            models.Index(fields=["kind", "xid", "id"], name="task_event_claim_idx"),
         ]
 
     def __str__(self) -> str:
@@ -233,6 +258,27 @@ class TaskEventDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.event_id} delivered to {self.consumer}"
+
+
+class TaskEventWatermark(models.Model):
+    """How far one consumer has got through one kind of task event: every event of `kind` written
+    by a transaction whose id is below `below_xid` is processed, so its claims look only above."""
+
+    consumer = models.CharField(max_length=100)
+    kind = models.CharField(max_length=40, choices=TaskEventKind.choices)
+    # Moved only forward, by claim_task_events in the consumer's transaction (0: nothing yet).
+    below_xid = TransactionIdField()
+    advanced_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["consumer", "kind"]
+        constraints = [
+            models.UniqueConstraint(fields=["consumer", "kind"], name="task_event_watermark_once"),
+            models.CheckConstraint(condition=Q(kind__in=TaskEventKind.values), name="task_event_watermark_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer} has processed every {self.kind} below transaction {self.below_xid}"
 
 
 class BatchConfig(models.Model):

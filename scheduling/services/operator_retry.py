@@ -28,11 +28,12 @@ def _live(task: Task, name: str) -> TaskLive:
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
-                   policy: RetryPolicy | str | None = None) -> Task:
+                   policy: RetryPolicy | str | None = None, audit: bool = True) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
-    resource (TaskLive): that task would run beside the new one."""
+    resource (TaskLive): that task would run beside the new one. With `audit` False it records no
+    audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     resource_id = resource.pk if isinstance(resource, Resource) else int(resource)
     with transaction.atomic():
@@ -60,8 +61,9 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             raise pool.describe_unavailability(current)
         task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
                           resource=current, strict=True, reserve=True, audit=False)
-        record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
-                     after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
-                            "policy": task.policy.name},
-                     reason=f"retry this resource as task {task.pk}", actor=actor)
+        if audit:
+            record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
+                         after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
+                                "policy": task.policy.name},
+                         reason=f"retry this resource as task {task.pk}", actor=actor)
         return task

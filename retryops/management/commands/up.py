@@ -86,6 +86,7 @@ class Command(BaseCommand):
             "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_class], env),
             "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_class], env),
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
+            "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }

@@ -1,6 +1,7 @@
 """The task-event outbox: every consumer gets every event once, whatever order transactions commit in."""
 
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -8,7 +9,7 @@ from django.db import connection, transaction
 from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import TaskEventKind
-from scheduling.models import TaskEvent
+from scheduling.models import TaskEvent, TaskEventWatermark
 
 DEAD = TaskEventKind.DEAD
 
@@ -25,6 +26,11 @@ def event(task, kind=DEAD) -> TaskEvent:
 def claim(consumer, kinds=(DEAD,), limit=100) -> list[int]:
     with transaction.atomic():
         return [e.pk for e in services.claim_task_events(consumer=consumer, kinds=list(kinds), limit=limit)]
+
+
+def watermark(consumer, kind=DEAD) -> int | None:
+    mark = TaskEventWatermark.objects.filter(consumer=consumer, kind=kind).first()
+    return mark and mark.below_xid
 
 
 def in_thread(work):
@@ -126,3 +132,125 @@ def test_an_event_committed_after_a_later_one_is_still_delivered(task):
     thread.join(10)
     assert slow[0] < fast
     assert claim("dead_letters") == slow
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_inserted_first_by_a_younger_transaction_is_delivered_when_it_commits(task):
+    # The older transaction (lower xid) inserts and commits after the younger one inserted: its
+    # event's xid is below the younger event's, but its id is above. A watermark that passed every
+    # id whose writer had ended would skip the younger, lower id.
+    has_xid, go, inserted, commit = threading.Event(), threading.Event(), threading.Event(), threading.Event()
+    older, younger = [], []
+
+    def older_writer():
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_current_xact_id()")
+            has_xid.set()
+            go.wait(10)
+            older.append(event(task).pk)
+
+    def younger_writer():
+        with transaction.atomic():
+            younger.append(event(task).pk)
+            inserted.set()
+            commit.wait(10)
+
+    first = in_thread(older_writer)
+    assert has_xid.wait(10)
+    second = in_thread(younger_writer)
+    assert inserted.wait(10)
+    go.set()
+    first.join(10)
+    assert claim("dead_letters") == older
+    commit.set()
+    second.join(10)
+    assert younger[0] < older[0]
+    assert claim("dead_letters") == younger
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_does_not_look_below_the_consumers_watermark(task):
+    event(task)
+    claim("dead_letters")
+    assert watermark("dead_letters") > 3  # the first normal transaction id
+    planted = event(task)
+    TaskEvent.objects.filter(pk=planted.pk).update(xid=3)  # as if written before everything processed
+
+    assert claim("dead_letters") == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watermark_passes_the_events_a_consumer_has_processed(task):
+    ids = [event(task).pk for _ in range(3)]
+    assert claim("dead_letters") == ids
+    last = max(TaskEvent.objects.filter(pk__in=ids).values_list("xid", flat=True))
+    # Another session on the server (other tests, other databases) may still run a transaction
+    # older than these events; the watermark passes them once it has ended.
+    deadline = time.monotonic() + 20
+    while watermark("dead_letters") <= last and time.monotonic() < deadline:
+        assert claim("dead_letters") == []
+        time.sleep(0.05)
+    assert watermark("dead_letters") > last
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimer_that_crashes_after_another_committed_gets_its_events_back(task):
+    ids = [event(task).pk for _ in range(4)]
+    held, crash, first = threading.Event(), threading.Event(), []
+
+    class Crash(Exception):
+        pass
+
+    def crashing_consumer():
+        with pytest.raises(Crash), transaction.atomic():
+            first.extend(e.pk for e in services.claim_task_events(consumer="alerts", kinds=[DEAD], limit=2))
+            held.set()
+            crash.wait(10)
+            raise Crash
+
+    thread = in_thread(crashing_consumer)
+    assert held.wait(10)
+    assert claim("alerts") == ids[2:]  # commits, and moves the watermark as far as it may
+    crash.set()
+    thread.join(10)
+    assert first == ids[:2]
+    assert claim("alerts") == ids[:2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_claim_leaves_the_watermark_where_it_was(task):
+    event(task)
+    claim("dead_letters")
+    before = watermark("dead_letters")
+    ids = [event(task).pk]
+
+    class Crash(Exception):
+        pass
+
+    with pytest.raises(Crash), transaction.atomic():
+        services.claim_task_events(consumer="dead_letters", kinds=[DEAD])
+        claim("dead_letters")  # a nested claim advances it inside the doomed transaction
+        raise Crash
+
+    assert watermark("dead_letters") == before
+    assert claim("dead_letters") == ids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_consumer_gets_every_event_whatever_the_first_has_processed(task):
+    ids = [event(task).pk for _ in range(3)]
+    claim("dead_letters")
+    claim("dead_letters")
+    ids.append(event(task).pk)
+    assert claim("dead_letters") == ids[3:]
+    assert claim("alerts") == ids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kind_a_consumer_adds_later_comes_with_its_earlier_events(task):
+    retry = event(task, TaskEventKind.RETRY_SCHEDULED).pk
+    dead = event(task).pk
+    assert claim("alerts") == [dead]
+    claim("alerts")
+    assert claim("alerts", kinds=(DEAD, TaskEventKind.RETRY_SCHEDULED)) == [retry]

@@ -1,0 +1,49 @@
+"""Domain errors of dead letters, work orders and replays. Each has a stable `code`, a sentence
+for people and `details` naming what was wrong (the field, the state, the reason)."""
+
+from retryops.errors import DomainError
+
+
+class CompensationError(DomainError):
+    """Base class of the compensation app's errors."""
+
+    code = "compensation_error"
+
+
+class BadInput(CompensationError, ValueError):
+    """A value no service can act on; details: `field`."""
+
+    code = "bad_input"
+
+    def __init__(self, message: str, *, field: str, **details):
+        super().__init__(message, field=field, **details)
+        self.field = field
+
+
+class NotFound(CompensationError):
+    """No dead letter, work order or bulk replay with that id; details: `kind`, `id`."""
+
+    code = "not_found"
+
+
+class IllegalTransition(CompensationError):
+    """An action the row's state does not allow; details: `kind`, `id`, `from_state`, `to_state`."""
+
+    code = "illegal_transition"
+
+
+class ReplayRefused(CompensationError):
+    """A dead letter that cannot be replayed as asked; `reason`: quarantined, consumed, removed,
+    in_use or task_live (the last two may pass: try again later)."""
+
+    code = "replay_refused"
+
+    def __init__(self, message: str, *, reason: str, **details):
+        super().__init__(message, reason=reason, **details)
+        self.reason = reason
+
+
+class BulkReplayRunning(CompensationError):
+    """A bulk replay with the same filter is running already; details: `bulk_replay_id`."""
+
+    code = "bulk_replay_running"

@@ -1,0 +1,50 @@
+"""RQ jobs of the compensation app: thin, they call the services and return what they did."""
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def dead_letters_job() -> dict:
+    """Periodic: collect the dead letters not collected yet, follow the replays that ended, and
+    restart the bulk replays whose runner died."""
+    from compensation.services import (
+        collect_dead_letters,
+        follow_replays,
+        restart_stalled_bulk_replays,
+    )
+
+    made = 0
+    while batch := collect_dead_letters():
+        made += len(batch)
+    return {"dead_letters": made, "replays_followed": follow_replays(),
+            "bulk_replays_restarted": restart_stalled_bulk_replays()}
+
+
+def bulk_replay_job(bulk_replay_id: int) -> str:
+    """One slice of a bulk replay; enqueues the next slice while there is more, so the periodic
+    jobs sharing its queue wait one slice at most."""
+    from compensation.services import run_bulk_replay
+    from compensation.services.bulk_replay import enqueue_bulk_replay
+
+    outcome = run_bulk_replay(bulk_replay=bulk_replay_id)
+    if outcome == "more":
+        enqueue_bulk_replay(bulk_replay_id)
+    return outcome
+
+
+def dlq_cleanup_job() -> dict:
+    """Periodic: purge resolved and discarded dead letters older than RETRYOPS_DLQ_RETENTION_DAYS,
+    so they never pile up unattended."""
+    from django.conf import settings
+
+    from audit.choices import Channel
+    from audit.context import acting_as
+    from compensation.choices import DeadLetterState
+    from compensation.services import cleanup_dead_letters
+
+    with acting_as(actor="dlq retention", channel=Channel.SYSTEM):
+        result = cleanup_dead_letters(older_than_days=settings.RETRYOPS_DLQ_RETENTION_DAYS,
+                                      states=[DeadLetterState.RESOLVED, DeadLetterState.DISCARDED],
+                                      actor="dlq retention", purge=True)
+    return {"purged": result.purged}

@@ -1,0 +1,113 @@
+"""Reads of dead letters and work orders shared by the admin, the commands and the API. No writes."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Max, Min, QuerySet
+from django.utils import timezone
+
+from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
+from compensation.models import DeadLetter, WorkOrder
+
+
+@dataclass(frozen=True)
+class Sla:
+    """A work order's SLA clocks: how long each step took (or has been waiting), and which passed its limit."""
+
+    notice_seconds: float | None
+    acknowledge_seconds: float | None
+    compensate_seconds: float | None
+    breached: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        return "breached: " + ", ".join(self.breached) if self.breached else "ok"
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else round((end - start).total_seconds(), 3)
+
+
+def sla_of(order: WorkOrder, *, now: datetime | None = None) -> Sla:
+    """The SLA of one work order, measured from its first dead letter (from its opening for one
+    opened by hand): dead letter -> opened (the notice), -> acknowledged, -> compensated. A step
+    not taken yet is measured to `now`, so a work order nobody acknowledges breaches while it waits."""
+    now = now or timezone.now()
+    start = order.first_dead_at or order.created_at
+    live = order.state in WORK_ORDER_LIVE
+    acknowledged = order.acknowledged_at or (now if live else None)
+    compensated = order.compensated_at or (now if live else None)
+    limits = {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
+              "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
+              "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
+    took = {"notice": _seconds(start, order.created_at), "acknowledge": _seconds(start, acknowledged),
+            "compensate": _seconds(start, compensated)}
+    breached = tuple(clock for clock, limit in limits.items() if took[clock] is not None and took[clock] > limit)
+    return Sla(took["notice"], took["acknowledge"], took["compensate"], breached)
+
+
+def live_work_orders() -> QuerySet[WorkOrder]:
+    """The work orders someone still has to act on, oldest first (work_order_live_idx)."""
+    return WorkOrder.objects.filter(state__in=WORK_ORDER_LIVE).select_related("pool").order_by("created_at")
+
+
+def unacknowledged_past(*, now: datetime | None = None) -> QuerySet[WorkOrder]:
+    """Open work orders whose acknowledge clock has run out."""
+    limit = (now or timezone.now()) - timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS)
+    return WorkOrder.objects.filter(state=WorkOrderState.OPEN, first_dead_at__lt=limit)
+
+
+def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING)) -> list[dict]:
+    """The DLQ by flow and error signature: how many in each state group, oldest and newest death."""
+    return list(DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
+                .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"))
+                .order_by("-count", "flow", "error_signature"))
+
+
+def _queues() -> dict:
+    """Each RQ queue's waiting, scheduled and running jobs; `error` when Redis does not answer."""
+    import django_rq
+    from redis.exceptions import RedisError
+    from rq.registry import ScheduledJobRegistry, StartedJobRegistry
+
+    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+
+    queues = {}
+    for name in (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE):
+        try:
+            queue = django_rq.get_queue(name)
+            queues[name] = {"waiting": queue.count,
+                            "scheduled": ScheduledJobRegistry(queue=queue).count,
+                            "running": StartedJobRegistry(queue=queue).count}
+        except RedisError as exc:
+            queues[name] = {"error": f"Redis did not answer: {exc}"}
+    return queues
+
+
+def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
+    """One screen for retry_inspect: the RQ queues, the tasks waiting for a retry (and the next
+    one due), running attempts, the DLQ by flow and signature, and the live work orders with their
+    SLA. JSON-ready (times as ISO text)."""
+    from scheduling.choices import AttemptOutcome, TaskState
+    from scheduling.models import Attempt, Task
+
+    now = now or timezone.now()
+    retrying = Task.objects.filter(state=TaskState.RETRYING)
+    next_due = retrying.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    orders = []
+    for order in live_work_orders()[:limit]:
+        sla = sla_of(order, now=now)
+        orders.append({"id": order.pk, "title": order.title, "state": order.state, "assignee": order.assignee,
+                       "dead_letters": order.dead_letter_count, "sla": sla.state,
+                       "waiting_seconds": sla.acknowledge_seconds if order.state == WorkOrderState.OPEN
+                       else sla.compensate_seconds})
+    return {
+        "at": now.isoformat(),
+        "queues": _queues(),
+        "scheduled_retries": {"count": retrying.count(), "next_due": next_due.isoformat() if next_due else None},
+        "running_attempts": Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).count(),
+        "dead_letters": [{**row, "oldest": row["oldest"].isoformat(), "newest": row["newest"].isoformat()}
+                         for row in dead_letters_by_signature()[:limit]],
+        "work_orders": orders,
+    }

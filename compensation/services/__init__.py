@@ -1,0 +1,43 @@
+"""Dead letters, work orders, replays: the only code that changes them. The admin, jobs,
+commands and the API call these. One module per use case; the public names are re-exported here.
+Reads live in compensation.selectors."""
+
+from compensation.services.bulk_replay import (
+    bulk_replay_preview,
+    cancel_bulk_replay,
+    restart_stalled_bulk_replays,
+    run_bulk_replay,
+    start_bulk_replay,
+)
+from compensation.services.cleanup import (
+    Cleanup,
+    cleanup_dead_letters,
+    cleanup_queryset,
+    parse_states,
+)
+from compensation.services.dead_letters import (
+    collect_dead_letters,
+    discard_dead_letter,
+    follow_replays,
+    resolve_dead_letter,
+)
+from compensation.services.replay import replay_dead_letter
+from compensation.services.work_orders import (
+    acknowledge_work_order,
+    assign_work_order,
+    cancel_work_order,
+    change_work_order,
+    close_work_order,
+    compensate_work_order,
+    open_work_order,
+    start_work_order,
+)
+
+__all__ = [
+    "bulk_replay_preview", "cancel_bulk_replay", "restart_stalled_bulk_replays", "run_bulk_replay",
+    "start_bulk_replay",
+    "Cleanup", "cleanup_dead_letters", "cleanup_queryset", "parse_states",
+    "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
+    "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",
+    "resolve_dead_letter", "start_work_order",
+]

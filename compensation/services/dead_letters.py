@@ -1,0 +1,113 @@
+"""Dead letters: made from the task.dead outbox, following their replays, settled by an operator.
+
+A dead letter's life: open -> replaying (replay_dead_letter) -> replayed when the replay task
+succeeds, or back to open, with the replay's error, when it dies or is cancelled (so it can be
+replayed again or settled); open -> resolved (by hand, or when its work order is compensated or
+closed) or discarded. Replayed, resolved and discarded are final."""
+
+from itertools import groupby
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.choices import AuditAction
+from audit.services import record_audit
+from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState
+from compensation.errors import IllegalTransition
+from compensation.models import DeadLetter
+from compensation.services.common import actor_name, locked, text
+from compensation.services.work_orders import join_work_order
+from scheduling.choices import TERMINAL_STATES, TaskEventKind, TaskState
+from scheduling.models import Task
+from scheduling.services import claim_task_events
+
+CONSUMER = "dead_letters"
+BATCH = 500
+
+
+def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
+    """Turn the task.dead events not yet collected into dead letters, and each group of one flow
+    and error signature into (or onto) its work order, in one transaction with the claim: a crash
+    before the commit leaves the events for the next call. A task already collected makes nothing
+    (a second delivery); a dead replay task reopens its dead letter instead (follow_replays)."""
+    with transaction.atomic():
+        events = claim_task_events(consumer=CONSUMER, kinds=[TaskEventKind.DEAD], limit=limit)
+        task_ids = {e.task_id for e in events}
+        if not task_ids:
+            return []
+        known = set(DeadLetter.objects.filter(task_id__in=task_ids).values_list("task_id", flat=True))
+        known |= set(DeadLetter.objects.filter(replay_task_id__in=task_ids).values_list("replay_task_id", flat=True))
+        tasks = Task.objects.filter(pk__in=task_ids - known, state=TaskState.DEAD)
+        def key(t):
+            return t.flow, t.last_error_signature
+        made = []
+        # Work orders locked in one order (flow, signature), so two collectors never wait on each other in a cycle.
+        for (flow, signature), group in groupby(sorted(tasks, key=lambda t: (*key(t), t.pk)), key=key):
+            group = list(group)
+            died = [t.finished_at for t in group]
+            order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
+                                    first_dead_at=min(died), last_dead_at=max(died), count=len(group))
+            made += DeadLetter.objects.bulk_create(
+                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id,
+                           last_error=t.last_error, error_signature=t.last_error_signature,
+                           error_category=t.last_error_category, attempt_count=t.attempt_count,
+                           died_at=t.finished_at, work_order=order)
+                for t in group)
+        return made
+
+
+def follow_replays(*, limit: int = BATCH) -> int:
+    """Move the replaying dead letters whose replay task has ended: replayed when it succeeded,
+    open again with its error when it died or was cancelled. Reads the tasks' state rather than
+    their events, because a replay that succeeds at its first attempt emits none; runs with the
+    periodic consumer and right after a task dies or a retry succeeds. Returns how many moved."""
+    now = timezone.now()
+    with transaction.atomic():
+        letters = list(
+            DeadLetter.objects.select_for_update(of=("self",), skip_locked=True).select_related("replay_task", "work_order")
+            .filter(state=DeadLetterState.REPLAYING, replay_task__state__in=TERMINAL_STATES).order_by("id")[:limit])
+        for letter in letters:
+            task = letter.replay_task
+            if task.state == TaskState.SUCCEEDED:
+                letter.state, letter.settled_at = DeadLetterState.REPLAYED, task.finished_at or now
+                letter.save(update_fields=["state", "settled_at", "updated_at"])
+                continue
+            letter.state = DeadLetterState.OPEN
+            letter.last_error = task.last_error or f"replay {task.holder} was {task.state}"
+            letter.error_signature, letter.error_category = task.last_error_signature, task.last_error_category
+            letter.attempt_count, letter.died_at = task.attempt_count, task.finished_at or now
+            letter.resource_id = task.resource_id or letter.resource_id
+            if letter.work_order is None or letter.work_order.state in WORK_ORDER_TERMINAL:
+                letter.work_order = join_work_order(flow=letter.flow, error_signature=letter.error_signature,
+                                                    pool_id=letter.pool_id, first_dead_at=letter.died_at,
+                                                    last_dead_at=letter.died_at, count=1)
+            letter.save(update_fields=["state", "last_error", "error_signature", "error_category", "attempt_count",
+                                       "died_at", "resource", "work_order", "updated_at"])
+    return len(letters)
+
+
+def _settle(dead_letter: DeadLetter | int, *, to: str, action: str, actor: str, reason: str) -> DeadLetter:
+    actor = actor_name(actor)
+    reason = text(reason, field="reason", max_length=2000)
+    with transaction.atomic():
+        letter = locked(DeadLetter, dead_letter, kind="dead_letter")
+        if letter.state != DeadLetterState.OPEN:
+            raise IllegalTransition(f"cannot mark {letter} {to}: it is {letter.state}; only an open one can be",
+                                    kind="dead_letter", id=letter.pk, from_state=letter.state, to_state=to)
+        before = {"state": letter.state}
+        letter.state, letter.settled_at = to, timezone.now()
+        letter.save(update_fields=["state", "settled_at", "updated_at"])
+        record_audit(action=action, target=letter, before=before, after={"state": to}, reason=reason, actor=actor)
+    return letter
+
+
+def discard_dead_letter(*, dead_letter: DeadLetter | int, actor: str, reason: str = "") -> DeadLetter:
+    """Nothing is to be done about it: discarded (kept until the clean-up purges it)."""
+    return _settle(dead_letter, to=DeadLetterState.DISCARDED, action=AuditAction.DEAD_LETTER_DISCARD, actor=actor,
+                   reason=reason)
+
+
+def resolve_dead_letter(*, dead_letter: DeadLetter | int, actor: str, reason: str = "") -> DeadLetter:
+    """Taken care of outside a replay (compensated by hand)."""
+    return _settle(dead_letter, to=DeadLetterState.RESOLVED, action=AuditAction.DEAD_LETTER_RESOLVE, actor=actor,
+                   reason=reason)

@@ -1,0 +1,80 @@
+"""Replaying a dead letter: a new task for the same business instance, on the same resource
+through the operator retry (strict), or on any resource of the pool when the operator says so."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.choices import AuditAction
+from audit.services import record_audit
+from compensation.choices import REPLAYABLE_STATES, DeadLetterState
+from compensation.errors import IllegalTransition, ReplayRefused
+from compensation.models import DeadLetter
+from compensation.services.common import actor_name, locked, text
+from resources.choices import ResourceState
+from resources.errors import ResourceUnavailable
+from resources.models import Resource
+from resources.selectors import describe_unavailability
+from scheduling.errors import TaskLive
+from scheduling.models import Task
+from scheduling.services import retry_resource, start_task
+
+
+def _refuse_unusable(letter: DeadLetter) -> Resource:
+    """The dead letter's resource, if a strict replay could run on it; else why not, in the
+    operators' words. retry_resource re-checks under the resource's lock: this read only names
+    the states a replay will never get past."""
+    resource = Resource.objects.select_related("pool").filter(pk=letter.resource_id).first() \
+        if letter.resource_id else None
+    if resource is None:
+        raise ReplayRefused(f"cannot replay {letter} on its resource: the resource was removed; replay it on any "
+                            f"resource of the pool instead", reason="removed", dead_letter_id=letter.pk)
+    if resource.state == ResourceState.QUARANTINED:
+        raise ReplayRefused(f"cannot replay {letter}: {describe_unavailability(resource)}", reason="quarantined",
+                            dead_letter_id=letter.pk, resource_id=resource.pk)
+    if resource.state == ResourceState.DONE and resource.pool.consume_on_success:
+        raise ReplayRefused(f"cannot replay {letter}: {describe_unavailability(resource)}", reason="consumed",
+                            dead_letter_id=letter.pk, resource_id=resource.pk)
+    return resource
+
+
+def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resource: bool = False,
+                       reason: str = "") -> DeadLetter:
+    """Start a new task for an open dead letter's flow and payload, and follow it (replaying). By
+    default on the same resource, strictly, through scheduling's retry_resource (which resets a
+    failed resource); a resource now quarantined, consumed or removed refuses with that reason
+    (ReplayRefused) rather than replaying blindly. With `any_resource`, a non-strict task on the
+    pool. One audit entry (dead_letter.replay) for the whole action."""
+    actor = actor_name(actor)
+    reason = text(reason, field="reason", max_length=2000)
+    with transaction.atomic():
+        letter = locked(DeadLetter, dead_letter, kind="dead_letter")
+        if letter.state not in REPLAYABLE_STATES:
+            raise IllegalTransition(
+                f"cannot replay {letter}: it is {letter.state}"
+                + (f" (task {letter.replay_task_id})" if letter.replay_task_id else "")
+                + "; only an open dead letter can be replayed",
+                kind="dead_letter", id=letter.pk, from_state=letter.state, to_state=DeadLetterState.REPLAYING,
+                replay_task_id=letter.replay_task_id)
+        dead = Task.objects.select_related("policy", "pool").get(pk=letter.task_id)
+        if any_resource:
+            task = start_task(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy,
+                              created_by=actor, audit=False)
+        else:
+            resource = _refuse_unusable(letter)
+            try:
+                task = retry_resource(resource=resource, actor=actor, flow=dead.flow, payload=dead.payload,
+                                      policy=dead.policy, audit=False)
+            except ResourceUnavailable as exc:
+                raise ReplayRefused(f"cannot replay {letter}: {exc}", reason=exc.reason, dead_letter_id=letter.pk,
+                                    resource_id=resource.pk) from None
+            except TaskLive as exc:
+                raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="task_live", dead_letter_id=letter.pk,
+                                    **exc.details) from None
+        before = {"state": letter.state, "replay_task": letter.replay_task_id}
+        letter.state, letter.replay_task, letter.replay_count = DeadLetterState.REPLAYING, task, letter.replay_count + 1
+        letter.save(update_fields=["state", "replay_task", "replay_count", "updated_at"])
+        record_audit(action=AuditAction.DEAD_LETTER_REPLAY, target=letter, before=before,
+                     after={"state": letter.state, "replay_task": task.pk, "any_resource": bool(any_resource),
+                            "resource": task.pinned_resource_id, "at": timezone.now()},
+                     reason=reason, actor=actor)
+    return letter

@@ -1,0 +1,111 @@
+"""Bulk replay: a dry-run count, one running request per filter, the velocity limit, resumable."""
+
+import math
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from audit.models import AuditEntry
+from compensation import services
+from compensation.choices import BulkReplayState, DeadLetterState
+from compensation.errors import BadInput, BulkReplayRunning
+from compensation.models import BulkReplay, DeadLetter
+from tests.compensation.conftest import dead_tasks, work_periodic
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUTS = {"flow": "demo", "error_signature": "TimeoutError: slow"}
+
+
+@pytest.fixture
+def letters(redis_conn, pool, bob, instant_policy):
+    dead_tasks(pool=pool, policy=instant_policy, n=10, signature="TimeoutError: slow")
+    dead_tasks(pool=pool, policy=instant_policy, n=2, signature="PermissionError: HTTP 403")
+    return services.collect_dead_letters()
+
+
+def test_the_preview_counts_the_open_dead_letters_the_filter_selects(letters):
+    assert services.bulk_replay_preview(filter=TIMEOUTS) == 10
+    assert services.bulk_replay_preview(filter={"pool": "accounts"}) == 12
+    assert services.bulk_replay_preview(filter={"died_before": timezone.now() - timedelta(hours=1)}) == 0
+
+
+def test_a_filter_with_an_unknown_field_is_refused_by_name(letters):
+    with pytest.raises(BadInput, match="unknown filter field colour") as refused:
+        services.bulk_replay_preview(filter={"colour": "red"})
+    assert refused.value.details["field"] == "filter.colour"
+
+
+@pytest.mark.parametrize("rate", [0, -1, 501, float("nan"), float("inf"), "fast"])
+def test_a_rate_out_of_range_is_refused_by_name(letters, rate):
+    with pytest.raises(BadInput) as refused:
+        services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
+    assert refused.value.details["field"] == "rate"
+    assert not BulkReplay.objects.exists()
+
+
+def test_one_bulk_replay_runs_per_filter_at_a_time(letters):
+    first = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500, any_resource=True)
+    with pytest.raises(BulkReplayRunning, match=f"bulk replay {first.pk} with the same filter is running"):
+        services.start_bulk_replay(filter=dict(reversed(list(TIMEOUTS.items()))), actor="ops:dave")
+    other = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:dave")
+    assert (first.selected, other.selected) == (10, 12)
+    assert AuditEntry.objects.filter(action="bulk_replay.start").count() == 2
+
+
+def test_a_bulk_replay_keeps_to_its_velocity_limit(letters):
+    rate = 20
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate, any_resource=True)
+    started = time.monotonic()
+    assert services.run_bulk_replay(bulk_replay=bulk, max_seconds=60) == "finished"
+    elapsed = time.monotonic() - started
+    done = BulkReplay.objects.get(pk=bulk.pk)
+    assert (done.state, done.done, done.refused) == (BulkReplayState.FINISHED, 10, 0)
+    # n replays at `rate` per second need at least (n - 1) / rate seconds.
+    assert done.done <= math.floor(rate * elapsed) + 1
+    assert DeadLetter.objects.filter(state=DeadLetterState.REPLAYING).count() == 10
+
+
+def test_a_bulk_replay_counts_the_dead_letters_that_refuse(letters):
+    # Their tasks named no resource: a same-resource replay refuses each one, and the run goes on.
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500)
+    services.run_bulk_replay(bulk_replay=bulk)
+    done = BulkReplay.objects.get(pk=bulk.pk)
+    assert (done.state, done.done, done.refused) == (BulkReplayState.FINISHED, 0, 10)
+    assert "resource was removed" in done.last_error
+
+
+def test_a_bulk_replay_whose_runner_died_resumes_where_it_stopped(letters):
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500, any_resource=True)
+    assert services.run_bulk_replay(bulk_replay=bulk, limit=4) == "more"
+    # The runner dies mid-slice: its heartbeat stays, and goes stale.
+    BulkReplay.objects.filter(pk=bulk.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    assert services.run_bulk_replay(bulk_replay=bulk) == "finished"
+    assert BulkReplay.objects.get(pk=bulk.pk).done == 10
+    assert all(count == 1 for count in DeadLetter.objects.filter(**TIMEOUTS).values_list("replay_count", flat=True))
+
+
+def test_a_second_runner_leaves_a_bulk_replay_to_the_live_one(letters):
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500, any_resource=True)
+    BulkReplay.objects.filter(pk=bulk.pk).update(heartbeat_at=timezone.now())
+    assert services.run_bulk_replay(bulk_replay=bulk) == "busy"
+    assert BulkReplay.objects.get(pk=bulk.pk).done == 0
+
+
+def test_the_periodic_job_restarts_a_stalled_bulk_replay(letters, redis_conn):
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500, any_resource=True)
+    redis_conn.flushdb()  # the job enqueued at start is lost with its process
+    BulkReplay.objects.filter(pk=bulk.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    assert services.restart_stalled_bulk_replays() == [bulk.pk]
+    work_periodic()
+    assert BulkReplay.objects.get(pk=bulk.pk).state == BulkReplayState.FINISHED
+
+
+def test_a_cancelled_bulk_replay_replays_no_more(letters):
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=500, any_resource=True)
+    services.run_bulk_replay(bulk_replay=bulk, limit=3)
+    services.cancel_bulk_replay(bulk_replay=bulk, actor="ops:carol")
+    assert services.run_bulk_replay(bulk_replay=bulk) == "busy"
+    assert BulkReplay.objects.get(pk=bulk.pk).done == 3

@@ -1,0 +1,94 @@
+"""Every dead task becomes one dead letter, and the dead letters of one flow and signature one work order."""
+
+import pytest
+
+from compensation import services
+from compensation.choices import DeadLetterState, WorkOrderState
+from compensation.errors import IllegalTransition
+from compensation.models import DeadLetter, WorkOrder
+from scheduling import services as scheduling
+from scheduling.choices import TaskEventKind, TaskState
+from scheduling.models import Task, TaskEvent
+from tests.compensation.conftest import dead_tasks
+from tests.scheduling.helpers import work
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_dies_in_a_worker_becomes_a_dead_letter_with_its_work_order(redis_conn, alice, instant_policy):
+    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
+                                 policy="instant")
+    work()
+    letter = DeadLetter.objects.select_related("work_order").get(task=task)
+    assert (letter.state, letter.flow, letter.resource_id, letter.attempt_count) == (
+        DeadLetterState.OPEN, "until_fixed", alice.pk, 3)
+    assert letter.last_error == "TimeoutError: upstream timed out after 30s"
+    assert (letter.error_signature, letter.error_category) == (
+        Task.objects.get(pk=task.pk).last_error_signature, "retryable")
+    assert (letter.work_order.state, letter.work_order.dead_letter_count) == (WorkOrderState.OPEN, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_collector_leaves_the_worker_and_the_dead_task_alone(redis_conn, alice, instant_policy,
+                                                                         monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(services, "collect_dead_letters", broken)
+    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, created_by="shop", policy="instant")
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    assert not DeadLetter.objects.exists()
+    monkeypatch.undo()
+    services.collect_dead_letters()  # what the periodic job does next
+    assert DeadLetter.objects.filter(task=task).exists()
+
+
+@pytest.mark.django_db
+def test_a_second_delivery_of_a_death_makes_no_second_dead_letter(pool, instant_policy):
+    [task] = dead_tasks(pool=pool, policy=instant_policy)
+    TaskEvent.objects.create(task=task, kind=TaskEventKind.DEAD, attempt_number=3)
+    services.collect_dead_letters()
+    services.collect_dead_letters()
+    assert DeadLetter.objects.filter(task=task).count() == 1
+    assert WorkOrder.objects.get().dead_letter_count == 1
+
+
+@pytest.mark.django_db
+def test_a_burst_of_a_thousand_deaths_of_one_signature_is_one_work_order(pool, instant_policy):
+    dead_tasks(pool=pool, policy=instant_policy, n=1000)
+    while services.collect_dead_letters():
+        pass
+    order = WorkOrder.objects.get()
+    assert (order.dead_letter_count, order.dead_letters.count()) == (1000, 1000)
+    assert order.first_dead_at <= order.last_dead_at
+
+
+@pytest.mark.django_db
+def test_deaths_of_another_signature_open_a_work_order_of_their_own(pool, instant_policy):
+    dead_tasks(pool=pool, policy=instant_policy, signature="TimeoutError: slow")
+    dead_tasks(pool=pool, policy=instant_policy, signature="PermissionError: HTTP 403")
+    services.collect_dead_letters()
+    assert sorted(WorkOrder.objects.values_list("error_signature", "dead_letter_count")) == [
+        ("PermissionError: HTTP 403", 1), ("TimeoutError: slow", 1)]
+
+
+@pytest.mark.django_db
+def test_a_death_after_its_work_order_was_closed_opens_a_new_one(pool, instant_policy):
+    dead_tasks(pool=pool, policy=instant_policy)
+    services.collect_dead_letters()
+    first = WorkOrder.objects.get()
+    services.close_work_order(work_order=first, actor="ops:carol", resolution="upstream fixed")
+    dead_tasks(pool=pool, policy=instant_policy)
+    [letter] = services.collect_dead_letters()
+    assert letter.work_order_id != first.pk
+    assert WorkOrder.objects.get(pk=letter.work_order_id).state == WorkOrderState.OPEN
+
+
+@pytest.mark.django_db
+def test_discarding_a_discarded_dead_letter_names_its_state(pool, instant_policy):
+    dead_tasks(pool=pool, policy=instant_policy)
+    [letter] = services.collect_dead_letters()
+    services.discard_dead_letter(dead_letter=letter, actor="ops:carol", reason="test order")
+    with pytest.raises(IllegalTransition, match="it is discarded") as refused:
+        services.discard_dead_letter(dead_letter=letter.pk, actor="ops:carol")
+    assert refused.value.details["from_state"] == DeadLetterState.DISCARDED

@@ -1,0 +1,124 @@
+"""Replaying a dead letter starts a new task linked to it, and the dead letter follows that task."""
+
+import pytest
+
+from audit.models import AuditEntry
+from compensation import services
+from compensation.choices import DeadLetterState
+from compensation.errors import IllegalTransition, ReplayRefused
+from compensation.models import DeadLetter
+from resources import services as pool_services
+from resources.choices import ResourceState
+from resources.models import Resource
+from scheduling import services as scheduling
+from scheduling.choices import TaskState
+from scheduling.models import Task
+from tests.compensation.conftest import upstream
+from tests.scheduling.helpers import work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def letter(redis_conn, alice, instant_policy) -> DeadLetter:
+    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
+                                 policy="instant")
+    work()
+    return DeadLetter.objects.get(task=task)
+
+
+def test_a_replay_starts_a_strict_task_on_the_same_resource(letter, alice):
+    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    task = replayed.replay_task
+    assert (replayed.state, replayed.replay_count) == (DeadLetterState.REPLAYING, 1)
+    assert (task.flow, task.strict, task.pinned_resource_id) == ("until_fixed", True, alice.pk)
+    assert Resource.objects.get(pk=alice.pk).lease_holder == task.holder
+
+
+def test_a_replay_writes_one_audit_entry_of_its_own(letter):
+    before = AuditEntry.objects.count()
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol", reason="upstream fixed")
+    entries = list(AuditEntry.objects.order_by("id").values_list("action", "actor", "reason"))[before:]
+    assert entries == [("dead_letter.replay", "ops:carol", "upstream fixed")]
+
+
+def test_a_replay_that_succeeds_marks_the_dead_letter_replayed(letter):
+    upstream["broken"] = False
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    work()
+    services.follow_replays()  # a first-attempt success emits no event: the periodic job follows it
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYED
+
+
+def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
+    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    work()
+    again = DeadLetter.objects.get(pk=letter.pk)
+    assert Task.objects.get(pk=replayed.replay_task_id).state == TaskState.DEAD
+    assert (again.state, again.replay_task_id) == (DeadLetterState.OPEN, replayed.replay_task_id)
+    assert again.died_at > letter.died_at
+    assert DeadLetter.objects.count() == 1  # the dead replay made no dead letter of its own
+
+
+def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    tasks = Task.objects.count()
+    with pytest.raises(IllegalTransition, match="it is replaying") as refused:
+        services.replay_dead_letter(dead_letter=letter.pk, actor="ops:carol")
+    assert refused.value.details["from_state"] == "replaying"
+    assert Task.objects.count() == tasks
+
+
+def test_replaying_a_replayed_dead_letter_names_its_state(letter):
+    upstream["broken"] = False
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    work()
+    services.follow_replays()
+    with pytest.raises(IllegalTransition, match="it is replayed"):
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+
+
+def test_a_dead_letter_whose_resource_is_quarantined_says_so_instead_of_replaying(letter, alice):
+    pool_services.reset(resource=alice, actor="ops")
+    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    tasks = Task.objects.count()
+    with pytest.raises(ReplayRefused, match="quarantined .*banned upstream") as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    assert refused.value.reason == "quarantined"
+    assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
+    assert not AuditEntry.objects.filter(action="dead_letter.replay").exists()
+
+
+def test_a_dead_letter_whose_resource_was_consumed_says_so(letter, alice):
+    Resource.objects.filter(pk=alice.pk).update(state=ResourceState.DONE)
+    alice.pool.consume_on_success = True
+    alice.pool.save(update_fields=["consume_on_success"])
+    with pytest.raises(ReplayRefused, match="consumed") as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    assert refused.value.reason == "consumed"
+
+
+def test_a_dead_letter_whose_resource_was_removed_says_so(letter):
+    DeadLetter.objects.filter(pk=letter.pk).update(resource=None)
+    with pytest.raises(ReplayRefused, match="removed"):
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+
+
+def test_a_replay_on_any_resource_starts_a_task_the_pool_chooses_for(letter, alice, bob):
+    pool_services.reset(resource=alice, actor="ops")
+    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    upstream["broken"] = False
+    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
+    assert (replayed.replay_task.strict, replayed.replay_task.requested_resource_id) == (False, None)
+    work()
+    services.follow_replays()
+    assert Task.objects.get(pk=replayed.replay_task_id).resource_id == bob.pk
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYED
+
+
+def test_the_resource_retry_command_still_audits_its_retry(letter, alice):
+    before = AuditEntry.objects.count()
+    scheduling.retry_resource(resource=alice, actor="ops:carol")
+    assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True))[before:] == ["resource.retry"]
+
+

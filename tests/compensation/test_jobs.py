@@ -1,0 +1,54 @@
+"""The compensation jobs, run by a burst worker on the periodic queue as rqcron enqueues them."""
+
+from datetime import timedelta
+
+import django_rq
+import pytest
+from django.utils import timezone
+
+from audit.models import AuditEntry
+from compensation import services
+from compensation.choices import BulkReplayState, DeadLetterState
+from compensation.jobs import dead_letters_job, dlq_cleanup_job
+from compensation.models import BulkReplay, DeadLetter
+from scheduling.queueing import PERIODIC_QUEUE
+from tests.compensation.conftest import dead_tasks, work_periodic
+from tests.scheduling.helpers import CountingWorker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_periodic_job_collects_a_death_whose_process_crashed_before_the_dead_letter(redis_conn, pool,
+                                                                                         instant_policy):
+    # Written without the worker: no task_dead signal is ever sent, as when the process died after the commit.
+    [task] = dead_tasks(pool=pool, policy=instant_policy)
+    django_rq.get_queue(PERIODIC_QUEUE).enqueue(dead_letters_job)
+    work_periodic()
+    letter = DeadLetter.objects.get(task=task)
+    assert (letter.state, letter.work_order.dead_letter_count) == (DeadLetterState.OPEN, 1)
+
+
+def test_a_bulk_replay_runs_in_slices_until_it_is_finished(redis_conn, pool, instant_policy, monkeypatch):
+    from compensation.services import bulk_replay
+
+    monkeypatch.setattr(bulk_replay, "SLICE_SECONDS", 0.05)  # several slices, each enqueuing the next
+    dead_tasks(pool=pool, policy=instant_policy, n=6)
+    services.collect_dead_letters()
+    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=40, any_resource=True)
+    worker = django_rq.get_worker(PERIODIC_QUEUE, worker_class=CountingWorker)
+    worker.work(burst=True)
+    done = BulkReplay.objects.get(pk=bulk.pk)
+    assert (done.state, done.done) == (BulkReplayState.FINISHED, 6)
+    assert worker.deliveries > 2
+
+
+def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, pool, instant_policy, settings):
+    settings.RETRYOPS_DLQ_RETENTION_DAYS = 30
+    dead_tasks(pool=pool, policy=instant_policy, n=3)
+    letters = services.collect_dead_letters()
+    services.discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
+    services.resolve_dead_letter(dead_letter=letters[1], actor="ops:carol")
+    DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=31))
+    assert dlq_cleanup_job() == {"purged": 2}
+    assert list(DeadLetter.objects.values_list("state", flat=True)) == [DeadLetterState.OPEN]
+    assert AuditEntry.objects.filter(action="dead_letter.cleanup", channel="system").exists()
