@@ -44,3 +44,7 @@ class AuditAction(models.TextChoices):
     WORK_ORDER_CHANGE = "work_order.change", "Work order changed (assignee, runbook, notes)"
     WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
     RUNBOOK_RUN = "runbook.run", "Runbook action run"
+    RUNBOOK_REQUEST = "runbook.request", "Runbook action requested"
+    RUNBOOK_APPROVE = "runbook.approve", "Runbook action approved"
+    RUNBOOK_REJECT = "runbook.reject", "Runbook action rejected"
+    NOTIFICATION_RESEND = "notification.resend", "Notifications sent again"

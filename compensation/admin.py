@@ -7,6 +7,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 
 from compensation import services
+from compensation.admin_runbooks import RunbookRunInline, RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.selectors import sla_of
@@ -77,8 +78,9 @@ class WorkOrderForm(forms.ModelForm):
 
 
 @admin.register(WorkOrder)
-class WorkOrderAdmin(admin.ModelAdmin):
+class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
     form = WorkOrderForm
+    inlines = [RunbookRunInline]
     list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
                     "acknowledged_at", "compensated_at")
     list_filter = ("state", "source", "flow")
@@ -93,14 +95,16 @@ class WorkOrderAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
+        panels = ("runbooks_panel", "runbook_runs_panel")  # RunbooksOnWorkOrder's
         if obj.state in WORK_ORDER_LIVE:
-            return ("title", "flow", "pool", *self._OWNED)
-        return ("title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED)
+            return ("title", "flow", "pool", *self._OWNED, *panels)
+        return ("title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED, *panels)
 
     def get_fields(self, request, obj=None):
         if obj is None:
             return ["title", "flow", "pool", "assignee", "runbook", "notes"]
-        return ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED]
+        return ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED,
+                "runbooks_panel", "runbook_runs_panel"]
 
     def has_delete_permission(self, request, obj=None):
         return False
@@ -165,3 +169,5 @@ class BulkReplayAdmin(ReadOnlyAdmin):
                     "heartbeat_at", "finished_at")
     list_filter = ("state",)
     readonly_fields = [f.name for f in BulkReplay._meta.fields]
+
+from compensation import admin_notifications  # noqa: E402, F401  (the notifications admin: its own module)

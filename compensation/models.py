@@ -164,3 +164,7 @@ class BulkReplay(models.Model):
 
     def __str__(self) -> str:
         return f"bulk replay {self.pk}"
+
+
+from compensation.notifications_models import Notification  # noqa: E402, F401  (notifications: their own module)
+from compensation.runbook_models import RunbookRun  # noqa: E402, F401  (runbooks: their own module)

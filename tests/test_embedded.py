@@ -1,6 +1,7 @@
 """The embedded defaults: what a machine with neither PostgreSQL nor Redis installed runs on."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,26 @@ def test_the_embedded_redis_leaves_no_temporary_folder_behind(redis_folder, tmp_
     assert list(tmpdir.iterdir()) == []
 
 
+def pretend_pid_was_reused(folder: Path, dead: int, alive: int) -> None:
+    """Make the server's lists of users (in its folder or beside it) say `alive` where they said
+    `dead`, as if the dead user's pid now belonged to a running process that is no user; everything
+    else they record stays."""
+    for users in [*folder.glob("*users*.json"), *folder.glob(".handle_pids.json"),
+                  *folder.parent.glob(f"{folder.name}.users.json")]:
+        users.write_text(re.sub(rf"\b{dead}\b", str(alive), users.read_text()))
+
+
+@pytest.mark.slow
+def test_a_killed_redis_user_whose_pid_was_reused_does_not_keep_the_old_server(redis_folder):
+    app = RedisUser(redis_folder)
+    redis.Redis.from_url(app.url).set("rq:scheduler-lock:flows", "dead worker")
+    app.kill()
+    pretend_pid_was_reused(redis_folder, app.process.pid, os.getpid())
+    again = RedisUser(redis_folder)
+    assert redis.Redis.from_url(again.url).get("rq:scheduler-lock:flows") is None
+    again.exit()
+
+
 @pytest.fixture
 def postgres_folder(tmp_path):
     """A folder for an embedded PostgreSQL; a server a failed test left running there is stopped."""
@@ -190,6 +211,17 @@ def test_after_a_user_was_killed_the_embedded_postgres_still_stops_with_its_last
     killed.kill()
     last = PostgresUser(postgres_folder)
     assert psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres").close() is None
+    last.exit()
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres", connect_timeout=2)
+
+
+@pytest.mark.slow
+def test_a_killed_postgres_user_whose_pid_was_reused_does_not_keep_the_server_running(postgres_folder):
+    killed = PostgresUser(postgres_folder)
+    killed.kill()
+    pretend_pid_was_reused(postgres_folder, killed.process.pid, os.getpid())
+    last = PostgresUser(postgres_folder)
     last.exit()
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(last.url.rsplit("/", 1)[0] + "/postgres", connect_timeout=2)

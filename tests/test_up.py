@@ -4,6 +4,7 @@ import http.cookiejar
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -11,9 +12,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 from django.contrib.auth import get_user_model
@@ -21,9 +24,14 @@ from django.core.management import call_command
 from django.db import connection
 
 from resources.models import Resource
+from retryops import devservices
 from retryops.management.commands.up import Command as Up
-from scheduling.models import BatchConfig, RetryPolicy
+from scheduling import services
+from scheduling.choices import TaskEventKind, TaskState
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
 from tests import servers
+from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
+from tests.scheduling.helpers import work
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +49,13 @@ def test_up_prepares_policies_demo_data_and_an_admin_and_is_idempotent():
     assert "exists already" in again.getvalue()
     assert get_user_model().objects.filter(is_superuser=True).count() == 1
     assert Resource.objects.filter(pool__name="demo-accounts").count() == 50
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_new_demo_shows_a_retry_and_a_dead_task_on_its_first_pass(redis_conn):
+    call_command("up", no_serve=True, stdout=StringIO())
+    work()
+    assert set(TaskEvent.objects.values_list("kind", flat=True)) >= {TaskEventKind.RETRY_SCHEDULED, TaskEventKind.DEAD}
 
 
 @pytest.mark.django_db
@@ -168,3 +183,160 @@ def test_up_keeps_a_policy_edited_in_the_admin_and_says_so():
     call_command("up", no_serve=True, no_demo=True, stdout=out)
     assert RetryPolicy.objects.get(name="default").max_attempts == 9
     assert "existing ones were left as they are" in out.getvalue()
+
+
+# Plays a `manage.py up` that started the process given as its second argument: it writes its run
+# file into the folder given first, says so, and waits to be killed.
+PRETEND_UP = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from retryops.processes import RunFiles\n"
+    "RunFiles(Path(sys.argv[1])).write({'worker': int(sys.argv[2])})\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+@pytest.fixture
+def worker_left_running():
+    """A process standing in for a worker of `up`, stopped after the test if it is still running."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield worker
+    worker.kill()
+    worker.wait(timeout=10)
+
+
+@pytest.fixture
+def run_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(devservices, "EMBEDDED_DIR", tmp_path)
+    return tmp_path / "up"
+
+
+def pretend_up(run_folder: Path, worker: subprocess.Popen) -> subprocess.Popen:
+    up = subprocess.Popen([sys.executable, "-c", PRETEND_UP, str(run_folder), str(worker.pid)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True)
+    assert up.stdout.readline().strip() == "ready"
+    return up
+
+
+def crash(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def pretend_pid_was_reused(path: Path, dead: int, alive: int) -> None:
+    """Make the file say `alive` where it said `dead`, as if the dead process's pid now belonged to
+    a running one; everything else it records (such as a start time) stays."""
+    path.write_text(re.sub(rf"\b{dead}\b", str(alive), path.read_text()))
+
+
+def still_running(process: subprocess.Popen, timeout: float = 10) -> bool:
+    try:
+        process.wait(timeout=timeout)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
+
+
+def test_a_restart_stops_what_a_crashed_up_left_running_and_says_so(run_folder, worker_left_running):
+    crashed = pretend_up(run_folder, worker_left_running)
+    crash(crashed)
+    out = StringIO()
+    Up(stdout=out).stop_leftovers()
+    assert not still_running(worker_left_running)
+    assert (f"stopped the worker (pid {worker_left_running.pid}) that a crashed manage.py up (pid {crashed.pid}) "
+            "left running") in out.getvalue()
+    assert list(run_folder.iterdir()) == []
+
+
+def test_a_restart_leaves_the_children_of_a_running_up_alone(run_folder, worker_left_running):
+    running = pretend_up(run_folder, worker_left_running)
+    try:
+        out = StringIO()
+        Up(stdout=out).stop_leftovers()
+        assert still_running(worker_left_running, timeout=1)
+        assert out.getvalue() == ""
+    finally:
+        crash(running)
+
+
+def test_a_crashed_up_whose_pid_was_reused_still_counts_as_crashed(run_folder, worker_left_running):
+    crashed = pretend_up(run_folder, worker_left_running)
+    crash(crashed)
+    pretend_pid_was_reused(run_folder / f"{crashed.pid}.json", crashed.pid, os.getpid())
+    Up(stdout=StringIO()).stop_leftovers()
+    assert not still_running(worker_left_running)
+
+
+def start_up(port: int, env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--addrport", f"127.0.0.1:{port}"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def up_env(tmp_path: Path) -> dict:
+    """`up` on the test database and the test Redis, with its run files in `tmp_path`."""
+    return {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
+            "RETRYOPS_EMBEDDED_DIR": str(tmp_path)}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_up_refuses_a_taken_web_port_naming_the_port_and_what_holds_it(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        up = subprocess.run([sys.executable, "manage.py", "up", "--no-demo", "--addrport", f"127.0.0.1:{port}"],
+                            cwd=ROOT, env=up_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert up.returncode != 0
+    assert f"port {port} is taken: pid {os.getpid()} listens there" in up.stderr
+    assert "admin: http" not in up.stdout  # nothing was started
+
+
+def wait_for(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_on_time(tmp_path, redis_conn):
+    pool = ResourcePoolFactory(name="restarted")
+    ResourceFactory(pool=pool, key="alice@x")
+    RetryPolicyFactory(name="three-seconds", max_attempts=2, initial_delay_seconds=3)
+    port = free_port()
+    env = up_env(tmp_path)
+    started = []
+    try:
+        first = start_up(port, env, tmp_path / "up.log")
+        started.append(psutil.Process(first.pid))
+        wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", first)
+        children = psutil.Process(first.pid).children(recursive=True)
+        started += children
+        assert len(children) >= 4  # the worker (and its scheduler), the periodic worker, the cron, the web server
+
+        crash(first)
+
+        _, left = psutil.wait_procs(children, timeout=30)
+        assert left == [], f"still running after up was killed: {[p.cmdline() for p in left]}"
+
+        second = start_up(port, env, tmp_path / "up.log")
+        started.append(psutil.Process(second.pid))
+        wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", second)
+        started += psutil.Process(second.pid).children(recursive=True)
+        task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+                                   created_by="test", policy="three-seconds")
+        wait_for(lambda: Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED, timeout=60)
+        retry = Attempt.objects.get(task=task, number=2)
+        assert retry.scheduled_for <= retry.started_at < retry.scheduled_for + timedelta(seconds=3)
+    finally:
+        for process in started:
+            try:
+                process.terminate()
+            except psutil.Error:
+                pass
+        for process in psutil.wait_procs(started, timeout=20)[1]:
+            process.kill()

@@ -1,4 +1,5 @@
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -8,14 +9,21 @@ import time
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
-from django.db import connections
+from django.core.management.base import BaseCommand, CommandError
+from django.core.management.commands.runserver import naiveip_re
+from django.db import connections, transaction
 
 from resources import services as pool_services
 from resources.models import ResourcePool
+from retryops import devservices, processes
+from scheduling import services as task_services
 from scheduling.models import BatchConfig, RetryPolicy
 
 DEMO_POOL = "demo-accounts"
+# The demo batch's outcomes are random and it ticks once a minute: these show a retry and a dead
+# task in the first minute whatever the dice say.
+DEMO_SCRIPTS = (["TimeoutError: upstream timed out after 30s", "ok"],
+                ["PermissionError: HTTP 403: account suspended by upstream"])
 
 
 class Command(BaseCommand):
@@ -28,6 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="Do not create the demo pool and batch.")
 
     def handle(self, *args, addrport, no_serve, no_demo, **options):
+        if not no_serve:
+            self.stop_leftovers()
+            self.check_port(addrport)
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("database migrated")
         # Only the missing ones: a policy edited in the admin must survive a restart.
@@ -39,10 +50,37 @@ class Command(BaseCommand):
             return
         self.serve(addrport)
 
+    def run_files(self) -> processes.RunFiles:
+        return processes.RunFiles(devservices.EMBEDDED_DIR / "up")
+
+    def stop_leftovers(self) -> None:
+        """Stop what an `up` that crashed (kill -9, a power cut) left running: its port, its
+        scheduler lock and its old code would otherwise stay taken."""
+        for up, name, pid in self.run_files().stop_leftovers():
+            self.stdout.write(self.style.WARNING(f"stopped the {name} (pid {pid}) that a crashed manage.py up "
+                                                 f"(pid {up}) left running"))
+
+    def check_port(self, addrport: str) -> None:
+        """Refuse to start when the web server could not listen, before any worker starts."""
+        match = re.match(naiveip_re, addrport)
+        if match is None:
+            raise CommandError(f"--addrport {addrport!r} is not a port number or an address:port pair")
+        addr, _ipv4, ipv6, _fqdn, port = match.groups()
+        host = (addr[1:-1] if ipv6 else addr) if addr else "127.0.0.1"
+        reason = processes.port_holder(host, int(port))
+        if reason:
+            raise CommandError(f"cannot serve on {addrport}: {reason}. Free it, or serve elsewhere with --addrport")
+
     def ensure_demo(self) -> None:
         if ResourcePool.objects.filter(name=DEMO_POOL).exists():
             self.stdout.write(f"demo pool {DEMO_POOL} exists already")
             return
+        with transaction.atomic():  # all of the demo or none: a later run skips it when the pool exists
+            self.create_demo()
+        self.stdout.write(f"created demo pool {DEMO_POOL} (50 accounts), batch config demo-signups and two demo tasks "
+                          "(one is retried, one ends dead)")
+
+    def create_demo(self) -> None:
         pool = pool_services.create_pool(name=DEMO_POOL, resource_noun="account", lease_seconds=120,
                                          description="Demo signup accounts; the demo batch runs flows on them.")
         pool_services.add_resources(pool=pool, resources=[
@@ -54,7 +92,9 @@ class Command(BaseCommand):
             payload={"failure_rate": 0.3, "non_retryable_rate": 0.03, "sleep": 0.5},
             tasks_per_tick=5, retry_failed_first=True, recent_window_seconds=600,
         )
-        self.stdout.write(f"created demo pool {DEMO_POOL} (50 accounts) and batch config demo-signups")
+        for script in DEMO_SCRIPTS:
+            task_services.start_task(flow="demo", pool_name=pool, payload={"script": script, "sleep": 0.5},
+                                     policy="fast", created_by="manage.py up", audit=False)
 
     def ensure_admin(self) -> None:
         User = get_user_model()
@@ -93,7 +133,12 @@ class Command(BaseCommand):
 
     def serve(self, addrport: str) -> None:
         connections.close_all()  # this process only waits from here on
-        children = {name: subprocess.Popen(cmd, env=env) for name, (cmd, env) in self.child_processes(addrport).items()}
+        # The children get SIGTERM when this process dies, also by SIGKILL, so none outlives it
+        # holding the port, the scheduler lock or old code; the run file catches the rest.
+        die_with_up = processes.die_with_parent()
+        children = {name: subprocess.Popen(cmd, env=env, preexec_fn=die_with_up)
+                    for name, (cmd, env) in self.child_processes(addrport).items()}
+        run_file = self.run_files().write({name: child.pid for name, child in children.items()})
         self.stdout.write(self.style.SUCCESS(f"admin: http://{addrport}/admin/  (Ctrl-C stops everything)"))
         stopping = False
 
@@ -111,11 +156,7 @@ class Command(BaseCommand):
                         stopping = True
                 time.sleep(0.5)
         finally:
+            processes.stop([processes.identity(child.pid) for child in children.values() if child.poll() is None])
             for child in children.values():
-                if child.poll() is None:
-                    child.terminate()
-            for child in children.values():
-                try:
-                    child.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+                child.poll()  # reaped by stop(): let Popen know
+            run_file.unlink(missing_ok=True)

@@ -1,0 +1,76 @@
+"""Notifications in the admin: what the on-call was told, what the receivers answered, and a
+"send again" action for failed or skipped ones. Read-only otherwise: rows change only through
+the sender and compensation.notifications.resend_notifications."""
+
+import json
+
+from django.contrib import admin, messages
+from django.template.defaultfilters import truncatechars
+from django.utils.html import format_html
+
+from audit.admin import CappedCountPaginator
+from compensation.notifications import resend_notifications
+from compensation.notifications_models import Notification, NotificationState
+from retryops.errors import DomainError
+
+STATE_COLOURS = {
+    NotificationState.QUEUED: "#777",
+    NotificationState.SENT: "#2e7d32",
+    NotificationState.FAILED: "#c62828",
+    NotificationState.SKIPPED: "#ef6c00",
+}
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ("id", "created_at", "state_badge", "channel", "event", "dedup_key", "subject", "attempts",
+                    "short_error", "last_status_code", "next_attempt_at", "sent_at")
+    list_filter = ("state", "channel", "event")
+    search_fields = ("=dedup_key", "=subject_id")
+    show_full_result_count = False
+    paginator = CappedCountPaginator
+    actions = ["send_again"]
+    fields = ("id", "created_at", "channel", "event", "dedup_key", "subject_id", "subject_label", "state",
+              "attempts", "next_attempt_at", "last_attempt_at", "last_status_code", "last_error", "sent_at",
+              "payload_shown")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_resend_permission(self, request):
+        return request.user.has_perm("compensation.change_notification")
+
+    @admin.action(description="Send again (failed or skipped)", permissions=["resend"])
+    def send_again(self, request, queryset):
+        try:
+            rows = resend_notifications(ids=list(queryset.values_list("pk", flat=True)),
+                                        actor=request.user.get_username())
+        except DomainError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        self.message_user(request, f"{len(rows)} notification{'s' if len(rows) != 1 else ''} queued to send again.",
+                          messages.SUCCESS)
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, row):
+        return format_html('<b style="color:{}">{}</b>', STATE_COLOURS.get(row.state, "#000"),
+                           row.get_state_display())
+
+    @admin.display(description="about", ordering="subject_id")
+    def subject(self, row):
+        return row.subject_label or f"work order {row.subject_id}"
+
+    @admin.display(description="last error")
+    def short_error(self, row):
+        return truncatechars(row.last_error, 80)
+
+    @admin.display(description="payload")
+    def payload_shown(self, row):
+        return format_html("<pre>{}</pre>", json.dumps(row.payload, indent=2, ensure_ascii=False, sort_keys=True))

@@ -1,0 +1,92 @@
+"""The notification outbox: one row per message to one channel (a Slack post, a PagerDuty event),
+written in the transaction that made it necessary and sent afterwards by
+compensation.notifications.send_due_notifications. Like Healthchecks' Notification rows, it is
+the record of what the on-call was told, when, and what the receiver answered."""
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class NotificationChannel(models.TextChoices):
+    SLACK = "slack", "Slack"
+    PAGERDUTY = "pagerduty", "PagerDuty"
+
+
+class NotificationEvent(models.TextChoices):
+    # PagerDuty's event actions: trigger opens (or updates) an incident, resolve closes it.
+    TRIGGER = "trigger", "Trigger"
+    RESOLVE = "resolve", "Resolve"
+
+
+class NotificationState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped (channel not configured)"
+
+
+# PagerDuty refuses a longer dedup_key.
+MAX_DEDUP_KEY_LENGTH = 255
+
+
+class Notification(models.Model):
+    """One message to one channel about one subject (a work order).
+
+    The payload is built when the row is queued, so what is sent is what the operator sees here;
+    secrets (the webhook URL, the routing key) are added at send time and never stored."""
+
+    id = models.BigAutoField(primary_key=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    channel = models.CharField(max_length=20, choices=NotificationChannel.choices)
+    event = models.CharField(max_length=20, choices=NotificationEvent.choices)
+    dedup_key = models.CharField(max_length=MAX_DEDUP_KEY_LENGTH,
+                                 help_text="Ties the trigger and the resolve of one incident together.")
+    # The work order's id, without a foreign key: notifications neither depend on the work
+    # order model nor keep it from being deleted.
+    subject_id = models.BigIntegerField(help_text="The work order this notification is about.")
+    subject_label = models.CharField(max_length=200, blank=True)
+    payload = models.JSONField(help_text="The body sent, without the webhook URL or routing key.")
+    state = models.CharField(max_length=20, choices=NotificationState.choices, default=NotificationState.QUEUED)
+    attempts = models.PositiveIntegerField(default=0, help_text="Sends tried so far.")
+    next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="When a queued notification is sent.")
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, help_text="Why the last send failed, or why it was skipped.")
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True,
+                                                        help_text="The receiver's last HTTP status.")
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "notification"
+        verbose_name_plural = "notifications"
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(channel__in=NotificationChannel.values),
+                                   name="notification_channel_valid"),
+            models.CheckConstraint(condition=Q(event__in=NotificationEvent.values), name="notification_event_valid"),
+            models.CheckConstraint(condition=Q(state__in=NotificationState.values), name="notification_state_valid"),
+            models.CheckConstraint(condition=~Q(dedup_key=""), name="notification_dedup_key_named"),
+            # A queued row is always due at some time, and only a queued row is: the sender
+            # finds its work by next_attempt_at alone.
+            models.CheckConstraint(condition=Q(state=NotificationState.QUEUED, next_attempt_at__isnull=False)
+                                   | (~Q(state=NotificationState.QUEUED) & Q(next_attempt_at__isnull=True)),
+                                   name="notification_due_iff_queued"),
+            models.CheckConstraint(condition=~Q(state=NotificationState.SENT) | Q(sent_at__isnull=False),
+                                   name="notification_sent_has_time"),
+        ]
+        indexes = [
+            # The sender's claim: due queued rows, oldest first.
+            models.Index(fields=["next_attempt_at"], condition=Q(state=NotificationState.QUEUED),
+                         name="notification_due_idx"),
+            # The claim's "an earlier message of this incident is still queued" check, which keeps
+            # a resolve behind its trigger.
+            models.Index(fields=["dedup_key", "channel", "id"], condition=Q(state=NotificationState.QUEUED),
+                         name="notification_incident_idx"),
+            # What the on-call was told about one work order (its page, the admin search).
+            models.Index(fields=["subject_id", "id"], name="notification_subject_idx"),
+            # The failed ones, which stay visible until someone sends them again (admin filter, alerts).
+            models.Index(fields=["id"], condition=Q(state=NotificationState.FAILED), name="notification_failed_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_channel_display()} {self.event} for {self.subject_label or self.dedup_key}"

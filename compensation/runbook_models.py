@@ -1,0 +1,82 @@
+"""Runs of runbook actions for work orders: who asked, with what input, who approved, what came
+of it. Written only by compensation.services.runbooks."""
+
+from django.db import models
+from django.db.models import F, Q
+
+
+class RunbookRunState(models.TextChoices):
+    # An external action waits here for a second operator; an internal one starts approved.
+    REQUESTED = "requested", "Waiting for approval"
+    APPROVED = "approved", "Ready to run"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+
+
+RUN_STARTED = (RunbookRunState.RUNNING, RunbookRunState.SUCCEEDED, RunbookRunState.FAILED)
+RUN_FINISHED = (RunbookRunState.SUCCEEDED, RunbookRunState.FAILED)
+
+
+class RunbookRun(models.Model):
+    """One request to run a runbook action for a work order, idempotent by its token, and its outcome."""
+
+    work_order = models.ForeignKey("compensation.WorkOrder", on_delete=models.PROTECT, related_name="runbook_runs")
+    runbook = models.CharField(max_length=100)
+    action = models.CharField(max_length=100)
+    # As the action was declared when requested: a runbook edited later to mark it external
+    # makes it need approval too (the service checks both), never the other way round.
+    external = models.BooleanField(default=False)
+    input = models.JSONField(default=dict, blank=True)
+    token = models.CharField(max_length=100, help_text="Idempotency key: the same token is the same run.")
+    state = models.CharField(max_length=20, choices=RunbookRunState.choices, default=RunbookRunState.REQUESTED)
+    requested_by = models.CharField(max_length=200)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    approved_by = models.CharField(max_length=200, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    rejected_by = models.CharField(max_length=200, blank=True)
+    rejected_at = models.DateTimeField(null=True, blank=True)
+    reject_reason = models.TextField(blank=True)
+    run_by = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # What the result needed to become storable (NaN, NUL characters...), as record_audit notes it.
+    repairs = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=RunbookRunState.values), name="runbook_run_state_valid"),
+            # A double click, a retried command: the second request finds the first run.
+            models.UniqueConstraint(fields=["token"], name="runbook_run_token_unique"),
+            # Four eyes: whoever asked for a run cannot be the one who approves it, whatever
+            # the code path (a form, the shell, a bug in a service).
+            models.CheckConstraint(
+                condition=Q(approved_by="") | ~Q(approved_by__iexact=F("requested_by")),
+                name="runbook_run_approver_not_requester",
+            ),
+            models.CheckConstraint(
+                condition=Q(external=False) | Q(state__in=[RunbookRunState.REQUESTED, RunbookRunState.REJECTED])
+                | ~Q(approved_by=""),
+                name="runbook_run_external_approved",
+            ),
+            models.CheckConstraint(condition=Q(approved_by="") | Q(approved_at__isnull=False),
+                                   name="runbook_run_approved_has_time"),
+            models.CheckConstraint(
+                condition=~Q(state__in=RUN_STARTED) | (Q(started_at__isnull=False) & ~Q(run_by="")),
+                name="runbook_run_started_has_runner",
+            ),
+            models.CheckConstraint(condition=~Q(state__in=RUN_FINISHED) | Q(finished_at__isnull=False),
+                                   name="runbook_run_finished_has_time"),
+            models.CheckConstraint(
+                condition=~Q(state=RunbookRunState.REJECTED) | (~Q(rejected_by="") & Q(rejected_at__isnull=False)),
+                name="runbook_run_rejected_has_who",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"runbook run {self.pk}"

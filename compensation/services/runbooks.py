@@ -1,0 +1,202 @@
+"""Running runbook actions for work orders: request (idempotent by token), approve or reject
+(four eyes for external actions), run. Each operator action is one transaction with one audit
+entry; the action itself runs between two transactions, holding no lock while it talks to the
+outside world."""
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.choices import AuditAction
+from audit.services import record_audit
+from compensation.choices import WORK_ORDER_LIVE, WorkOrderState
+from compensation.errors import BadInput, IllegalTransition
+from compensation.models import WorkOrder
+from compensation.runbook_models import RunbookRun, RunbookRunState
+from compensation.runbooks import (
+    ActionContext,
+    ApprovalRequired,
+    FourEyes,
+    Runbook,
+    RunbookAction,
+    TokenReused,
+    field_of,
+    first_error,
+    get_runbook,
+    is_token,
+)
+from compensation.services.common import actor_name, locked, text
+from compensation.services.work_orders import start_work_order
+from retryops.errors import DomainError
+from retryops.jsonsafe import UnstorableValue, make_storable, refuse_unstorable
+
+R = RunbookRunState
+
+
+def _snapshot(run: RunbookRun) -> dict:
+    return {"state": run.state, "work_order": run.work_order_id, "runbook": run.runbook, "action": run.action,
+            "external": run.external, "input": run.input, "requested_by": run.requested_by,
+            "approved_by": run.approved_by, "run_by": run.run_by}
+
+
+def _checked_input(action, value: Any) -> Any:
+    try:
+        refuse_unstorable(value, name="input")
+    except UnstorableValue as exc:
+        raise BadInput(str(exc), field=exc.path.split(" ")[0]) from None
+    error = first_error(action.validator(), value)
+    if error is not None:
+        where = field_of(error, "input")
+        raise BadInput(f"{where}: {error.message}", field=where, action=action.name)
+    return value
+
+
+def check_runbook_request(*, runbook: str, action: str, input: Any) -> tuple[Runbook, RunbookAction, Any]:
+    """The runbook, its action and the input checked against the action's schema, writing
+    nothing: what a request would refuse, for a dry run."""
+    book = get_runbook(runbook)
+    step = book.action(action)
+    return book, step, _checked_input(step, input)
+
+
+def _refuse_state(run: RunbookRun, *, verb: str, done: str, allowed: tuple, to_state: str):
+    if run.state not in allowed:
+        # Evaluated for the state at hand only: the others' fields are empty.
+        who = {R.RUNNING: lambda: f" (run by {run.run_by} since {run.started_at:%Y-%m-%d %H:%M:%S %Z})",
+               R.SUCCEEDED: lambda: f" (it ran already, by {run.run_by})",
+               R.FAILED: lambda: f" (it ran already, by {run.run_by})",
+               R.REJECTED: lambda: f" (by {run.rejected_by})"}.get(run.state, lambda: "")()
+        raise IllegalTransition(
+            f"cannot {verb} {run}: it is {run.state}{who}; only a run that is {' or '.join(allowed)} can be {done}",
+            kind="runbook_run", id=run.pk, from_state=run.state, to_state=to_state, action=verb)
+
+
+def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action: str, input: Any, token: str,
+                           actor: str) -> RunbookRun:
+    """Ask to run `action` of `runbook` for a live work order with `input` (checked against the
+    action's JSON Schema). An external action waits for approval; an internal one is ready to
+    run. The same `token` again returns the first run unchanged (a double click runs once); a
+    token already used for something else is refused."""
+    actor = actor_name(actor)
+    token = text(token, field="token", required=True)
+    if not is_token(token):
+        raise BadInput(f"token must be 1 to 100 letters, digits or ._:@/+=-, got {token!r}", field="token")
+    book, step, value = check_runbook_request(runbook=runbook, action=action, input=input)
+    with transaction.atomic():
+        order = locked(WorkOrder, work_order, kind="work_order")
+        run = RunbookRun.objects.filter(token=token).first()
+        if run is None:
+            if order.state not in WORK_ORDER_LIVE:
+                raise IllegalTransition(
+                    f"cannot run a runbook action for {order}: it is {order.state}; only a live work order "
+                    f"({', '.join(WORK_ORDER_LIVE)}) can be compensated", kind="work_order", id=order.pk,
+                    from_state=order.state, to_state=order.state, action="runbook")
+            try:
+                with transaction.atomic():
+                    run = RunbookRun.objects.create(
+                        work_order=order, runbook=book.name, action=step.name, external=step.external, input=value,
+                        token=token, requested_by=actor,
+                        state=R.REQUESTED if step.external else R.APPROVED)
+            except IntegrityError:
+                # The same token, requested for another work order at the same moment: the
+                # unique index waited for that transaction, whose run is visible now.
+                run = RunbookRun.objects.filter(token=token).first()
+                if run is None:
+                    raise
+            else:
+                record_audit(action=AuditAction.RUNBOOK_REQUEST, target=run, before=None, after=_snapshot(run),
+                             actor=actor)
+                return run
+        if (run.work_order_id, run.runbook, run.action, run.input) != (order.pk, book.name, step.name, value):
+            raise TokenReused(
+                f"token {token!r} is already {run} ({run.runbook} / {run.action} for work order "
+                f"{run.work_order_id}); use a new token for a different request", token=token, run_id=run.pk)
+        return run
+
+
+def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
+    """A second operator approves an external action that waits for approval; the requester
+    cannot (four eyes; the database refuses it too)."""
+    actor = actor_name(actor)
+    with transaction.atomic():
+        run = locked(RunbookRun, run, kind="runbook_run")
+        _refuse_state(run, verb="approve", done="approved", allowed=(R.REQUESTED,), to_state=R.APPROVED)
+        if actor.casefold() == run.requested_by.casefold():
+            raise FourEyes(f"{run.requested_by} requested {run} and cannot approve it too: another operator must approve "
+                           f"an action that changes things outside RetryOps", run_id=run.pk, actor=actor)
+        before = _snapshot(run)
+        run.state, run.approved_by, run.approved_at = R.APPROVED, actor, timezone.now()
+        run.save(update_fields=["state", "approved_by", "approved_at", "updated_at"])
+        record_audit(action=AuditAction.RUNBOOK_APPROVE, target=run, before=before, after=_snapshot(run), actor=actor)
+    return run
+
+
+def reject_runbook_action(*, run: RunbookRun | int, actor: str, reason: str) -> RunbookRun:
+    """Turn down (or withdraw) a run that has not started; `reason` says why."""
+    actor = actor_name(actor)
+    reason = text(reason, field="reason", max_length=2000, required=True)
+    with transaction.atomic():
+        run = locked(RunbookRun, run, kind="runbook_run")
+        _refuse_state(run, verb="reject", done="rejected", allowed=(R.REQUESTED, R.APPROVED), to_state=R.REJECTED)
+        before = _snapshot(run)
+        run.state, run.rejected_by, run.rejected_at, run.reject_reason = R.REJECTED, actor, timezone.now(), reason
+        run.save(update_fields=["state", "rejected_by", "rejected_at", "reject_reason", "updated_at"])
+        record_audit(action=AuditAction.RUNBOOK_REJECT, target=run, before=before, after=_snapshot(run),
+                     reason=reason, actor=actor)
+    return run
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, DomainError):
+        return f"{exc.code}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
+    """Run a ready action: running (with its audit entry) in a first transaction, the action
+    outside any, then succeeded or failed with its result or error. A success moves an open or
+    acknowledged work order to in progress (through start_work_order). An external action not
+    yet approved, or a run that started already, is refused and nothing changes."""
+    actor = actor_name(actor)
+    with transaction.atomic():
+        run = locked(RunbookRun, run, kind="runbook_run")
+        step = get_runbook(run.runbook).action(run.action)
+        if run.state == R.REQUESTED:
+            raise ApprovalRequired(f"{run} ({run.runbook} / {run.action}) changes things outside RetryOps and waits "
+                                   f"for another operator's approval", run_id=run.pk)
+        _refuse_state(run, verb="run", done="run", allowed=(R.APPROVED,), to_state=R.RUNNING)
+        if step.external and not run.approved_by:
+            raise ApprovalRequired(f"{run.runbook} / {run.action} is now marked external: {run} needs another "
+                                   f"operator's approval before it runs", run_id=run.pk)
+        order = locked(WorkOrder, run.work_order_id, kind="work_order")
+        if order.state not in WORK_ORDER_LIVE:
+            raise IllegalTransition(f"cannot run {run}: {order} is {order.state}", kind="work_order", id=order.pk,
+                                    from_state=order.state, to_state=order.state, action="runbook")
+        before = _snapshot(run)
+        run.state, run.run_by, run.started_at = R.RUNNING, actor, timezone.now()
+        run.save(update_fields=["state", "run_by", "started_at", "updated_at"])
+        record_audit(action=AuditAction.RUNBOOK_RUN, target=run, before=before, after=_snapshot(run), actor=actor)
+    context = ActionContext(run_id=run.pk, work_order_id=run.work_order_id, runbook=run.runbook, action=run.action,
+                            input=run.input, token=run.token, requested_by=run.requested_by,
+                            approved_by=run.approved_by, actor=actor)
+    try:
+        result, error = step.function()(context), ""
+    except Exception as exc:  # the action's failure is its outcome, kept on the run
+        result, error = None, _error_text(exc)
+    return _finish(run, actor=actor, result=result, error=error)
+
+
+def _finish(run: RunbookRun, *, actor: str, result: Any, error: str) -> RunbookRun:
+    stored, repairs = make_storable(result) if result is not None else (None, [])
+    state = R.FAILED if error else R.SUCCEEDED
+    with transaction.atomic():
+        updated = RunbookRun.objects.filter(pk=run.pk, state=R.RUNNING).update(
+            state=state, result=stored, error=error[:20000].replace("\x00", "\ufffd"), repairs=repairs,
+            finished_at=timezone.now(), updated_at=timezone.now())
+        if updated and state == R.SUCCEEDED:
+            order = locked(WorkOrder, run.work_order_id, kind="work_order")
+            if order.state in (WorkOrderState.OPEN, WorkOrderState.ACKNOWLEDGED):
+                start_work_order(work_order=order, actor=actor, runbook=run.runbook)
+    run.refresh_from_db()
+    return run

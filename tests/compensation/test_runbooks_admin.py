@@ -1,0 +1,97 @@
+"""The runbooks in the admin: suggested on a work order's page, requested from its runbook page,
+approved and run as admin actions through the services."""
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import reverse
+
+from compensation import services
+from compensation.models import WorkOrder
+from compensation.runbook_models import RunbookRun
+from compensation.services.runbooks import request_runbook_action
+from tests.compensation.conftest import dead_tasks
+
+pytestmark = pytest.mark.django_db
+
+RUNS = reverse("admin:compensation_runbookrun_changelist")
+
+
+@pytest.fixture
+def order(pool, instant_policy) -> WorkOrder:
+    dead_tasks(pool=pool, policy=instant_policy, n=2)
+    services.collect_dead_letters()
+    return WorkOrder.objects.get()
+
+
+@pytest.fixture
+def dave(client):
+    user = get_user_model().objects.create_superuser("dave", "dave@example.com", "pw")
+    client.force_login(user)
+    return client
+
+
+def request_refund(order, actor="admin"):
+    return request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
+                                  input={"kind": "credit", "ticket": "OPS-1"}, token="tok-1", actor=actor)
+
+
+def test_the_work_order_page_shows_the_suggested_runbooks_with_their_steps(admin_client, order):
+    page = admin_client.get(reverse("admin:compensation_workorder_change", args=[order.pk])).content.decode()
+    assert "Replay after an upstream outage" in page
+    assert "<strong>Check the upstream is back.</strong>" in page
+    assert "Quarantine banned" not in page
+
+
+def test_an_action_requested_from_the_runbooks_page_runs_once_on_a_double_submit(admin_client, order):
+    url = reverse("admin:compensation_workorder_runbooks", args=[order.pk])
+    page = admin_client.get(url).content.decode()
+    token = re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
+    form = {"runbook": "replay-after-upstream-outage", "action": "resolve_dead_letters", "token": token,
+            "input": '{"reason": "applied upstream after all"}'}
+    assert admin_client.post(url, form).status_code == 302
+    assert admin_client.post(url, form).status_code == 302
+    run = RunbookRun.objects.get()
+    assert (run.state, run.requested_by, run.input) == (
+        "approved", "admin", {"reason": "applied upstream after all"})
+
+
+def test_bad_input_on_the_runbooks_page_is_shown_and_nothing_is_requested(admin_client, order):
+    url = reverse("admin:compensation_workorder_runbooks", args=[order.pk])
+    form = {"runbook": "replay-after-upstream-outage", "action": "resolve_dead_letters", "token": "t",
+            "input": '{"reason": 1}'}
+    page = admin_client.post(url, form, follow=True).content.decode()
+    assert "input.reason: 1 is not of type" in page.lower()
+    assert not RunbookRun.objects.exists()
+
+
+def test_the_requester_cannot_approve_in_the_admin_and_another_operator_can(admin_client, dave, order):
+    run = request_refund(order)
+    page = admin_client.post(RUNS, {"action": "approve", "_selected_action": [run.pk]}, follow=True).content.decode()
+    assert "cannot approve it too" in page
+    run.refresh_from_db()
+    assert run.state == "requested"
+    dave.post(RUNS, {"action": "approve", "_selected_action": [run.pk]})
+    run.refresh_from_db()
+    assert (run.state, run.approved_by) == ("approved", "dave")
+
+
+def test_an_internal_run_is_run_from_the_admin_and_the_work_order_shows_it(admin_client, order):
+    run = request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
+                                 action="resolve_dead_letters", input={"reason": "done upstream"}, token="tok-2",
+                                 actor="admin")
+    admin_client.post(RUNS, {"action": "run", "_selected_action": [run.pk]})
+    run.refresh_from_db()
+    assert run.state == "succeeded"
+    page = admin_client.get(reverse("admin:compensation_workorder_change", args=[order.pk])).content.decode()
+    assert "resolve_dead_letters" in page and "Succeeded" in page
+
+
+def test_a_run_cannot_be_edited_in_the_admin(admin_client, order):
+    run = request_refund(order)
+    response = admin_client.post(reverse("admin:compensation_runbookrun_change", args=[run.pk]),
+                                 {"state": "approved", "approved_by": "admin"})
+    assert response.status_code == 403
+    run.refresh_from_db()
+    assert run.state == "requested"
