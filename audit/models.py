@@ -1,6 +1,7 @@
 """The audit log: one append-only row per operator, API or command action."""
 
 from django.contrib.postgres.indexes import BrinIndex
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -62,3 +63,39 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} of {self.target_type} {self.target_id} by {self.actor}"
+
+# The Redis streams the outbox publishes to (audit.streaming): audit entries, task events.
+AUDIT_STREAM = "retryops:audit"
+EVENTS_STREAM = "retryops:events"
+STREAMS = (AUDIT_STREAM, EVENTS_STREAM)
+
+
+class StreamMessage(models.Model):
+    """One entry waiting for, or already given to, a Redis stream (audit.streaming): an outbox.
+
+    Written in the transaction of the change it describes (record_audit, scheduling's emit), so an
+    entry exists exactly when its change committed, whether or not Redis answers; the publisher
+    adds it to its stream and sets `published_at`. Published rows are deleted after a day.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    stream = models.CharField(max_length=50, help_text="The Redis stream: retryops:audit or retryops:events.")
+    event = models.CharField(max_length=100, help_text="The entry's `event` field: an audit action or task event kind.")
+    payload = models.JSONField(encoder=DjangoJSONEncoder, help_text="The entry's `data` field; its `id` is the entry's id.")
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(stream__in=STREAMS), name="stream_message_stream_known"),
+            models.CheckConstraint(condition=Q(payload__has_key="id"), name="stream_message_payload_has_id"),
+        ]
+        indexes = [
+            # The publisher's read: unpublished rows in id order. Rows leave it once published,
+            # so it stays the size of the backlog (empty while Redis keeps up).
+            models.Index(fields=["id"], condition=Q(published_at__isnull=True), name="stream_message_unpublished_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.payload.get('id')} for {self.stream}"

@@ -11,6 +11,7 @@ from audit import context
 from audit.choices import AuditAction
 from audit.errors import AuditError
 from audit.models import AuditEntry
+from audit.streaming import stream_audit_entry
 from retryops.jsonsafe import clean_text, make_storable
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def record_audit(*, action: str, target: models.Model | Target, before: Any = No
         request_id=acting.request_id,
         repairs=repairs,
     )
+    stream_audit_entry(entry)
     if repairs:
         logger.warning("audit entry %s (%s) stored with repairs: %s", entry.pk, action, "; ".join(repairs))
     return entry

@@ -202,3 +202,15 @@ for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(f"{_name} must be an http:// or https:// URL")
+
+# Feature flags (retryops/flags.py), all on; RETRYOPS_FLAGS_OFF lists the ones turned off, e.g.
+# "task-retry-queue,audit-streaming". An unknown name stops start-up.
+from retryops import flags  # noqa: E402
+
+RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
+# The event stream (audit/streaming.py): the outbox's publisher runs every RETRYOPS_STREAM_INTERVAL
+# seconds (`manage.py rqcron audit.cron`); each stream keeps about RETRYOPS_STREAM_MAXLEN entries.
+# Empty RETRYOPS_STREAM_REDIS_URL: the streams live in the queues' Redis.
+RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
+RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
+RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")

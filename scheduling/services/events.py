@@ -5,6 +5,8 @@ import re
 
 from django.db import connection, transaction
 
+from audit.models import EVENTS_STREAM
+from audit.streaming import add_to_stream
 from scheduling.choices import TaskEventKind
 from scheduling.errors import BadInput, NotInTransaction
 from scheduling.models import Task, TaskEvent, TaskEventDelivery, TaskEventWatermark
@@ -17,7 +19,9 @@ MAX_CLAIM = 1000
 
 def emit(task: Task, kind: str, *, attempt_number: int | None = None, **details) -> None:
     """Record a task event in the current transaction; its signal is sent once that commits."""
-    TaskEvent.objects.create(task=task, kind=kind, attempt_number=attempt_number, details=details)
+    row = TaskEvent.objects.create(task=task, kind=kind, attempt_number=attempt_number, details=details)
+    add_to_stream(stream=EVENTS_STREAM, event=kind, data={"id": row.pk, "task": task.pk, "kind": kind,
+                  "attempt_number": attempt_number, "created_at": row.created_at, "details": details})
     signal = BY_KIND[kind]
     task_id = task.pk
     transaction.on_commit(

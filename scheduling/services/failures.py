@@ -9,6 +9,7 @@ from resources import services as pool
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
+from retryops import flags
 from retryops.jsonsafe import clean_text
 from scheduling.choices import AttemptOutcome, PatternAction, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task
@@ -79,6 +80,8 @@ def after_failure(task: Task, attempt: Attempt, verdict: Verdict, error, now: da
         why_dead = f"all {policy.max_attempts} attempts failed"
     elif task.deadline_at and next_run > task.deadline_at:
         why_dead = f"a retry at {next_run:%H:%M:%S} would pass the deadline {task.deadline_at:%H:%M:%S}"
+    elif not flags.enabled(flags.TASK_RETRY_QUEUE):
+        why_dead = f"retry queue off (flag {flags.TASK_RETRY_QUEUE})"
     same_resource = (
         why_dead is None and verdict.action == PatternAction.RETRY_SAME_RESOURCE and policy.same_resource_on_retry
     )

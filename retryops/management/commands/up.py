@@ -127,6 +127,7 @@ class Command(BaseCommand):
             "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_class], env),
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
             "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
+            "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }
 

@@ -1,0 +1,27 @@
+"""RQ jobs of the audit app: thin wrappers around audit.streaming."""
+
+import time
+
+# One run drains the backlog batch by batch, for at most this long, so it ends before the next
+# run is due however large the backlog Redis left behind.
+PUBLISH_FOR_SECONDS = 5.0
+
+
+def publish_stream_job() -> int:
+    """Periodic: publish the stream outbox until it is empty, Redis refuses, or time is up."""
+    from audit.streaming import PUBLISH_BATCH, publish_stream_messages
+
+    published, until = 0, time.monotonic() + PUBLISH_FOR_SECONDS
+    while time.monotonic() < until:
+        count = publish_stream_messages(limit=PUBLISH_BATCH)
+        published += count or 0
+        if count is None or count < PUBLISH_BATCH:
+            break
+    return published
+
+
+def prune_stream_job() -> int:
+    """Periodic: delete stream messages published more than a day ago."""
+    from audit.streaming import prune_published
+
+    return prune_published()
