@@ -77,14 +77,16 @@ DATABASES = {
 DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
 # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their planning on every claim (see bench/claim.py).
+# saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
+# prepared statements off unless OPTIONS names a threshold, so it is named here.
 if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
     if DB_TRANSACTION_POOLER:
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
                                    "a transaction-mode pooler cannot keep prepared statements")
-    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     from django.core.exceptions import ImproperlyConfigured
 
