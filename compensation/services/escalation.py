@@ -85,6 +85,7 @@ class Escalation:
     breaches: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLOCKS, 0))
     failures: list[str] = field(default_factory=list)
     dry_run: bool = False
+    steps: tuple[str, ...] = STEPS
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -315,7 +316,7 @@ def escalate(*, now: datetime | None = None, steps: Iterable[str] | str | None =
         raise BadInput(f"now must be an aware datetime, got {now!r}", field="now")
     if not isinstance(dry_run, bool):
         raise BadInput(f"dry_run must be true or false, got {dry_run!r}", field="dry_run")
-    result = Escalation(dry_run=dry_run)
+    result = Escalation(dry_run=dry_run, steps=steps)
     for step in steps:
         try:
             _RUN[step](result, now=now, dry_run=dry_run)
