@@ -54,6 +54,7 @@ from compensation.notifications_models import (
 from compensation.notifiers import NOTIFIERS
 from compensation.services.dead_letters import CONSUMER, collect_dead_letters
 from compensation.services.work_orders import join_work_order
+from retryops.inputs import flag, record_id
 from scheduling.choices import TaskEventKind
 from scheduling.services import claim_task_events
 from scheduling.services.events import MAX_CLAIM
@@ -265,6 +266,7 @@ def mark_breach(*, work_order: int, clock: str, now: datetime | None = None) -> 
     """Mark `clock` breached on one work order if it is (still) breached and not marked yet, with
     its audit entry and its page, in one transaction. The conditional UPDATE is the claim: of two
     escalators, the second finds the mark set and does nothing. Returns whether it marked it."""
+    work_order = record_id(work_order, field="work_order", error=BadInput)
     now = now or timezone.now()
     column = f"{clock}_breached_at"
     with transaction.atomic():
@@ -310,12 +312,11 @@ def escalate(*, now: datetime | None = None, steps: Iterable[str] | str | None =
     again, mark SLA breaches. A step or a row that fails is logged and counted in `failures`;
     the rest still run. `dry_run` counts what it would do and changes nothing."""
     steps = parse_steps(steps)
+    dry_run = flag(dry_run, field="dry_run", error=BadInput)
     if now is None:
         now = timezone.now()
     elif not isinstance(now, datetime) or timezone.is_naive(now):
         raise BadInput(f"now must be an aware datetime, got {now!r}", field="now")
-    if not isinstance(dry_run, bool):
-        raise BadInput(f"dry_run must be true or false, got {dry_run!r}", field="dry_run")
     result = Escalation(dry_run=dry_run, steps=steps)
     for step in steps:
         try:
