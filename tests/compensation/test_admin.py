@@ -1,5 +1,7 @@
 """The console: dead letters and work orders change only through the services, by actions."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
@@ -94,3 +96,29 @@ def test_a_work_order_opened_in_the_admin_is_opened_by_the_service(admin_client,
 def test_bulk_replays_are_read_only(admin_client):
     assert admin_client.get(reverse("admin:compensation_bulkreplay_changelist")).status_code == 200
     assert admin_client.get(reverse("admin:compensation_bulkreplay_add")).status_code == 403
+
+
+def test_the_sla_column_shows_a_breach_escalate_marked_after_the_work_order_moved_on(admin_client, letters, settings):
+    order = letters[0].work_order
+    services.escalate(now=order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1),
+                      steps="breaches")
+    settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read ok
+    services.acknowledge_work_order(work_order=order, actor="dave")
+    page = admin_client.get(reverse("admin:compensation_workorder_changelist"))
+    assert b"acknowledge (since " in page.content
+
+
+@pytest.fixture
+def dlq_inspector_off(settings):
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+
+
+def test_with_the_dlq_inspector_off_its_pages_are_not_in_the_index(admin_client, dlq_inspector_off):
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert "/admin/compensation/deadletter/" not in index and "/admin/compensation/bulkreplay/" not in index
+    assert "/admin/compensation/workorder/" in index
+
+
+@pytest.mark.parametrize("url", ["admin:compensation_deadletter_changelist", "admin:compensation_bulkreplay_changelist"])
+def test_with_the_dlq_inspector_off_its_pages_answer_403(admin_client, letters, dlq_inspector_off, url):
+    assert admin_client.get(reverse(url)).status_code == 403
