@@ -7,6 +7,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 
 from compensation import services
+from compensation.admin_bulk_replay import BulkReplayConsole, bulk_replay_like_these
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
@@ -42,7 +43,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
-    actions = ["replay", "replay_on_any_resource", "discard", "resolve"]
+    actions = ["replay", "replay_on_any_resource", "discard", "resolve", bulk_replay_like_these]
 
     @admin.display(description="error signature")
     def short_signature(self, letter):
@@ -163,7 +164,7 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
 
 
 @admin.register(BulkReplay)
-class BulkReplayAdmin(ReadOnlyAdmin):
+class BulkReplayAdmin(BulkReplayConsole, ReadOnlyAdmin):
     list_display = ("id", "state", "filter", "rate", "selected", "done", "refused", "requested_by", "created_at",
                     "heartbeat_at", "finished_at")
     list_filter = ("state",)
