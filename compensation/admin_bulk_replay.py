@@ -130,11 +130,15 @@ class BulkReplayConsole:
         # Dead letters that die while it runs and match the filter are replayed too: `selected`
         # is the count at the start, not a cap.
         total = max(bulk.selected, handled)
+        # Those that an operator (or another bulk replay) replayed, resolved or discarded first.
+        left = total - handled
+        gone = (f"; the other {left} {'was' if left == 1 else 'were'} no longer open when it reached them"
+                if bulk.state == BulkReplayState.FINISHED and left else "")
         return format_html(
-            '<progress value="{}" max="{}" style="width:20em"></progress> '
-            '<b style="color:{}">{}</b>: {} of {} handled &mdash; {} replayed, {} refused; {} per second at most',
+            '<progress value="{}" max="{}" style="width:14em"></progress> '
+            '<b style="color:{}">{}</b>: {} of {} handled &mdash; {} replayed, {} refused{}; at most {} per second',
             handled, total or 1, STATE_COLOURS.get(bulk.state, "#000"), bulk.get_state_display(), handled,
-            total, bulk.done, bulk.refused, f"{bulk.rate:g}")
+            total, bulk.done, bulk.refused, gone, f"{bulk.rate:g}")
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "can_cancel": self.has_cancel_permission(request)}

@@ -33,7 +33,8 @@ DEMO_ROUTING_KEY = "retryops-demo"
 
 class Command(BaseCommand):
     help = ("Run RetryOps on this machine: migrate, load the retry policies, create a demo pool and admin user, "
-            "then serve the web app with an RQ worker for flows, one for the periodic jobs, and the periodic jobs' cron.")
+            "then serve the web app with an RQ worker for flows, one for the periodic jobs, the periodic jobs' cron, "
+            "and a demo receiver for the Slack and PagerDuty messages of channels nobody configured.")
 
     def add_arguments(self, parser):
         parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where to serve (default 127.0.0.1:8000).")

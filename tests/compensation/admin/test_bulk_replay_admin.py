@@ -159,3 +159,15 @@ def test_bulk_replay_like_these_leaves_out_what_the_rows_do_not_share(admin_clie
                                                                                                       flat=True)]})
     form = admin_client.get(response.url).context["form"]
     assert (form["flow"].value(), form["error_signature"].value()) == ("demo", None)
+
+
+def test_a_finished_bulk_replay_says_how_many_were_no_longer_open_when_it_reached_them(admin_client, letters):
+    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    BulkReplay.objects.filter(pk=bulk.pk).update(done=2, state=BulkReplayState.FINISHED, finished_at=bulk.created_at)
+    page = admin_client.get(reverse("admin:compensation_bulkreplay_change", args=[bulk.pk]))
+    assert b"2 of 3 handled &mdash; 2 replayed, 0 refused; the other 1 was no longer open" in page.content
+
+
+def test_the_bulk_replay_list_offers_to_start_one(admin_client):
+    page = admin_client.get(reverse("admin:compensation_bulkreplay_changelist"))
+    assert f'<a href="{START}" class="addlink">Start a bulk replay</a>'.encode() in page.content
