@@ -9,6 +9,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 
 from compensation import services
+from compensation.admin_bulk_replay import BulkReplayConsole, bulk_replay_like_these
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
@@ -67,7 +68,7 @@ class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
-    actions = ["replay", "replay_on_any_resource", "discard", "resolve"]
+    actions = ["replay", "replay_on_any_resource", "discard", "resolve", bulk_replay_like_these]
 
     @admin.display(description="error signature")
     def short_signature(self, letter):
@@ -195,7 +196,7 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
 
 
 @admin.register(BulkReplay)
-class BulkReplayAdmin(DlqInspectorPage, ReadOnlyAdmin):
+class BulkReplayAdmin(DlqInspectorPage, BulkReplayConsole, ReadOnlyAdmin):
     list_display = ("id", "state", "filter", "rate", "selected", "done", "refused", "requested_by", "created_at",
                     "heartbeat_at", "finished_at")
     list_filter = ("state",)

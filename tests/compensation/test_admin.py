@@ -8,7 +8,7 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from resources import services as pool_services
 from tests.compensation.conftest import dead_tasks
 
@@ -93,9 +93,13 @@ def test_a_work_order_opened_in_the_admin_is_opened_by_the_service(admin_client,
     assert AuditEntry.objects.filter(action="work_order.open").count() == 1
 
 
-def test_bulk_replays_are_read_only(admin_client):
+def test_bulk_replays_are_read_only(admin_client, letters):
+    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
     assert admin_client.get(reverse("admin:compensation_bulkreplay_changelist")).status_code == 200
-    assert admin_client.get(reverse("admin:compensation_bulkreplay_add")).status_code == 403
+    # Its "add" is the start page (tests/compensation/admin/); no page writes a bulk replay's columns.
+    url = reverse("admin:compensation_bulkreplay_change", args=[bulk.pk])
+    assert admin_client.post(url, {"state": "finished", "done": "3"}).status_code == 403
+    assert BulkReplay.objects.get(pk=bulk.pk).state == "running"
 
 
 def test_the_sla_column_shows_a_breach_escalate_marked_after_the_work_order_moved_on(admin_client, letters, settings):
