@@ -236,7 +236,7 @@ class TaskConsole:
             try:
                 call(task)
             except DomainError as exc:
-                self.message_user(request, f"{task}: {exc}", messages.ERROR)
+                self.message_user(request, str(exc), messages.ERROR)  # the services name the task
             except Exception as exc:
                 log.exception("console action on %s failed", task)
                 self.message_user(request, f"{task}: {type(exc).__name__}: {exc}", messages.ERROR)
@@ -333,11 +333,11 @@ class ResourceConsoleAdmin(ResourceAdmin):
             try:
                 task = services.retry_resource(resource=resource.pk, actor=actor)
             except DomainError as exc:
-                self.message_user(request, gettext("%(key)s not retried: %(reason)s") % {
+                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
                     "key": resource.key, "reason": exc}, messages.ERROR)
             except Exception as exc:  # one surprise must not stop the other retries
                 log.exception("retry of resource %s failed", resource.pk)
-                self.message_user(request, gettext("%(key)s not retried: %(reason)s") % {
+                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
                     "key": resource.key, "reason": f"{type(exc).__name__}: {exc}"}, messages.ERROR)
             else:
                 started.append(f"{resource.key} → {task}")
