@@ -194,7 +194,8 @@ class TaskConsole:
     def cancel_view(self, request, task_id: int):
         if not self.has_cancel_task_permission(request):
             raise PermissionDenied
-        return self._confirmed(request, task_id, verb=gettext("Cancel"), with_reason=True,
+        return self._confirmed(request, task_id, verb=gettext("Cancel"), confirm=gettext("Yes, cancel it"),
+                               with_reason=True,
                                question=gettext("Cancel %(task)s? It never runs again, and a resource it holds goes "
                                                 "back to the pool."),
                                call=lambda task, reason: services.cancel_task(task=task.pk, actor=_actor(request),
@@ -204,12 +205,13 @@ class TaskConsole:
     def run_now_view(self, request, task_id: int):
         if not self.has_run_task_now_permission(request):
             raise PermissionDenied
-        return self._confirmed(request, task_id, verb=gettext("Run now"), with_reason=False,
+        return self._confirmed(request, task_id, verb=gettext("Run now"), confirm=gettext("Yes, run it now"),
+                               with_reason=False,
                                question=gettext("Run the next attempt of %(task)s now instead of at %(when)s?"),
                                call=lambda task, reason: services.run_task_now(task=task.pk, actor=_actor(request)),
                                done=gettext("%(task)s runs now."))
 
-    def _confirmed(self, request, task_id, *, verb, with_reason, question, call, done):
+    def _confirmed(self, request, task_id, *, verb, confirm, with_reason, question, call, done):
         """A confirmation page (GET) and the service call (POST), back on the task's page."""
         try:
             task = get_task(task_id)
@@ -225,7 +227,8 @@ class TaskConsole:
                 self.message_user(request, done % {"task": task}, messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
         context = self._context(request, f"{verb}: {task}", task=task, form=form, with_reason=with_reason,
-                                verb=verb, question=question % {"task": task, "when": when(task.next_run_at)})
+                                verb=verb, confirm=confirm,
+                                question=question % {"task": task, "when": when(task.next_run_at)})
         return TemplateResponse(request, "admin/scheduling/task/action_confirmation.html", context)
 
     def _each(self, request, queryset, call, done: str) -> None:
@@ -284,7 +287,11 @@ class ResourceConsoleAdmin(ResourceAdmin):
 
     def get_list_display(self, request):
         shown = list(super().get_list_display(request))
-        return [*shown, "retry_button"] if self.has_retry_resource_permission(request) else shown
+        if not self.has_retry_resource_permission(request):
+            return shown
+        # Beside the state that calls for it: the end of a wide list is off screen.
+        at = shown.index("state") + 1 if "state" in shown else len(shown)
+        return [*shown[:at], "retry_button", *shown[at:]]
 
     @admin.display(description=_("retry"))
     def retry_button(self, resource):
@@ -312,7 +319,8 @@ class ResourceConsoleAdmin(ResourceAdmin):
                 console_retry_url=retry_url(resource=obj.pk) if self.has_retry_resource_permission(request) else "",
                 console_attempts=attempts_on(obj, limit=RESOURCE_PAGE_ATTEMPTS),
                 console_attempts_limit=RESOURCE_PAGE_ATTEMPTS,
-                console_all_attempts_url=f"{reverse('admin:scheduling_attempt_changelist')}?resource__id__exact={obj.pk}",
+                console_all_attempts_url=(f"{reverse('admin:scheduling_attempt_changelist')}"
+                                          f"?resource__id__exact={obj.pk}"),
             )
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 

@@ -128,7 +128,8 @@ def attempts_on(resource: Resource | int, *, limit: int = 20) -> list[Attempt]:
     """A resource's latest attempts with their tasks, newest first: one query on
     attempt_resource_history_idx, whatever the resource's history."""
     limit = whole_number(limit, field="limit", error=BadInput)
-    return list(Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task").order_by("-id")[:limit])
+    attempts = Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task")
+    return list(attempts.order_by("-id")[:limit])
 
 
 def last_tasks_on(resources) -> dict[int, Task]:

@@ -30,7 +30,8 @@ def test_a_failed_resource_row_has_a_retry_link(carol, failed_alice):
 
 def test_a_quarantined_resource_row_has_a_retry_link_with_a_warning(carol, quarantined_bob):
     page = carol.get(RESOURCES).content.decode()
-    assert f'<a href="{retry_link(quarantined_bob)}" title="Quarantined: the form says why a strict retry is refused">' in page
+    warning = "Quarantined: the form says why a strict retry is refused"
+    assert f'<a href="{retry_link(quarantined_bob)}" title="{warning}">' in page
 
 
 def test_an_available_resource_row_has_no_retry_link(carol, alice):
