@@ -126,3 +126,11 @@ def test_with_the_dlq_inspector_off_its_pages_are_not_in_the_index(admin_client,
 @pytest.mark.parametrize("url", ["admin:compensation_deadletter_changelist", "admin:compensation_bulkreplay_changelist"])
 def test_with_the_dlq_inspector_off_its_pages_answer_403(admin_client, letters, dlq_inspector_off, url):
     assert admin_client.get(reverse(url)).status_code == 403
+
+
+def test_with_the_dlq_inspector_off_a_bulk_replay_cannot_be_cancelled(admin_client, letters, settings):
+    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+    response = admin_client.post(reverse("admin:compensation_bulkreplay_cancel", args=[bulk.pk]))
+    assert response.status_code == 403
+    assert BulkReplay.objects.get(pk=bulk.pk).state == "running"
