@@ -35,7 +35,9 @@ from retryops.errors import DomainError
 
 MAX_DAYS = 36500
 MAX_BATCH = 10000
-DEFAULT_BATCH = 1000
+# Measured with bench/dlq_cleanup.py: purge rows/s rise ~1.5x from 1,000 to 5,000 a batch, archiving
+# ~10%; an archive batch of 5,000 holds about 10 MB of lines and its row locks for ~0.1 s.
+DEFAULT_BATCH = 5000
 
 
 @dataclass
