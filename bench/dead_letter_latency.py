@@ -92,7 +92,7 @@ django.setup()
 from django.core.management import call_command
 from scheduling.signals import task_dead
 assert task_dead.disconnect(dispatch_uid="compensation.collect_dead_letters")
-call_command("rqworker", *sys.argv[1:])
+call_command(*sys.argv[1:])
 """
 
 
@@ -143,6 +143,8 @@ def run(label: str, tag: str, deaths: int, spread: float, workers: int, *, lost:
                            .values_list("task__finished_at", "created_at", "work_order_id"))
             if len(letters) == deaths and all(order in Receiver.arrivals for *_, order in letters):
                 break
+            if any(process.poll() is not None for process in running):
+                raise SystemExit(f"{label}: a worker or the cron exited: {[p.args[-6:] for p in running]}")
             if time.monotonic() > deadline:
                 paged = sum(order in Receiver.arrivals for *_, order in letters)
                 raise SystemExit(f"{label}: {len(letters)} of {deaths} dead letters, {paged} paged after {timeout:.0f} s")
@@ -183,14 +185,14 @@ def main() -> None:
     run_tag = word(time.time_ns() // 1000 % 20**6)
     for label, lost in (("after commit", False), ("after-commit path lost", True)):
         tag = f"{run_tag} {'lost' if lost else 'live'}"
+        before = Receiver.requests
         to_order, to_page = run(label, tag, args.deaths, args.spread, args.workers, lost=lost, timeout=args.timeout)
-        print(f"  {label}:")
+        print(f"  {label} ({Receiver.requests - before} requests received):")
         show("death -> work order", to_order)
         show("death -> first notification", to_page)
     print(f"  periodic path's own bound: a dead letter within {settings.RETRYOPS_DEAD_LETTER_INTERVAL} s of a death "
           f"plus one consumer run; its pages are sent after that commit (else within "
           f"{settings.RETRYOPS_NOTIFY_INTERVAL} s by the periodic send)")
-    print(f"  receiver: {Receiver.requests} requests")
 
 
 if __name__ == "__main__":
