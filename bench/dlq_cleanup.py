@@ -4,14 +4,18 @@
 
 Each phase starts from a fresh table of N discarded/resolved dead letters that died 40 days ago
 (with their dead tasks, written by INSERT ... SELECT generate_series) and removes all of them:
-  baseline   a bare `DELETE ... WHERE id IN (SELECT id ... LIMIT n)` loop, autocommit: no lock
-             re-check, no archive, no audit entry;
-  purge      cleanup_dead_letters(purge=True): the service, one audit entry per batch;
-  archive    cleanup_dead_letters(archive=<temp file>, purge=True): each batch written as JSON
-             Lines and fsync'ed before it commits.
+  baseline          a bare `DELETE ... WHERE id IN (SELECT id ... LIMIT n)` loop, autocommit: no
+                    lock re-check, no archive, no audit entry;
+  purge             cleanup_dead_letters(purge=True): the service, one audit entry per batch;
+  archive           cleanup_dead_letters(archive=<temp file>, purge=True): each batch written as
+                    JSON Lines and fsync'ed before it commits;
+  replaced-*        the clean-up the service replaced (kept here for comparison): per batch the
+                    ids, then the rows locked and read into Python, JSON-encoded there, then a
+                    DELETE of them, with the same audit entry.
 Each phase runs in a fresh Python process, so its peak RSS (ru_maxrss) is its own; the RSS the
-process had before the phase (Python, Django, the connection) is printed beside it. Prints rows/s
-and the ratio to the baseline. With --sweep, the service phases again at each batch size, each
+process had before the phase (Python, Django, the connection) is printed beside it. Prints rows/s,
+the ratio to the baseline and the machine's load average (this machine is shared and noisy: the
+ratios of one run are the figures, the absolute rates move several-fold between minutes). With --sweep, the service phases again at each batch size, each
 beside a baseline at the same size. Runs in a database of its own beside the app's
 (`retryops_bench_dlq`, see bench/common.py), whose task and dead-letter tables it empties.
 """
@@ -36,10 +40,13 @@ from common import setup_django  # noqa: E402
 
 setup_django("_bench_dlq")
 
-from django.db import connection  # noqa: E402
+from django.core.serializers.json import DjangoJSONEncoder  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
+from audit.choices import AuditAction  # noqa: E402
+from audit.services import Target, record_audit  # noqa: E402
 from compensation.models import DeadLetter  # noqa: E402
-from compensation.services import cleanup_dead_letters  # noqa: E402
+from compensation.services import cleanup_dead_letters, cleanup_queryset  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402
 from scheduling.models import RetryPolicy, Task  # noqa: E402
 
@@ -80,6 +87,28 @@ def fill(rows: int) -> None:
         cursor.execute(f"ANALYZE {TASKS}; ANALYZE {LETTERS}")
 
 
+def replaced_cleanup(*, archive, batch_size: int) -> int:
+    """The purge (and archive) as cleanup_dead_letters did it before each batch was one statement."""
+    queryset = cleanup_queryset(older_than_days=AGE_DAYS, states=STATES)
+    last_id = removed = 0
+    while ids := list(queryset.filter(pk__gt=last_id).order_by("pk").values_list("pk", flat=True)[:batch_size]):
+        last_id = ids[-1]
+        with transaction.atomic():
+            rows = list(queryset.select_for_update(skip_locked=True).filter(pk__in=ids).order_by("pk").values())
+            if archive is not None:
+                archive.write("".join(json.dumps(r, cls=DjangoJSONEncoder, ensure_ascii=False) + "\n" for r in rows))
+                archive.flush()
+            taken = [r["id"] for r in rows]
+            DeadLetter.objects.filter(pk__in=taken).delete()
+            record_audit(action=AuditAction.DEAD_LETTER_CLEANUP,
+                         target=Target(type="compensation.deadletter", id=f"{taken[0]}-{taken[-1]}",
+                                       label=f"{len(taken)} dead letters"),
+                         before={"ids": [taken[0], taken[-1]], "count": len(taken)}, after=None,
+                         reason="archived and purged" if archive else "purged", actor="bench")
+        removed += len(rows)
+    return removed
+
+
 def rss_now_kb() -> int:
     with open("/proc/self/status") as status:
         return next(int(f.split()[1]) for f in status if f.startswith("VmRSS:"))
@@ -109,13 +138,18 @@ def run_phase(phase: str, batch_size: int) -> dict:
     elif phase == "purge":
         removed = cleanup_dead_letters(older_than_days=AGE_DAYS, states=STATES, actor="bench", purge=True,
                                        batch_size=batch_size).purged
+    elif phase == "replaced-purge":
+        removed = replaced_cleanup(archive=None, batch_size=batch_size)
     else:
         with tempfile.NamedTemporaryFile("a", encoding="utf-8", suffix=".jsonl") as archive:
-            result = cleanup_dead_letters(older_than_days=AGE_DAYS, states=STATES, actor="bench", archive=archive,
-                                          purge=True, batch_size=batch_size)
+            if phase == "archive":
+                result = cleanup_dead_letters(older_than_days=AGE_DAYS, states=STATES, actor="bench",
+                                              archive=archive, purge=True, batch_size=batch_size)
+                assert result.archived == result.purged, result
+                removed = result.purged
+            else:
+                removed = replaced_cleanup(archive=archive, batch_size=batch_size)
             archived_bytes = os.path.getsize(archive.name)
-        assert result.archived == result.purged, result
-        removed = result.purged
     seconds = time.perf_counter() - start
     left = DeadLetter.objects.count()
     assert left == 0, f"{phase}: {left} dead letters left"
@@ -141,15 +175,20 @@ def line(label: str, figures: dict, baseline: dict | None) -> str:
     rate = figures["rows"] / figures["seconds"]
     ratio = f"{rate / (baseline['rows'] / baseline['seconds']):.2f}" if baseline else "1.00"
     archive = f"  archive {figures['archived_bytes'] / 2**20:.1f} MB" if figures["archived_bytes"] else ""
-    return (f"  {label:<26} {rate:>9,.0f} rows/s  ratio {ratio:>5}  peak RSS {figures['peak_rss_kb'] / 1024:6.1f} MB"
+    return (f"  {label:<28} {rate:>9,.0f} rows/s  ratio {ratio:>5}  peak RSS {figures['peak_rss_kb'] / 1024:6.1f} MB"
             f" (RSS at its start: {figures['rss_before_kb'] / 1024:5.1f} MB){archive}")
+
+
+PHASES = {"replaced-purge": "replaced clean-up, purge", "purge": "service, purge",
+          "replaced-archive": "replaced, archive + purge", "archive": "service, archive + purge"}
 
 
 def compare(rows: int, batch_size: int) -> None:
     baseline = measure("baseline", rows, batch_size)
     print(line("bare DELETE loop (baseline)", baseline, None), flush=True)
-    for phase, label in (("purge", "service, purge"), ("archive", "service, archive + purge")):
+    for phase, label in PHASES.items():
         print(line(label, measure(phase, rows, batch_size), baseline), flush=True)
+    print(f"  load average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -158,7 +197,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="Rows per batch (baseline and service); default: the service's default.")
     parser.add_argument("--sweep", default="", help="Comma-separated batch sizes to compare as well.")
-    parser.add_argument("--phase", choices=["baseline", "purge", "archive"], help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=["baseline", *PHASES], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.batch_size is None:
         args.batch_size = cleanup_dead_letters.__kwdefaults__["batch_size"]
@@ -166,7 +205,8 @@ def main() -> None:
         print(json.dumps(run_phase(args.phase, args.batch_size)))
         return
 
-    print(f"database: PostgreSQL {connection.pg_version}, cores: {os.cpu_count()}")
+    print(f"database: PostgreSQL {connection.pg_version}, cores: {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"\n{args.rows:,} dead letters removed per phase, batches of {args.batch_size:,}, each phase in a fresh "
           "process (targets: >= 20,000 rows/s, peak RSS < 150 MB)")
     compare(args.rows, args.batch_size)

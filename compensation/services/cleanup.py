@@ -100,8 +100,9 @@ def _json_value(column: str, db_type: str, name: str) -> str:
     if db_type == "timestamp with time zone":
         # DjangoJSONEncoder: UTC as "Z", milliseconds truncated, no fraction at a whole second.
         utc = f"({column} AT TIME ZONE 'UTC')"
-        return (f"""coalesce('"' || to_char({utc}, 'YYYY-MM-DD"T"HH24:MI:SS') || CASE WHEN date_trunc('second', """
-                f"""{utc}) = {utc} THEN '' ELSE to_char({utc}, '.MS') END || 'Z"', 'null')""")
+        iso = 'YYYY-MM-DD"T"HH24:MI:SS'
+        return (f"""coalesce('"' || CASE WHEN date_trunc('second', {utc}) = {utc} THEN to_char({utc}, '{iso}') """
+                f"""ELSE to_char({utc}, '{iso}.MS') END || 'Z"', 'null')""")
     raise NotImplementedError(f"the dead-letter archive cannot render {name} ({db_type}) in SQL yet: add it to "
                               "compensation.services.cleanup._json_value as DjangoJSONEncoder writes it")
 
