@@ -126,8 +126,11 @@ def _batch_sql(*, archive: bool, purge: bool, by_ids: bool) -> str:
     # Keyset by id: each batch reads at most `limit` rows however many there are.
     order = "ORDER BY id LIMIT %(limit)s::bigint FOR UPDATE SKIP LOCKED"
     if purge:
-        taken = (f"WITH picked AS (SELECT id FROM {table} WHERE {where} {order}), taken AS (DELETE FROM {table} "
-                 f"WHERE id IN (SELECT id FROM picked) RETURNING {'*' if archive else 'id'})")
+        # By ctid: the picked rows are locked, so none moves before the DELETE, and a TID scan
+        # spares it an index lookup per row (a third of the purge's time). A row updated since the
+        # statement's snapshot (still matching) is not found and stays for the next run.
+        taken = (f"WITH picked AS (SELECT ctid FROM {table} WHERE {where} {order}), taken AS (DELETE FROM {table} "
+                 f"WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked)) RETURNING {'*' if archive else 'id'})")
     else:
         taken = f"WITH taken AS (SELECT * FROM {table} WHERE {where} {order})"
     return f"{taken} SELECT count(*), min(id), max(id), {lines} FROM taken"
