@@ -184,7 +184,8 @@ def retry_delay(attempts: int, retry_after: float | None = None) -> timedelta:
     delay doubled per attempt, or longer if the receiver asked (Retry-After), at most an hour."""
     delay = timedelta(seconds=settings.RETRYOPS_NOTIFY_RETRY_DELAY) * 2 ** min(attempts - 1, 20)
     if retry_after is not None:
-        delay = max(delay, timedelta(seconds=retry_after))
+        # Capped before it becomes a timedelta: a receiver may ask for more seconds than one holds.
+        delay = max(delay, timedelta(seconds=min(retry_after, MAX_RETRY_DELAY.total_seconds())))
     return min(delay, MAX_RETRY_DELAY)
 
 
