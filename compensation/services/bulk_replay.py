@@ -1,5 +1,5 @@
 """Bulk replay: replay the open dead letters matching a filter at a velocity limit (replays per
-second; RETRYOPS_REPLAY_RATE, or the request's own up to 500, as SQS redrive caps it), one running
+second; RETRYOPS_REPLAY_RATE, or the request's own from 1 to 500, as SQS redrive allows), one running
 request per filter (bulk_replay_one_running_per_filter). A request is run in slices by
 bulk_replay_job; each slice claims it by a conditional update of heartbeat_at, so two runners never
 run it together, and resumes after last_dead_letter_id, so a process that died loses nothing: the
@@ -29,6 +29,9 @@ from retryops.errors import DomainError
 from retryops.inputs import record_id
 
 MAX_RATE = 500
+# At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
+# (1 / rate), and the periodic jobs that share its queue would wait that long too.
+MIN_RATE = 1
 FILTER_FIELDS = ("flow", "error_signature", "pool", "resource", "died_after", "died_before")
 # A runner refreshes the heartbeat at every replay; one older than this has died.
 STALE_AFTER = timedelta(seconds=30)
@@ -89,8 +92,8 @@ def _rate(rate) -> float:
     if rate is None:
         rate = settings.RETRYOPS_REPLAY_RATE
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) \
-            or not 0 < rate <= MAX_RATE:
-        raise BadInput(f"rate must be a number of replays per second above 0 and at most {MAX_RATE}, got {rate!r}",
+            or not MIN_RATE <= rate <= MAX_RATE:
+        raise BadInput(f"rate must be a number of replays per second from {MIN_RATE} to {MAX_RATE}, got {rate!r}",
                        field="rate")
     return float(rate)
 

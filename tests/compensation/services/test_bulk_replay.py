@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from audit.models import AuditEntry
@@ -44,6 +45,20 @@ def test_a_rate_out_of_range_is_refused_by_name(letters, rate):
         services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
     assert refused.value.details["field"] == "rate"
     assert not BulkReplay.objects.exists()
+
+
+@pytest.mark.parametrize("rate", [0.5, 1e-300])
+def test_a_rate_below_one_a_second_is_refused_because_a_slice_waits_out_its_last_slot(letters, rate):
+    # A slice waits 1 / rate seconds after its last replay, holding the periodic queue that long.
+    with pytest.raises(BadInput, match="from 1 to 500") as refused:
+        services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
+    assert refused.value.details["field"] == "rate"
+    assert not BulkReplay.objects.exists()
+
+
+def test_the_database_refuses_a_bulk_replay_slower_than_one_a_second(db):
+    with pytest.raises(IntegrityError, match="bulk_replay_rate_in_range"):
+        BulkReplay.objects.create(filter={}, filter_key="k", rate=0.5, requested_by="ops:carol")
 
 
 def test_one_bulk_replay_runs_per_filter_at_a_time(letters):
