@@ -1,6 +1,7 @@
 """Replaying a dead letter starts a new task linked to it, and the dead letter follows that task."""
 
 import pytest
+from django.utils import timezone
 
 from audit.models import AuditEntry
 from compensation import services
@@ -11,8 +12,8 @@ from resources import services as pool_services
 from resources.choices import ResourceState
 from resources.models import Resource
 from scheduling import services as scheduling
-from scheduling.choices import TaskState
-from scheduling.models import Task
+from scheduling.choices import TaskEventKind, TaskState
+from scheduling.models import Task, TaskEvent
 from tests.compensation.conftest import upstream
 from tests.scheduling.helpers import work
 
@@ -58,6 +59,30 @@ def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
     assert (again.state, again.replay_task_id) == (DeadLetterState.OPEN, replayed.replay_task_id)
     assert again.died_at > letter.died_at
     assert DeadLetter.objects.count() == 1  # the dead replay made no dead letter of its own
+
+
+def dies_uncollected(task: Task) -> None:
+    """`task` died and its worker crashed right after the commit: its task.dead event waits for
+    the periodic consumer (tests.compensation.conftest.dead_tasks)."""
+    Task.objects.filter(pk=task.pk).update(state=TaskState.DEAD, finished_at=timezone.now(),
+                                           last_error="TimeoutError: upstream timed out after 30s")
+    TaskEvent.objects.create(task=task, kind=TaskEventKind.DEAD, attempt_number=1, details={})
+
+
+def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay(letter):
+    first = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True).replay_task
+    dies_uncollected(first)
+    # Another task's end follows the replays before the periodic consumer collects that death:
+    # were the dead letter open again, a second replay would leave the first one's death unknown
+    # to the consumer, which would make it a dead letter of its own.
+    services.follow_replays()
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYING
+    services.collect_dead_letters()
+    services.follow_replays()
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
+    services.collect_dead_letters()
+    assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [letter.task_id]
 
 
 def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):
