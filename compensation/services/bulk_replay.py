@@ -41,7 +41,10 @@ SLICE_SECONDS = 2.0
 
 def _when(value, field: str) -> str:
     if isinstance(value, str):
-        parsed = parse_datetime(value)
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:  # well formed, but no date: February 30th, an offset of 99 hours
+            parsed = None
         value = parsed if parsed is not None else value
     if not isinstance(value, datetime) or timezone.is_naive(value):
         raise BadInput(f"{field} must be a date and time with a time zone, got {value!r}", field=field)

@@ -39,6 +39,13 @@ def test_a_filter_with_an_unknown_field_is_refused_by_name(letters):
     assert refused.value.details["field"] == "filter.colour"
 
 
+@pytest.mark.parametrize("when", ["2024-02-30T00:00:00+00:00", "2024-01-01T00:00:00+99:00"])
+def test_a_filter_time_that_is_no_date_is_refused_by_name(letters, when):
+    with pytest.raises(BadInput, match="must be a date and time") as refused:
+        services.bulk_replay_preview(filter={"died_after": when})
+    assert refused.value.details["field"] == "filter.died_after"
+
+
 @pytest.mark.parametrize("rate", [0, -1, 501, float("nan"), float("inf"), "fast"])
 def test_a_rate_out_of_range_is_refused_by_name(letters, rate):
     with pytest.raises(BadInput) as refused:
