@@ -26,7 +26,7 @@ from compensation.services.common import actor_name, locked, text
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
 from retryops.errors import DomainError
-from retryops.inputs import record_id
+from retryops.inputs import flag, record_id
 
 MAX_RATE = 500
 # At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
@@ -107,12 +107,13 @@ def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_reso
     actor = actor_name(actor)
     canonical = parse_filter(filter)
     rate = _rate(rate)
+    any_resource = flag(any_resource, field="any_resource", error=BadInput)
     key = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
     with transaction.atomic():
         try:
             with transaction.atomic():
                 bulk = BulkReplay.objects.create(filter=canonical, filter_key=key, rate=rate,
-                                                 any_resource=bool(any_resource), requested_by=actor,
+                                                 any_resource=any_resource, requested_by=actor,
                                                  selected=matching(canonical).count())
         except IntegrityError:
             running = BulkReplay.objects.filter(filter_key=key, state=BulkReplayState.RUNNING).first()

@@ -6,7 +6,7 @@ from django.utils import timezone
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState
-from compensation.errors import IllegalTransition, ReplayRefused
+from compensation.errors import BadInput, IllegalTransition, ReplayRefused
 from compensation.models import DeadLetter
 from resources import services as pool_services
 from resources.choices import ResourceState
@@ -83,6 +83,15 @@ def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay
     services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
     services.collect_dead_letters()
     assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [letter.task_id]
+
+
+@pytest.mark.parametrize("any_resource", ["false", "no", 0, None])
+def test_any_resource_that_is_not_true_or_false_is_refused_and_nothing_starts(letter, any_resource):
+    tasks = Task.objects.count()
+    with pytest.raises(BadInput, match="any_resource must be true or false") as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+    assert refused.value.details["field"] == "any_resource"
+    assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
 
 
 def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):
