@@ -48,8 +48,10 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
             died = [t.finished_at for t in group]
             order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
                                     first_dead_at=min(died), last_dead_at=max(died), count=len(group))
+            # The resource is the one it last ran on, else the one it named: a strict task that
+            # never claimed it (quarantined, or in use at every attempt) is replayed on it too.
             made += DeadLetter.objects.bulk_create(
-                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id,
+                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id or t.requested_resource_id,
                            last_error=t.last_error, error_signature=t.last_error_signature,
                            error_category=t.last_error_category, attempt_count=t.attempt_count,
                            died_at=t.finished_at, work_order=order)

@@ -138,6 +138,18 @@ def test_a_dead_letter_whose_resource_was_removed_says_so(letter):
         services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
 
 
+def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_that_resource(redis_conn, alice,
+                                                                                             instant_policy):
+    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
+                                 policy="instant")
+    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    work()
+    letter = DeadLetter.objects.get(task=task)
+    pool_services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
+    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    assert (replayed.replay_task.strict, replayed.replay_task.pinned_resource_id) == (True, alice.pk)
+
+
 def test_a_replay_on_any_resource_starts_a_task_the_pool_chooses_for(letter, alice, bob):
     pool_services.reset(resource=alice, actor="ops")
     pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
