@@ -322,6 +322,20 @@ def test_resend_refuses_a_sent_notification_and_changes_nothing(pagerduty_only):
     assert not AuditEntry.objects.exists()
 
 
+def test_resend_refuses_a_trigger_whose_incident_was_resolved_since(pagerduty_only):
+    failed = failed_pages(pagerduty_only)[0]
+    accept(pagerduty_only)
+    resolved = resolve(1)[0]
+    send_due_notifications()
+
+    with pytest.raises(IllegalTransition, match=f"resolved since .*notification {resolved.pk}") as caught:
+        resend_notifications(ids=[failed], actor="carol")
+
+    assert caught.value.details["notifications"] == {failed: "failed"}
+    assert Notification.objects.get(pk=failed).state == "failed"
+    assert not AuditEntry.objects.exists()
+
+
 def test_resend_refuses_unknown_ids(pagerduty_only):
     failed = failed_pages(pagerduty_only)[0]
 
