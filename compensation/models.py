@@ -172,7 +172,7 @@ class BulkReplay(models.Model):
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=BulkReplayState.values), name="bulk_replay_state_valid"),
-            models.CheckConstraint(condition=Q(rate__gt=0, rate__lte=500), name="bulk_replay_rate_in_range"),
+            models.CheckConstraint(condition=Q(rate__gte=1, rate__lte=500), name="bulk_replay_rate_in_range"),
             # As SQS allows one redrive per queue: one running bulk replay per filter.
             models.UniqueConstraint(fields=["filter_key"], condition=Q(state=BulkReplayState.RUNNING),
                                     name="bulk_replay_one_running_per_filter"),

@@ -40,7 +40,10 @@ class Command(AuditedCommand):
             states = services.parse_states(options["state"])
             total = services.cleanup_queryset(older_than_days=options["older_than_days"], states=states).count()
             if options["archive"] and not options["dry_run"]:
-                archive = open(options["archive"], "a", encoding="utf-8")
+                try:
+                    archive = open(options["archive"], "a", encoding="utf-8")
+                except OSError as exc:
+                    raise CommandError(f"--archive: cannot write to {options['archive']}: {exc.strerror}") from None
             with tqdm(total=total, unit="dead letter", file=sys.stderr, disable=None) as bar:
                 def progress(n):
                     bar.update(n)
