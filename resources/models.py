@@ -1,7 +1,7 @@
 """The resource pool: pools, their resources, and each resource's append-only timeline."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
 from resources.signatures import MAX_LENGTH as SIGNATURE_LENGTH
@@ -141,6 +141,11 @@ class Resource(models.Model):
                 fields=["pool", "last_failure_signature", "last_failure_at"],
                 condition=Q(last_failure_at__isnull=False), name="resource_failure_signature_idx",
             ),
+            # The console's list: newest failure first (never-failed last) and "failed in the last
+            # hour / day"; the same index read backwards sorts oldest first (never-failed first).
+            models.Index(F("last_failure_at").desc(nulls_last=True), name="resource_last_failure_idx"),
+            # The console's list sorted by failure count.
+            models.Index(fields=["failure_count"], name="resource_failure_count_idx"),
             # The diagnosis: did another resource of the pool succeed since a moment.
             models.Index(
                 fields=["pool", "last_success_at"], condition=Q(last_success_at__isnull=False),

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db import connection
 from django.db.models import (
     Case,
     CharField,
     Count,
     Exists,
+    F,
     OuterRef,
     Q,
     QuerySet,
@@ -20,6 +23,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 from django.utils.translation import gettext
 
@@ -196,6 +200,24 @@ def due_for_probe(*, now: datetime | None = None, limit: int = 100) -> list[Reso
         state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit])
 
 
+def timeline_page(*, resource: Resource | int, page, per_page: int = 50) -> Page:
+    """One page of a resource's timeline, newest first, in two queries whatever its length (its
+    count and its rows, both on resource_event_timeline_idx). A page past the end or not a number
+    gives the last or the first page, as a link an operator edited by hand deserves."""
+    resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
+    events = ResourceEvent.objects.filter(resource_id=resource_id).order_by("-id")
+    return Paginator(events, inputs.whole_number(per_page, field="per_page", error=InvalidInput)).get_page(page)
+
+
+def estimated_row_count(model) -> int | None:
+    """The planner's estimate of a table's rows (pg_class.reltuples, refreshed by VACUUM and
+    ANALYZE): free, where count(*) reads every row. None when the table was never analyzed."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        row = cursor.fetchone()
+    return row[0] if row and row[0] >= 0 else None
+
+
 def timeline(*, resource: Resource | int, limit: int | None = None) -> list[ResourceEvent]:
     """A resource's timeline, newest first (resource_event_timeline_idx)."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
@@ -248,12 +270,18 @@ def _environment(rule: DiagnosisRule) -> Exists:
     return Exists(_same_failure_nearby(rule)[rule.min_resources - 1:rule.min_resources])
 
 
-def _pool_succeeds(rule: DiagnosisRule) -> Exists:
+def _pool_last_success() -> Subquery:
+    """When another resource of the outer row's pool last succeeded: the first entry of
+    resource_pool_success_idx read backwards (a bare EXISTS lets the planner pick a scan of the
+    pool that finds nothing slowly when nobody succeeded)."""
+    return Subquery(Resource.objects.filter(pool_id=OuterRef("pool_id"), last_success_at__isnull=False)
+                    .exclude(pk=OuterRef("pk")).order_by("-last_success_at").values("last_success_at")[:1])
+
+
+def _pool_succeeds(rule: DiagnosisRule) -> Q:
     """Another resource of the outer row's pool succeeded within the window before its latest
-    failure, or since (resource_pool_success_idx)."""
-    return Exists(Resource.objects.filter(
-        pool_id=OuterRef("pool_id"), last_success_at__gte=OuterRef("last_failure_at") - rule.window,
-    ).exclude(pk=OuterRef("pk")).order_by())
+    failure, or since."""
+    return Q(GreaterThanOrEqual(_pool_last_success(), F("last_failure_at") - rule.window))
 
 
 def annotate_diagnosis(queryset: QuerySet[Resource], rule: DiagnosisRule | None = None) -> QuerySet[Resource]:
@@ -304,6 +332,10 @@ class DiagnosisReport:
     pool_succeeded_at: datetime | None
     rule: DiagnosisRule
 
+    @property
+    def label(self) -> str:
+        return Diagnosis(self.diagnosis).label if self.diagnosis else ""
+
     def explanation(self) -> str:
         """Why, in a sentence, with this resource's figures."""
         figures = {"n": self.same_failure_resources, "signature": self.signature,
@@ -327,10 +359,8 @@ def diagnosis_report(resource: Resource | int, rule: DiagnosisRule | None = None
     rule = rule or DiagnosisRule.from_settings()
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
     nearby = _same_failure_nearby(rule).values("pool_id").annotate(n=Count("*")).values("n")
-    succeeded = (Resource.objects.filter(pool_id=OuterRef("pool_id"), last_success_at__isnull=False)
-                 .exclude(pk=OuterRef("pk")).order_by("-last_success_at").values("last_success_at")[:1])
     row = (annotate_diagnosis(Resource.objects.filter(pk=resource_id), rule)
-           .annotate(same=Subquery(nearby), succeeded=Subquery(succeeded))
+           .annotate(same=Subquery(nearby), succeeded=_pool_last_success())
            .values("diagnosis", "last_failure_signature", "same", "succeeded").first())
     if row is None:
         raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id)
