@@ -35,7 +35,7 @@ PAGES = [
     ("list, unfiltered", "?"),
     ("list, by failure count", "?o=-4"),
     ("list, by last failure", "?o=-9"),
-    ("list, page 50", "?p=50"),
+    ("list, page 10", "?p=10"),
     ("list, state failed", "?state__exact=failed"),
     ("list, one pool", "?pool__id__exact={pool}"),
     ("list, failed last hour", "?failed_within=hour"),

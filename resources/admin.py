@@ -93,6 +93,7 @@ class ResourceAdmin(ResourceBulkActions, admin.ModelAdmin):
     ordering = ("-last_failure_at",)
     readonly_fields = _STATE_FIELDS
     show_full_result_count = False  # a count(*) of 100,000+ rows on every page view is not free
+    show_facets = admin.ShowFacets.NEVER  # a count per filter option, the diagnosis's included, on every view
     paginator = EstimatedCountPaginator
     actions = ["reset_selected", "quarantine_selected", "unquarantine_selected"]
 

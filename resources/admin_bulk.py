@@ -11,7 +11,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from resources import services
@@ -34,7 +34,7 @@ class ResourceOperation:
     action: str  # the ModelAdmin action that runs it
     permission: str  # the ModelAdmin's has_<permission>_permission checks it
     verb: str
-    question: str  # "%(count)d" resources
+    question: str  # singular and plural, by "%(count)d"
     done: str
     call: Callable[..., Resource]
     reason_required: bool = False
@@ -44,17 +44,24 @@ class ResourceOperation:
 OPERATIONS = {
     "reset": ResourceOperation(
         action="reset_selected", permission="reset", verb=_("Reset"),
-        question=_("Reset these %(count)d resources? Failed and consumed ones become available again; their "
-                   "counters, reasons and timeline stay."),
+        question=ngettext_lazy(
+            "Reset this resource? A failed or consumed one becomes available again; its counters, reasons and "
+            "timeline stay.",
+            "Reset these %(count)d resources? Failed and consumed ones become available again; their counters, "
+            "reasons and timeline stay.", "count"),
         done=_("Reset"), call=services.reset, states=(ResourceState.FAILED, ResourceState.DONE)),
     "quarantine": ResourceOperation(
         action="quarantine_selected", permission="quarantine", verb=_("Quarantine"),
-        question=_("Quarantine these %(count)d resources? Nothing claims them until someone releases them."),
+        question=ngettext_lazy(
+            "Quarantine this resource? Nothing claims it until someone releases it.",
+            "Quarantine these %(count)d resources? Nothing claims them until someone releases them.", "count"),
         done=_("Quarantined"), call=services.quarantine, reason_required=True,
         states=(ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)),
     "unquarantine": ResourceOperation(
         action="unquarantine_selected", permission="quarantine", verb=_("Release from quarantine"),
-        question=_("Release these %(count)d resources from quarantine? They become available again."),
+        question=ngettext_lazy(
+            "Release this resource from quarantine? It becomes available again.",
+            "Release these %(count)d resources from quarantine? They become available again.", "count"),
         done=_("Released from quarantine"), call=services.unquarantine, states=(ResourceState.QUARANTINED,)),
 }
 

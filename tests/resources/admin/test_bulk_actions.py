@@ -151,7 +151,7 @@ def test_the_resource_page_offers_a_viewer_nothing(viewer, stuck):
 
 def test_a_page_button_asks_first_then_acts_and_leads_back_to_the_resource(operator, stuck):
     question = operator.get(operation_url(stuck, "reset"))
-    assert "Reset these 1 resources?" in question.content.decode() and state(stuck) == ResourceState.FAILED
+    assert "Reset this resource?" in question.content.decode() and state(stuck) == ResourceState.FAILED
     response = operator.post(operation_url(stuck, "reset"), {"post": "yes", "reason": ""})
     assert state(stuck) == ResourceState.AVAILABLE
     assert response.context["back_url"] == change_url(stuck)
