@@ -6,6 +6,7 @@ caller that wrote first must remember that the world may have changed since (see
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
@@ -23,6 +24,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 from django.utils.translation import gettext
@@ -230,6 +232,9 @@ def timeline(*, resource: Resource | int, limit: int | None = None) -> list[Reso
 # The console's diagnosis: is a failing resource itself bad, or is its environment?
 
 
+NEVER = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+
+
 @dataclass(frozen=True)
 class DiagnosisRule:
     """The thresholds of the diagnosis (settings RETRYOPS_DIAGNOSIS_*)."""
@@ -280,8 +285,10 @@ def _pool_last_success() -> Subquery:
 
 def _pool_succeeds(rule: DiagnosisRule) -> Q:
     """Another resource of the outer row's pool succeeded within the window before its latest
-    failure, or since."""
-    return Q(GreaterThanOrEqual(_pool_last_success(), F("last_failure_at") - rule.window))
+    failure, or since. Never NULL (a pool where nothing else succeeded compares as the epoch), so
+    that its negation in filter_diagnosis holds for that pool too."""
+    last_success = Coalesce(_pool_last_success(), Value(NEVER))
+    return Q(GreaterThanOrEqual(last_success, F("last_failure_at") - rule.window))
 
 
 def annotate_diagnosis(queryset: QuerySet[Resource], rule: DiagnosisRule | None = None) -> QuerySet[Resource]:
@@ -338,7 +345,7 @@ class DiagnosisReport:
 
     def explanation(self) -> str:
         """Why, in a sentence, with this resource's figures."""
-        figures = {"n": self.same_failure_resources, "signature": self.signature,
+        figures = {"n": self.same_failure_resources, "signature": self.signature, "failures": self.rule.min_failures,
                    "minutes": f"{self.rule.window.total_seconds() / 60:g}",
                    "success": when(self.pool_succeeded_at) if self.pool_succeeded_at else ""}
         if self.diagnosis == "":
@@ -349,8 +356,9 @@ class DiagnosisReport:
         if self.diagnosis == Diagnosis.RESOURCE:
             return gettext("It keeps failing while another resource of its pool succeeded at %(success)s: the "
                            "resource itself is the likelier cause.") % figures
-        return gettext("Neither: %(n)d resource(s) of its pool failed last with its signature within %(minutes)s "
-                       "minutes, and the rest of its pool has not clearly been succeeding.") % figures
+        return gettext("Unclear: %(n)d resource(s) of its pool failed last with its signature within %(minutes)s "
+                       "minutes, too few for the environment, and it has not failed %(failures)d times in a row while "
+                       "the rest of its pool succeeded.") % figures
 
 
 def diagnosis_report(resource: Resource | int, rule: DiagnosisRule | None = None) -> DiagnosisReport:

@@ -235,3 +235,8 @@ def test_a_long_signature_is_cut_where_scheduling_cuts_it(pool):
     alice = failing(pool, f"E: {message}")
     stored = Resource.objects.values_list("last_failure_signature", flat=True).get(pk=alice.pk)
     assert stored == error_signature("E", message)[:500] and len(stored) == 500
+
+
+def test_a_resource_failing_again_and_again_in_a_pool_where_nothing_succeeded_is_found_as_unclear(pool):
+    alice = failing(pool, in_a_row=3)
+    assert list(selectors.filter_diagnosis(Resource.objects.all(), Diagnosis.UNCLEAR, RULE)) == [alice]
