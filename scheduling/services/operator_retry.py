@@ -1,13 +1,13 @@
 """The operator's "retry this resource": reset it and start a strict task on it, atomically."""
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
+from resources.selectors import when
 from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
@@ -15,14 +15,22 @@ from scheduling.selectors import last_task_on, live_task_on
 from scheduling.services.tasks import name_of, start_task
 
 
-def _live(task: Task, name: str) -> TaskLive:
-    when = timezone.localtime(task.next_run_at).isoformat(timespec="seconds") if task.next_run_at else "unknown"
-    if task.state == TaskState.RUNNING:
-        doing = f"is running attempt {task.attempt_count} on {name}"
+def _live(task: Task, current: Resource, name: str) -> TaskLive:
+    # The locked row says whether the task holds the resource and until when: what an operator
+    # needs to decide whether to wait, run that task now or cancel it.
+    if current.state == ResourceState.IN_USE and current.lease_holder == task.holder:
+        where = f"{name} is in use by {task.holder} ({task.flow}) until {when(current.leased_until)}"
     else:
-        doing = f"is {task.state} for {name} and runs next at {when}"
+        where = f"{name} is bound to {task.holder} ({task.flow})"
+    if task.state == TaskState.RUNNING:
+        # Neither run-now nor cancel applies to a running attempt: its side effects are under way.
+        doing = f"it is running attempt {task.attempt_count}"
+        advice = "wait for that attempt to end"
+    else:
+        doing = f"it is {task.get_state_display().lower()} and runs next at {when(task.next_run_at)}"
+        advice = "run that task now or cancel it first"
     return TaskLive(
-        f"{task.holder} ({task.flow}) {doing}; a retry now would run it twice: run that task now or cancel it first",
+        f"{where}: {doing}; a retry now would run it twice: {advice}",
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
 
 
@@ -41,7 +49,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:
-            raise _live(live, name)
+            raise _live(live, current, name)
         last = last_task_on(current)
         if flow is None:
             if last is None:
