@@ -39,7 +39,8 @@ def ensure_pool(name: str, size: int) -> ResourcePool:
     if have < size:
         print(f"  creating {size - have:,} resources in {name} ...", flush=True)
         # INSERT ... SELECT generate_series, with every other column at its model default.
-        fields = [f for f in Resource._meta.concrete_fields if f.name not in ("id", "pool", "key")]
+        fields = [f for f in Resource._meta.concrete_fields
+                  if f.name not in ("id", "pool", "key") and not f.generated]
         template = Resource(pool=pool)
         values = [f.get_db_prep_save(f.pre_save(template, add=True), connection) for f in fields]
         columns = ", ".join(f.column for f in fields)

@@ -1,22 +1,53 @@
-"""Plain admin for pools and resources. Every write goes through resources.services (which also
-writes its audit entry), so every state and statistics field is read-only here; the operator
-console is a later issue."""
+"""The console's pool and resource pages. Every write goes through resources.services (which also
+writes its audit entry), so every state and statistics field is read-only here.
 
-from django import forms
+ResourceAdmin is meant to be extended from above (scheduling adds "retry this resource"):
+`list_display` and `actions` are plain attributes to add to, `get_object_buttons()` returns the
+change page's buttons, and its change form template has a `resource_attempts` block."""
+
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.template.defaultfilters import truncatechars
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from resources import services
-from resources.models import Resource, ResourceEvent, ResourcePool
-from retryops.jsonsafe import UnstorableValue, refuse_unstorable
+from resources.admin_bulk import OPERATIONS, ResourceBulkActions
+from resources.admin_changelist import (
+    DiagnosisFilter,
+    EstimatedCountPaginator,
+    FailedWithinFilter,
+    ResourceChangeList,
+)
+from resources.choices import Diagnosis, ResourceState
+from resources.forms import ResourceForm, storable_json_object  # noqa: F401 - scheduling.admin imports it here
+from resources.models import Resource, ResourcePool
+from resources.selectors import DiagnosisRule, diagnosis_report, timeline_page
+from retryops.errors import DomainError
 
 # Written by resources.services only. probe_after and the cooldown belong here too: a value
 # posted back from a page rendered before a probe or a quarantine would revive or cancel a probe.
 _STATE_FIELDS = (
     "state", "lease_token", "lease_kind", "lease_holder", "leased_at", "leased_until",
     "failure_count", "success_count", "consecutive_failures", "last_failure_reason",
-    "last_failure_category", "last_failure_at", "last_success_at", "quarantine_reason", "quarantined_at",
-    "probe_after", "probation_cooldown_seconds", "created_at",
+    "last_failure_category", "last_failure_at", "last_failure_signature", "last_success_at", "quarantine_reason",
+    "quarantined_at", "probe_after", "probation_cooldown_seconds", "created_at",
 )
+
+STATE_COLOURS = {
+    ResourceState.AVAILABLE: "#2e7d32", ResourceState.IN_USE: "#1565c0", ResourceState.DONE: "#616161",
+    ResourceState.FAILED: "#e65100", ResourceState.QUARANTINED: "#b71c1c",
+}
+DIAGNOSIS_COLOURS = {Diagnosis.ENVIRONMENT: "#6a1b9a", Diagnosis.RESOURCE: "#b71c1c", Diagnosis.UNCLEAR: "#616161"}
+DIAGNOSIS_HINTS = {
+    Diagnosis.ENVIRONMENT: _("The same failure hit many resources of its pool at about the same time."),
+    Diagnosis.RESOURCE: _("It keeps failing while the rest of its pool succeeds."),
+    Diagnosis.UNCLEAR: _("Failing, but neither its pool nor the resource is clearly at fault."),
+}
+TIMELINE_PAGE_SIZE = 50
 
 
 def edited_fields(form) -> dict:
@@ -26,27 +57,8 @@ def edited_fields(form) -> dict:
     return {name: form.cleaned_data[name] for name in form.changed_data if name in form.fields}
 
 
-def storable_json_object(value, *, name: str) -> dict:
-    """A form's JSON field as an object PostgreSQL can store (empty: {}), or a ValidationError
-    naming the place. forms.JSONField reads NaN, Infinity and \\u0000, which jsonb refuses."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        kind = "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else repr(value)
-        raise forms.ValidationError(f"{name} must be a JSON object ({{...}}), got {kind}")
-    try:
-        return refuse_unstorable(value, name=name)
-    except UnstorableValue as exc:
-        raise forms.ValidationError(str(exc)) from None
-
-
-class ResourceForm(forms.ModelForm):
-    class Meta:
-        model = Resource
-        fields = ["pool", "key", "label", "attributes"]
-
-    def clean_attributes(self):
-        return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
+def badge(text, colour: str, title: str = ""):
+    return format_html('<span class="console-badge" style="background:{}" title="{}">{}</span>', colour, title, text)
 
 
 @admin.register(ResourcePool)
@@ -66,29 +78,31 @@ class ResourcePoolAdmin(admin.ModelAdmin):
         obj.pk, obj.created_at = created.pk, created.created_at
 
 
-class ResourceEventInline(admin.TabularInline):
-    model = ResourceEvent
-    fields = ("created_at", "kind", "actor", "reason", "category", "lease_token")
-    readonly_fields = fields
-    ordering = ("-id",)
-    extra = 0
-    can_delete = False
-    max_num = 0
-
-
 @admin.register(Resource)
-class ResourceAdmin(admin.ModelAdmin):
+class ResourceAdmin(ResourceBulkActions, admin.ModelAdmin):
     form = ResourceForm
+    change_form_template = "admin/resources/resource/change_form.html"
     list_display = (
-        "key", "pool", "state", "failure_count", "last_failure_reason", "last_failure_at", "success_count",
-        "lease_holder",
+        "key", "pool", "state_badge", "failures", "successes", "in_a_row", "reason", "category", "failed_at",
+        "succeeded_at", "diagnosis_badge",
     )
-    list_filter = ("pool", "state", "last_failure_category")
+    list_filter = ("pool", "state", "last_failure_category", DiagnosisFilter, FailedWithinFilter)
     list_select_related = ("pool",)
-    search_fields = ("key", "label")
+    search_fields = ("key", "last_failure_reason")
+    search_help_text = _("A resource's key or a part of its last failure reason.")
+    ordering = ("-last_failure_at",)
     readonly_fields = _STATE_FIELDS
     show_full_result_count = False  # a count(*) of 100,000+ rows on every page view is not free
-    inlines = [ResourceEventInline]
+    show_facets = admin.ShowFacets.NEVER  # a count per filter option, the diagnosis's included, on every view
+    paginator = EstimatedCountPaginator
+    actions = ["reset_selected", "quarantine_selected", "unquarantine_selected"]
+
+    def get_changelist(self, request, **kwargs):
+        return ResourceChangeList
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {"diagnosis_rule": DiagnosisRule.from_settings().sentence(), **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
 
     def get_readonly_fields(self, request, obj=None):
         # The pool and key of an existing resource are its identity in every timeline row.
@@ -105,3 +119,93 @@ class ResourceAdmin(admin.ModelAdmin):
         [created] = services.add_resources(pool=obj.pool, actor=actor, resources=[
             {"key": obj.key, "label": obj.label, "attributes": obj.attributes}])
         obj.pk, obj.created_at = created.pk, created.created_at
+
+    # the list's columns
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_badge(self, resource):
+        return badge(resource.get_state_display(), STATE_COLOURS.get(resource.state, "#616161"))
+
+    @admin.display(description=_("failures"), ordering="failure_count")
+    def failures(self, resource):
+        return resource.failure_count
+
+    @admin.display(description=_("successes"), ordering="success_count")
+    def successes(self, resource):
+        return resource.success_count
+
+    @admin.display(description=_("failures in a row"), ordering="consecutive_failures")
+    def in_a_row(self, resource):
+        return resource.consecutive_failures
+
+    @admin.display(description=_("last failure reason"))
+    def reason(self, resource):
+        text = resource.last_failure_reason
+        return format_html('<span title="{}">{}</span>', text, truncatechars(text, 60)) if text else ""
+
+    @admin.display(description=_("category"), ordering="last_failure_category")
+    def category(self, resource):
+        return resource.get_last_failure_category_display()
+
+    @admin.display(description=_("last failure"), ordering="last_failure_at")
+    def failed_at(self, resource):
+        return resource.last_failure_at
+
+    @admin.display(description=_("last success"), ordering="last_success_at")
+    def succeeded_at(self, resource):
+        return resource.last_success_at
+
+    @admin.display(description=_("diagnosis"))
+    def diagnosis_badge(self, resource):
+        # Annotated by ResourceChangeList in the rows' own query; absent on a row read elsewhere.
+        value = getattr(resource, "diagnosis", "")
+        if not value:
+            return ""
+        return badge(Diagnosis(value).label, DIAGNOSIS_COLOURS[value], DIAGNOSIS_HINTS[value])
+
+    # the resource's page
+
+    def get_urls(self):
+        info = self.model._meta.app_label, self.model._meta.model_name
+        return [
+            path("<int:object_id>/operation/<str:operation>/", self.admin_site.admin_view(self.operation_view),
+                 name="%s_%s_operation" % info),
+            *super().get_urls(),
+        ]
+
+    def operation_view(self, request, object_id, operation):
+        """A button on the resource's page: the bulk action's confirmation and result, for one resource."""
+        chosen = OPERATIONS.get(operation)
+        if chosen is None:
+            raise Http404(gettext("No such operation: %(name)s") % {"name": operation})
+        if not self.has_operation_permission(request, chosen):
+            raise PermissionDenied
+        queryset = self.get_queryset(request).filter(pk=object_id)
+        if not queryset.exists():
+            raise Http404(gettext("No resource with id %(id)s") % {"id": object_id})
+        back = reverse("admin:resources_resource_change", args=[object_id])
+        return self._run_bulk(request, queryset, chosen, back_url=back)
+
+    def get_object_buttons(self, request, resource) -> list[dict]:
+        """The change page's buttons, [{"url", "label"}]: the operations this operator may apply to
+        the resource in its state. A subclass adds its own to the list."""
+        return [
+            {"url": reverse("admin:resources_resource_operation", args=[resource.pk, name]), "label": operation.verb}
+            for name, operation in OPERATIONS.items()
+            if resource.state in operation.states and self.has_operation_permission(request, operation)
+        ]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and obj.pk is not None:
+            try:
+                report = diagnosis_report(obj)
+            except DomainError:  # removed while the page was being built
+                raise Http404(gettext("No resource with id %(id)s") % {"id": obj.pk}) from None
+            context.update(
+                console_buttons=self.get_object_buttons(request, obj),
+                diagnosis=report,
+                diagnosis_colour=DIAGNOSIS_COLOURS.get(report.diagnosis, ""),
+            )
+            page = timeline_page(resource=obj, page=request.GET.get("timeline"), per_page=TIMELINE_PAGE_SIZE)
+            context.update(timeline=page, timeline_pages=page.paginator.get_elided_page_range(page.number))
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)

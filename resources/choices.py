@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ResourceState(models.TextChoices):
@@ -31,6 +32,13 @@ class EventKind(models.TextChoices):
     LEASE_EXPIRED = "lease_expired", "Lease expired"
     PROBE_CLAIMED = "probe_claimed", "Claimed for a probation probe"
 
+
+class Diagnosis(models.TextChoices):
+    """Whose fault a failing resource's failures look like (resources.selectors.annotate_diagnosis)."""
+
+    ENVIRONMENT = "environment", _("Environment")
+    RESOURCE = "resource", _("Resource")
+    UNCLEAR = "unclear", _("Unclear")
 
 
 class LeaseKind(models.TextChoices):

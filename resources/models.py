@@ -1,9 +1,11 @@
 """The resource pool: pools, their resources, and each resource's append-only timeline."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
+from resources.signatures import MAX_LENGTH as SIGNATURE_LENGTH
+from resources.signatures import signature_sql
 
 
 class ResourcePool(models.Model):
@@ -55,6 +57,13 @@ class Resource(models.Model):
     last_failure_reason = models.TextField(blank=True)
     last_failure_category = models.CharField(max_length=20, choices=FailureCategory.choices, blank=True)
     last_failure_at = models.DateTimeField(null=True, blank=True)
+    # Computed by PostgreSQL from the reason with the rules scheduling signs attempts with, when
+    # (and only when) a failure writes the reason: the console groups and filters by it, which a
+    # regex per row at read time (about 15 us each) would make cost seconds on a big pool.
+    last_failure_signature = models.GeneratedField(
+        expression=signature_sql(models.F("last_failure_reason")),
+        output_field=models.CharField(max_length=SIGNATURE_LENGTH), db_persist=True,
+    )
     last_success_at = models.DateTimeField(null=True, blank=True)
     quarantine_reason = models.TextField(blank=True)
     quarantined_at = models.DateTimeField(null=True, blank=True)
@@ -67,6 +76,10 @@ class Resource(models.Model):
 
     class Meta:
         ordering = ["pool_id", "id"]
+        permissions = [
+            ("reset_resource", "Can reset resources"),
+            ("quarantine_resource", "Can quarantine resources and release them from quarantine"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["pool", "key"], name="resource_key_unique_in_pool"),
             models.CheckConstraint(
@@ -121,6 +134,22 @@ class Resource(models.Model):
             # the failed state write to it.
             models.Index(
                 fields=["pool", "-last_failure_at"], condition=Q(state=ResourceState.FAILED), name="resource_failed_recent_idx"
+            ),
+            # The diagnosis (resources.selectors): how many of a pool's resources failed last with
+            # a signature around a moment. Probed with LIMIT, once per failing row of a page.
+            models.Index(
+                fields=["pool", "last_failure_signature", "last_failure_at"],
+                condition=Q(last_failure_at__isnull=False), name="resource_failure_signature_idx",
+            ),
+            # The console's list: newest failure first (never-failed last) and "failed in the last
+            # hour / day"; the same index read backwards sorts oldest first (never-failed first).
+            models.Index(F("last_failure_at").desc(nulls_last=True), name="resource_last_failure_idx"),
+            # The console's list sorted by failure count.
+            models.Index(fields=["failure_count"], name="resource_failure_count_idx"),
+            # The diagnosis: did another resource of the pool succeed since a moment.
+            models.Index(
+                fields=["pool", "last_success_at"], condition=Q(last_success_at__isnull=False),
+                name="resource_pool_success_idx",
             ),
         ]
 

@@ -4,12 +4,32 @@ The describe_* functions read the world as it is now and build the error that ex
 caller that wrote first must remember that the world may have changed since (see claim_by_id)."""
 
 import uuid
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
-from django.db.models import Count, QuerySet
+from django.conf import settings
+from django.core.paginator import Page, Paginator
+from django.db import connection
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Exists,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
+from django.utils.translation import gettext
 
-from resources.choices import EventKind, FailureCategory, ResourceState
+from resources.choices import Diagnosis, EventKind, FailureCategory, ResourceState
 from resources.errors import (
     InvalidInput,
     LeaseMismatch,
@@ -182,6 +202,24 @@ def due_for_probe(*, now: datetime | None = None, limit: int = 100) -> list[Reso
         state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit])
 
 
+def timeline_page(*, resource: Resource | int, page, per_page: int = 50) -> Page:
+    """One page of a resource's timeline, newest first, in two queries whatever its length (its
+    count and its rows, both on resource_event_timeline_idx). A page past the end or not a number
+    gives the last or the first page, as a link an operator edited by hand deserves."""
+    resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
+    events = ResourceEvent.objects.filter(resource_id=resource_id).order_by("-id")
+    return Paginator(events, inputs.whole_number(per_page, field="per_page", error=InvalidInput)).get_page(page)
+
+
+def estimated_row_count(model) -> int | None:
+    """The planner's estimate of a table's rows (pg_class.reltuples, refreshed by VACUUM and
+    ANALYZE): free, where count(*) reads every row. None when the table was never analyzed."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        row = cursor.fetchone()
+    return row[0] if row and row[0] >= 0 else None
+
+
 def timeline(*, resource: Resource | int, limit: int | None = None) -> list[ResourceEvent]:
     """A resource's timeline, newest first (resource_event_timeline_idx)."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
@@ -189,3 +227,150 @@ def timeline(*, resource: Resource | int, limit: int | None = None) -> list[Reso
     if limit is None:
         return list(events)
     return list(events[:inputs.whole_number(limit, field="limit", error=InvalidInput)])
+
+
+# The console's diagnosis: is a failing resource itself bad, or is its environment?
+
+
+NEVER = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+
+
+@dataclass(frozen=True)
+class DiagnosisRule:
+    """The thresholds of the diagnosis (settings RETRYOPS_DIAGNOSIS_*)."""
+
+    window: timedelta
+    min_resources: int
+    min_failures: int
+
+    @classmethod
+    def from_settings(cls) -> "DiagnosisRule":
+        return cls(window=timedelta(seconds=settings.RETRYOPS_DIAGNOSIS_WINDOW_SECONDS),
+                   min_resources=settings.RETRYOPS_DIAGNOSIS_MIN_RESOURCES,
+                   min_failures=settings.RETRYOPS_DIAGNOSIS_MIN_FAILURES)
+
+    def sentence(self) -> str:
+        minutes = self.window.total_seconds() / 60
+        return gettext(
+            "Environment when the signature of a resource's latest failure was also the latest failure of at least "
+            "%(resources)d resources of its pool (itself included) within %(minutes)s minutes of it; resource when it "
+            "failed %(failures)d or more times in a row while another resource of its pool succeeded within "
+            "%(minutes)s minutes before its latest failure, or since; unclear otherwise."
+        ) % {"resources": self.min_resources, "failures": self.min_failures, "minutes": f"{minutes:g}"}
+
+
+def _same_failure_nearby(rule: DiagnosisRule) -> QuerySet[Resource]:
+    """Resources of the outer row's pool whose latest failure had its signature within the window
+    around its latest failure (resource_failure_signature_idx), the outer row included."""
+    at = OuterRef("last_failure_at")
+    return Resource.objects.filter(
+        pool_id=OuterRef("pool_id"), last_failure_signature=OuterRef("last_failure_signature"),
+        last_failure_at__gte=at - rule.window, last_failure_at__lte=at + rule.window,
+    ).order_by()
+
+
+def _environment(rule: DiagnosisRule) -> Exists:
+    # EXISTS (... OFFSET n-1 LIMIT 1): at least n, reading n index entries at most, however many
+    # resources an outage hit.
+    return Exists(_same_failure_nearby(rule)[rule.min_resources - 1:rule.min_resources])
+
+
+def _pool_last_success() -> Subquery:
+    """When another resource of the outer row's pool last succeeded: the first entry of
+    resource_pool_success_idx read backwards (a bare EXISTS lets the planner pick a scan of the
+    pool that finds nothing slowly when nobody succeeded)."""
+    return Subquery(Resource.objects.filter(pool_id=OuterRef("pool_id"), last_success_at__isnull=False)
+                    .exclude(pk=OuterRef("pk")).order_by("-last_success_at").values("last_success_at")[:1])
+
+
+def _pool_succeeds(rule: DiagnosisRule) -> Q:
+    """Another resource of the outer row's pool succeeded within the window before its latest
+    failure, or since. Never NULL (a pool where nothing else succeeded compares as the epoch), so
+    that its negation in filter_diagnosis holds for that pool too."""
+    last_success = Coalesce(_pool_last_success(), Value(NEVER))
+    return Q(GreaterThanOrEqual(last_success, F("last_failure_at") - rule.window))
+
+
+def annotate_diagnosis(queryset: QuerySet[Resource], rule: DiagnosisRule | None = None) -> QuerySet[Resource]:
+    """`queryset` with `diagnosis` on each row: a Diagnosis value, or "" for a resource that is not
+    failing (its last use succeeded, or it never failed). Part of the rows' own query; PostgreSQL
+    evaluates it only for the rows it returns, and only probes indexes for failing ones."""
+    rule = rule or DiagnosisRule.from_settings()
+    return queryset.annotate(diagnosis=Case(
+        When(consecutive_failures=0, then=Value("")),
+        When(_environment(rule), then=Value(Diagnosis.ENVIRONMENT)),
+        When(Q(consecutive_failures__gte=rule.min_failures) & _pool_succeeds(rule), then=Value(Diagnosis.RESOURCE)),
+        default=Value(Diagnosis.UNCLEAR), output_field=CharField(),
+    ))
+
+
+def filter_diagnosis(queryset: QuerySet[Resource], diagnosis: str, rule: DiagnosisRule | None = None,
+                     ) -> QuerySet[Resource]:
+    """The resources of `queryset` with that diagnosis, as plain conditions (not a comparison with
+    the annotation), so PostgreSQL skips the resources that are not failing before any probe."""
+    rule = rule or DiagnosisRule.from_settings()
+    environment, succeeds = _environment(rule), _pool_succeeds(rule)
+    failing = queryset.filter(consecutive_failures__gt=0)
+    if diagnosis == Diagnosis.ENVIRONMENT:
+        return failing.filter(environment)
+    if diagnosis == Diagnosis.RESOURCE:
+        return failing.filter(~environment, succeeds, consecutive_failures__gte=rule.min_failures)
+    if diagnosis == Diagnosis.UNCLEAR:
+        return failing.filter(~environment).filter(Q(consecutive_failures__lt=rule.min_failures) | ~succeeds)
+    raise InvalidInput(f"diagnosis must be one of {', '.join(Diagnosis.values)}, got {diagnosis!r}",
+                       field="diagnosis")
+
+
+def diagnose(resources, rule: DiagnosisRule | None = None) -> dict[int, str]:
+    """{resource id: diagnosis} of a page of resources (instances or ids), in one query."""
+    ids = [r.pk if isinstance(r, Resource) else record_id(r, field="resources") for r in resources]
+    if not ids:
+        return {}
+    return dict(annotate_diagnosis(Resource.objects.filter(pk__in=ids), rule).values_list("pk", "diagnosis"))
+
+
+@dataclass(frozen=True)
+class DiagnosisReport:
+    """One resource's diagnosis with the figures behind it, for its page."""
+
+    diagnosis: str
+    signature: str
+    same_failure_resources: int
+    pool_succeeded_at: datetime | None
+    rule: DiagnosisRule
+
+    @property
+    def label(self) -> str:
+        return Diagnosis(self.diagnosis).label if self.diagnosis else ""
+
+    def explanation(self) -> str:
+        """Why, in a sentence, with this resource's figures."""
+        figures = {"n": self.same_failure_resources, "signature": self.signature, "failures": self.rule.min_failures,
+                   "minutes": f"{self.rule.window.total_seconds() / 60:g}",
+                   "success": when(self.pool_succeeded_at) if self.pool_succeeded_at else ""}
+        if self.diagnosis == "":
+            return gettext("Not failing: its last use succeeded, or it never failed.")
+        if self.diagnosis == Diagnosis.ENVIRONMENT:
+            return gettext("%(n)d resources of its pool failed last with “%(signature)s” within %(minutes)s minutes "
+                           "of its latest failure: the upstream or the network is the likelier cause.") % figures
+        if self.diagnosis == Diagnosis.RESOURCE:
+            return gettext("It keeps failing while another resource of its pool succeeded at %(success)s: the "
+                           "resource itself is the likelier cause.") % figures
+        return gettext("Unclear: %(n)d resource(s) of its pool failed last with its signature within %(minutes)s "
+                       "minutes, too few for the environment, and it has not failed %(failures)d times in a row while "
+                       "the rest of its pool succeeded.") % figures
+
+
+def diagnosis_report(resource: Resource | int, rule: DiagnosisRule | None = None) -> DiagnosisReport:
+    """A resource's diagnosis and the figures behind it (how many resources share its failure, when
+    its pool last succeeded without it), in one query."""
+    rule = rule or DiagnosisRule.from_settings()
+    resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
+    nearby = _same_failure_nearby(rule).values("pool_id").annotate(n=Count("*")).values("n")
+    row = (annotate_diagnosis(Resource.objects.filter(pk=resource_id), rule)
+           .annotate(same=Subquery(nearby), succeeded=_pool_last_success())
+           .values("diagnosis", "last_failure_signature", "same", "succeeded").first())
+    if row is None:
+        raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id)
+    return DiagnosisReport(diagnosis=row["diagnosis"], signature=row["last_failure_signature"] or "",
+                           same_failure_resources=row["same"] or 0, pool_succeeded_at=row["succeeded"], rule=rule)

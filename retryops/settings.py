@@ -160,6 +160,14 @@ RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
 # leaks memory or crashes takes only its work horse down). "rq.worker.SimpleWorker" runs about
 # five times more jobs per second by sharing one process between jobs (see README).
 RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
+# The console's diagnosis of a failing resource (resources.selectors.annotate_diagnosis):
+# "environment" when the signature of its latest failure was also the latest failure of at least
+# MIN_RESOURCES resources of its pool (itself included) within WINDOW_SECONDS of it; "resource"
+# when it failed MIN_FAILURES times in a row while another resource of its pool succeeded within
+# WINDOW_SECONDS before its latest failure, or since; "unclear" otherwise.
+RETRYOPS_DIAGNOSIS_WINDOW_SECONDS = env_int("RETRYOPS_DIAGNOSIS_WINDOW_SECONDS", 900, minimum=1)
+RETRYOPS_DIAGNOSIS_MIN_RESOURCES = env_int("RETRYOPS_DIAGNOSIS_MIN_RESOURCES", 5, minimum=2)
+RETRYOPS_DIAGNOSIS_MIN_FAILURES = env_int("RETRYOPS_DIAGNOSIS_MIN_FAILURES", 3, minimum=1)
 
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]

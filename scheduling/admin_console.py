@@ -290,7 +290,7 @@ class ResourceConsoleAdmin(ResourceAdmin):
         if not self.has_retry_resource_permission(request):
             return shown
         # Beside the state that calls for it: the end of a wide list is off screen.
-        at = shown.index("state") + 1 if "state" in shown else len(shown)
+        at = next((n + 1 for n, name in enumerate(shown) if name in ("state", "state_badge")), len(shown))
         return [*shown[:at], "retry_button", *shown[at:]]
 
     @admin.display(description=_("retry"))

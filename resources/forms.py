@@ -1,0 +1,42 @@
+"""The console's forms for pools and resources: they parse what an operator typed; the services
+decide what it may change."""
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from resources.models import Resource
+from retryops.jsonsafe import UnstorableValue, refuse_unstorable
+
+
+def storable_json_object(value, *, name: str) -> dict:
+    """A form's JSON field as an object PostgreSQL can store (empty: {}), or a ValidationError
+    naming the place. forms.JSONField reads NaN, Infinity and \\u0000, which jsonb refuses."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else repr(value)
+        raise forms.ValidationError(f"{name} must be a JSON object ({{...}}), got {kind}")
+    try:
+        return refuse_unstorable(value, name=name)
+    except UnstorableValue as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
+class ResourceForm(forms.ModelForm):
+    class Meta:
+        model = Resource
+        fields = ["pool", "key", "label", "attributes"]
+
+    def clean_attributes(self):
+        return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
+
+
+class ResourceActionForm(forms.Form):
+    """The reason an operator gives for a reset, a quarantine or a release from quarantine of the
+    resources listed on the confirmation page; the service refuses one it cannot store."""
+
+    reason = forms.CharField(label=_("Reason"), required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+
+    def __init__(self, *args, reason_required: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = reason_required
