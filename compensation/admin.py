@@ -7,9 +7,12 @@ from django.template.defaultfilters import truncatechars
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 
 from compensation import services
-from compensation.admin_bulk_replay import BulkReplayConsole, bulk_replay_like_these
+from compensation.admin_bulk_replay import BulkReplayConsole
+from compensation.admin_console import run_each
+from compensation.admin_dead_letters import DeadLetterConsole
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
@@ -20,20 +23,8 @@ from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
 
 
-def _run(modeladmin, request, queryset, verb: str, call) -> None:
-    """Call one service per selected row; report how many did and why the others did not."""
-    done, refused = 0, []
-    for pk in queryset.values_list("pk", flat=True):
-        try:
-            call(pk, request.user.get_username())
-            done += 1
-        except DomainError as exc:
-            refused.append(f"#{pk}: {exc}")
-    if done:
-        modeladmin.message_user(request, f"{verb} {done}", messages.SUCCESS)
-    if refused:
-        shown = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
-        modeladmin.message_user(request, f"{len(refused)} refused: {shown}", messages.ERROR)
+# compensation.admin_bulk_replay imports it by this name.
+_run = run_each
 
 
 class DlqInspectorPage:
@@ -58,7 +49,7 @@ class DlqInspectorPage:
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
+class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     """Every field is the services'; the actions change them, and the clean-up purges them."""
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at", "work_order",
@@ -68,31 +59,10 @@ class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
-    actions = ["replay", "replay_on_any_resource", "discard", "resolve", bulk_replay_like_these]
 
-    @admin.display(description="error signature")
+    @admin.display(description=_("error signature"))
     def short_signature(self, letter):
         return truncatechars(letter.error_signature, 80)
-
-    @admin.action(description="Replay on the same resource", permissions=["view"])
-    def replay(self, request, queryset):
-        _run(self, request, queryset, "replaying",
-             lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor))
-
-    @admin.action(description="Replay on any resource of the pool", permissions=["view"])
-    def replay_on_any_resource(self, request, queryset):
-        _run(self, request, queryset, "replaying",
-             lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=True))
-
-    @admin.action(description="Discard", permissions=["view"])
-    def discard(self, request, queryset):
-        _run(self, request, queryset, "discarded",
-             lambda pk, actor: services.discard_dead_letter(dead_letter=pk, actor=actor, reason="admin"))
-
-    @admin.action(description="Mark resolved", permissions=["view"])
-    def resolve(self, request, queryset):
-        _run(self, request, queryset, "resolved",
-             lambda pk, actor: services.resolve_dead_letter(dead_letter=pk, actor=actor, reason="admin"))
 
 
 class WorkOrderForm(forms.ModelForm):

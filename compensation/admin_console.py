@@ -1,0 +1,30 @@
+"""What the compensation console's ModelAdmins share: one service call per selected row, reported."""
+
+from django.contrib import messages
+from django.utils.translation import gettext
+
+from retryops.errors import DomainError
+
+# How many refusals one message spells out; the rest are counted.
+REFUSALS_SHOWN = 5
+
+
+def run_each(modeladmin, request, queryset, verb: str, call) -> None:
+    """Call one service per selected row (each its own transaction); report how many did and why
+    the others did not. `verb` says what was done ("discarded"), `call(pk, actor)` does it."""
+    done, refused = 0, []
+    for pk in queryset.values_list("pk", flat=True):
+        try:
+            call(pk, request.user.get_username())
+            done += 1
+        except DomainError as exc:
+            refused.append(f"#{pk}: {exc}")
+    if done:
+        modeladmin.message_user(request, gettext("%(verb)s %(count)d") % {"verb": verb, "count": done},
+                                messages.SUCCESS)
+    if refused:
+        shown = "; ".join(refused[:REFUSALS_SHOWN])
+        if len(refused) > REFUSALS_SHOWN:
+            shown += gettext("; and %(count)d more") % {"count": len(refused) - REFUSALS_SHOWN}
+        modeladmin.message_user(request, gettext("%(count)d refused: %(refusals)s") % {
+            "count": len(refused), "refusals": shown}, messages.ERROR)
