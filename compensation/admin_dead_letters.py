@@ -16,7 +16,7 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from compensation import services
@@ -39,17 +39,22 @@ SETTLE = {
     "discard": {
         "call": services.discard_dead_letter,
         "verb": _("Discard"),
-        "question": _("Discard these dead letters? Nothing replays them; they are kept until the clean-up purges "
-                      "them."),
-        "confirm": _("Yes, discard them"),
+        "question": ngettext_lazy(
+            "Discard this dead letter? Nothing replays it; it is kept until the clean-up purges it.",
+            "Discard these %(count)d dead letters? Nothing replays them; they are kept until the clean-up purges "
+            "them.", "count"),
+        "confirm": ngettext_lazy("Yes, discard it", "Yes, discard them", "count"),
         "done": _("discarded"),
         "done_one": _("Discarded %(letter)s."),
     },
     "resolve": {
         "call": services.resolve_dead_letter,
         "verb": _("Mark resolved"),
-        "question": _("Mark these dead letters resolved? Say how they were taken care of outside a replay."),
-        "confirm": _("Yes, mark them resolved"),
+        "question": ngettext_lazy(
+            "Mark this dead letter resolved? Say how it was taken care of outside a replay.",
+            "Mark these %(count)d dead letters resolved? Say how they were taken care of outside a replay.",
+            "count"),
+        "confirm": ngettext_lazy("Yes, mark it resolved", "Yes, mark them resolved", "count"),
         "done": _("resolved"),
         "done_one": _("Marked %(letter)s resolved."),
     },
@@ -159,9 +164,11 @@ class DeadLetterConsole:
             run_each(self, request, queryset, str(words["done"]),
                      lambda pk, actor: words["call"](dead_letter=pk, actor=actor, reason=reason))
             return None
+        count = queryset.count()
         context = self._context(
-            request, words["verb"], letters=queryset.select_related("resource")[:LISTED], count=queryset.count(),
-            form=form, question=words["question"], confirm=words["confirm"], verb=words["verb"], action=how,
+            request, words["verb"], letters=queryset.select_related("resource")[:LISTED], count=count, form=form,
+            question=words["question"] % {"count": count}, confirm=words["confirm"] % {"count": count},
+            verb=words["verb"], action=how,
             selected=request.POST.getlist(ACTION_CHECKBOX_NAME), select_across=request.POST.get("select_across", "0"),
             action_checkbox_name=ACTION_CHECKBOX_NAME, back_url=reverse("admin:compensation_deadletter_changelist"))
         return TemplateResponse(request, self.confirmation_template, context)
@@ -209,7 +216,7 @@ class DeadLetterConsole:
         actor = request.user.get_username()
         return self._confirm_one(
             request, letter, ReasonForm(request.POST if request.method == "POST" else None),
-            verb=words["verb"], question=words["question"], confirm=words["confirm"],
+            verb=words["verb"], question=words["question"] % {"count": 1}, confirm=words["confirm"] % {"count": 1},
             call=lambda data: words["call"](dead_letter=letter.pk, actor=actor, reason=data["reason"]),
             done=lambda settled: words["done_one"] % {"letter": settled})
 

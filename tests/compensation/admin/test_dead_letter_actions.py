@@ -26,7 +26,7 @@ def page_url(letter, verb: str) -> str:
 def test_discard_from_the_list_asks_for_a_reason_and_changes_nothing_yet(carol, letters):
     response = act(carol, "discard", letters[:2])
     assert response.status_code == 200
-    assert "Discard these dead letters?" in response.content.decode()
+    assert "Discard these 2 dead letters?" in response.content.decode()
     assert [str(d) for d in response.context["letters"]] == [str(d) for d in sorted(letters[:2], key=lambda d: -d.pk)]
     assert states(letters) == ["open", "open", "open"]
 
