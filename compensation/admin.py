@@ -60,6 +60,8 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     list_select_related = ("resource", "work_order")
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
+    # A facet count per flow and pool would count the queue once per choice on every page.
+    show_facets = admin.ShowFacets.NEVER
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
 
     @admin.display(description=_("error signature"))

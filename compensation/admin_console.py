@@ -1,8 +1,14 @@
-"""What the compensation console's ModelAdmins share: one service call per selected row, reported."""
+"""What the compensation console's ModelAdmins share: one service call per selected row, reported;
+the link to an object's audit log."""
+
+from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.db import models
+from django.urls import reverse
 from django.utils.translation import gettext
 
+from audit.services import target_of
 from retryops.errors import DomainError
 
 # How many refusals one message spells out; the rest are counted.
@@ -28,3 +34,12 @@ def run_each(modeladmin, request, queryset, verb: str, call) -> None:
             shown += gettext("; and %(count)d more") % {"count": len(refused) - REFUSALS_SHOWN}
         modeladmin.message_user(request, gettext("%(count)d refused: %(refusals)s") % {
             "count": len(refused), "refusals": shown}, messages.ERROR)
+
+
+def audit_url(request, obj: models.Model) -> str:
+    """The audit log of one object (audit_target_history_idx), for a user who may read it."""
+    if not request.user.has_perm("audit.view_auditentry"):
+        return ""
+    target = target_of(obj)
+    query = urlencode({"target_type": target.type, "target_id": target.id})
+    return f"{reverse('admin:audit_auditentry_changelist')}?{query}"

@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation import services
 from compensation.admin_bulk_replay import bulk_replay_like_these
-from compensation.admin_console import run_each
+from compensation.admin_console import audit_url, run_each
 from compensation.choices import DeadLetterState
 from compensation.flags import dlq_inspector_on
 from compensation.forms import ReasonForm, ReplayForm
@@ -221,6 +221,8 @@ class DeadLetterConsole:
             done=lambda settled: words["done_one"] % {"letter": settled})
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context["console_audit_url"] = audit_url(request, obj)
         if obj is not None and obj.state == DeadLetterState.OPEN:
             replay, discard = self.has_replay_permission(request), self.has_discard_permission(request)
             context.update(

@@ -19,6 +19,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from compensation import services
+from compensation.admin_console import audit_url
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
 from compensation.admin_runbooks import run_buttons
 from compensation.choices import DeadLetterState
@@ -176,6 +177,7 @@ class WorkOrderConsole:
             notifications = notifications_of(obj, limit=NOTIFICATIONS_SHOWN)
             context.update(
                 console=True,
+                console_audit_url=audit_url(request, obj),
                 console_transitions=self.transitions_for(request, obj),
                 console_clocks=[clock_row(clock) for clock in sla_clocks(obj)],
                 console_dead_letters=dead_letters_summary(

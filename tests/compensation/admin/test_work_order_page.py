@@ -164,3 +164,14 @@ def test_notes_the_service_refuses_are_said_on_the_page_and_nothing_is_saved(car
     response = carol.post(url, {"assignee": "", "runbook": "", "notes": "x" * 20001, "resolution": ""}, follow=True)
     assert said(response) == "Nothing saved: notes is 20001 characters long; at most 20000 fit"
     assert WorkOrder.objects.get(pk=order.pk).notes == ""
+
+
+def test_the_page_links_to_the_work_orders_audit_log(admin_client, order):
+    services.acknowledge_work_order(work_order=order, actor="carol")
+    url = page(admin_client, order).context["console_audit_url"]
+    entries = admin_client.get(url).context["cl"].result_list
+    assert [(e.action, e.target_id) for e in entries] == [("work_order.transition", str(order.pk))]
+
+
+def test_the_audit_log_link_is_not_offered_to_who_may_not_read_it(carol, order):
+    assert page(carol, order).context["console_audit_url"] == ""
