@@ -271,6 +271,9 @@ class RunbookRunAdmin(admin.ModelAdmin):
                 self.message_user(request, gettext("rejected %(run)s") % {"run": run}, messages.SUCCESS)
                 return self._back(run)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "run": run, "form": form,
-                   "title": gettext("Reject %(run)s") % {"run": run},
+                   "title": gettext("Reject %(run)s") % {"run": run}, "confirm": gettext("Yes, reject it"),
+                   "question": gettext("Reject %(run)s (%(runbook)s / %(action)s, requested by %(who)s)? It will "
+                                       "never run.") % {"run": run, "runbook": run.runbook, "action": run.action,
+                                                        "who": run.requested_by},
                    "back_url": reverse("admin:compensation_workorder_change", args=[run.work_order_id])}
         return TemplateResponse(request, "admin/compensation/runbookrun/reject.html", context)

@@ -159,7 +159,7 @@ class WorkOrderConsole:
                     "order": moved, "state": moved.get_state_display().lower()}, messages.SUCCESS)
                 return HttpResponseRedirect(back)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "order": order, "form": form,
-                   "title": f"{page['label']}: {order}", "verb": page["label"], "back_url": back,
+                   "title": f"{page['label']}: {order}", "verb": page["label"], "confirm": page["label"], "back_url": back,
                    "question": page["question"] % {"order": order}}
         return TemplateResponse(request, "admin/compensation/workorder/transition.html", context)
 
