@@ -52,14 +52,6 @@ def test_resolve_confirmed_with_a_reason_resolves_them(carol, letters):
     assert AuditEntry.objects.filter(action="dead_letter.resolve", reason="charged by hand").count() == 3
 
 
-def test_a_dead_letter_no_longer_open_is_refused_with_the_reason_and_the_others_go_ahead(carol, letters):
-    act(carol, "resolve", letters[:1], post="yes", reason="charged by hand")
-    response = act(carol, "discard", letters[:2], post="yes", reason="duplicates")
-    assert said(response) == (f"discarded 1 | 1 refused: #{letters[0].pk}: cannot mark {letters[0]} discarded: "
-                              "it is resolved; only an open one can be")
-    assert states(letters) == ["resolved", "discarded", "open"]
-
-
 @pytest.mark.parametrize("action", ["discard", "resolve"])
 def test_settling_from_the_list_without_the_permission_is_refused_and_changes_nothing(dave, letters, action):
     response = act(dave, action, letters, post="yes", reason="not mine to decide")

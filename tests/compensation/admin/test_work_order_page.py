@@ -4,14 +4,11 @@ its transitions (a confirmation page each, through the services, with the change
 from datetime import timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audit.models import AuditEntry
 from compensation import services
 from compensation.models import WorkOrder
-from compensation.services.runbooks import request_runbook_action
 from tests.compensation.admin.conftest import said, states
 
 pytestmark = pytest.mark.django_db
@@ -78,20 +75,6 @@ def test_the_page_shows_what_the_on_call_was_told(carol, order):
     told = [(n.channel, n.event, n.state) for n in response.context["console_notifications"]]
     assert sorted(told) == [("pagerduty", "trigger", "skipped"), ("slack", "trigger", "skipped")]
     assert "Skipped (channel not configured)" in response.content.decode()
-
-
-def test_the_page_costs_the_same_queries_with_one_run_as_with_many(carol, order):
-    def request(n):
-        request_runbook_action(work_order=order, runbook="replay-after-upstream-outage", action="resolve_dead_letters",
-                               input={"reason": f"applied upstream {n}"}, token=f"tok-{n}", actor="erin")
-    request(0)
-    with CaptureQueriesContext(connection) as one:
-        page(carol, order)
-    for n in range(1, 6):
-        request(n)
-    with CaptureQueriesContext(connection) as many:
-        page(carol, order)
-    assert len(many) == len(one)
 
 
 def test_an_open_work_order_offers_the_transitions_its_state_allows(carol, order):
