@@ -3,6 +3,7 @@
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import (
     WORK_ORDER_LIVE,
@@ -123,6 +124,12 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The console's actions on dead letters (compensation.admin checks them on the server);
+        # discarding covers resolving too: both settle a dead letter without a replay.
+        permissions = [
+            ("replay_deadletter", _("Can replay a dead letter")),
+            ("discard_deadletter", _("Can discard or resolve a dead letter")),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=DeadLetterState.values), name="dead_letter_state_valid"),
             models.CheckConstraint(

@@ -4,11 +4,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Max, Min, QuerySet
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
 from compensation.models import DeadLetter, WorkOrder
+from compensation.notifications_models import Notification
+from compensation.runbook_models import RunbookRun
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,66 @@ def sla_of(order: WorkOrder, *, now: datetime | None = None) -> Sla:
     live = order.state in WORK_ORDER_LIVE
     acknowledged = order.acknowledged_at or (now if live else None)
     compensated = order.compensated_at or (now if live else None)
-    limits = {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
-              "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
-              "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
     took = {"notice": _seconds(start, order.created_at), "acknowledge": _seconds(start, acknowledged),
             "compensate": _seconds(start, compensated)}
-    breached = tuple(clock for clock, limit in limits.items() if took[clock] is not None and took[clock] > limit)
+    breached = tuple(clock for clock, limit in sla_limits().items()
+                     if took[clock] is not None and took[clock] > limit)
     return Sla(took["notice"], took["acknowledge"], took["compensate"], breached)
+
+
+def sla_limits() -> dict[str, int]:
+    """Each SLA clock's limit in seconds, in the order the clocks stop."""
+    return {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
+            "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
+            "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
+
+
+@dataclass(frozen=True)
+class SlaClock:
+    """One SLA clock of a work order as an operator reads it: from its first dead letter (its
+    opening, for one opened by hand) to the step the clock is named after."""
+
+    name: str
+    started_at: datetime
+    # When the step was taken; None while the clock runs, or when the work order ended without it.
+    stopped_at: datetime | None
+    # Until the step, or until now while it runs; None when the work order ended without the step.
+    seconds: float | None
+    limit: int
+    # Past its limit: now, or when it stopped.
+    breached: bool
+    # When it ran out, as compensation.services.escalation marked it (and paged the on-call).
+    marked_at: datetime | None
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_at is None and self.seconds is not None
+
+
+def sla_clocks(order: WorkOrder, *, now: datetime | None = None) -> list[SlaClock]:
+    """The three clocks of sla_of (notice: dead letter -> opened; acknowledge; compensate), each
+    with its limit and the breach escalation marked, for the work order's page."""
+    sla = sla_of(order, now=now)
+    stops = {"notice": order.created_at, "acknowledge": order.acknowledged_at, "compensate": order.compensated_at}
+    return [SlaClock(name=name, started_at=order.first_dead_at or order.created_at, stopped_at=stops[name],
+                     seconds=getattr(sla, f"{name}_seconds"), limit=limit, breached=name in sla.breached,
+                     marked_at=getattr(order, f"{name}_breached_at"))
+            for name, limit in sla_limits().items()]
+
+
+def dead_letter_states_of(order: WorkOrder) -> dict[str, int]:
+    """How many of a work order's dead letters are in each state: one GROUP BY on its foreign key."""
+    return dict(DeadLetter.objects.filter(work_order=order).order_by().values_list("state").annotate(Count("id")))
+
+
+def notifications_of(order: WorkOrder, *, limit: int) -> list[Notification]:
+    """What the on-call was told about a work order, newest first (notification_subject_idx)."""
+    return list(Notification.objects.filter(subject_id=order.pk).order_by("-id")[:limit])
+
+
+def runbook_runs_of(order: WorkOrder, *, limit: int) -> list[RunbookRun]:
+    """A work order's runbook runs, newest first."""
+    return list(order.runbook_runs.order_by("-id")[:limit])
 
 
 def live_work_orders() -> QuerySet[WorkOrder]:
@@ -58,11 +114,29 @@ def unacknowledged_past(*, now: datetime | None = None) -> QuerySet[WorkOrder]:
     return WorkOrder.objects.filter(state=WorkOrderState.OPEN, first_dead_at__lt=limit)
 
 
-def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING)) -> list[dict]:
-    """The DLQ by flow and error signature: how many in each state group, oldest and newest death."""
-    return list(DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
-                .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"))
-                .order_by("-count", "flow", "error_signature"))
+def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING),
+                              limit: int | None = None) -> list[dict]:
+    """The DLQ by flow and error signature, biggest group first: how many in `states`, the oldest
+    and newest death, and the ids of the work orders they are on (usually one: the live work order
+    of that flow and signature). One GROUP BY, whatever the number of groups."""
+    rows = (DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
+            .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"),
+                      work_orders=ArrayAgg("work_order_id", distinct=True, filter=Q(work_order__isnull=False)))
+            .order_by("-count", "flow", "error_signature"))
+    rows = list(rows if limit is None else rows[:limit])
+    for row in rows:
+        row["work_orders"] = sorted(row["work_orders"] or ())  # NULL when none of the group has one
+    return rows
+
+
+def open_dead_letter_groups(*, limit: int) -> list[dict]:
+    """The open dead letters by flow and error signature (dead_letters_by_signature), the biggest
+    `limit` groups, each with its work orders as rows: two queries whatever the number of groups."""
+    groups = dead_letters_by_signature(states=(DeadLetterState.OPEN,), limit=limit)
+    orders = WorkOrder.objects.in_bulk({pk for group in groups for pk in group["work_orders"]})
+    for group in groups:
+        group["work_orders"] = [orders[pk] for pk in group["work_orders"] if pk in orders]
+    return groups
 
 
 def _queues() -> dict:
