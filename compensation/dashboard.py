@@ -31,7 +31,7 @@ RECENT = timedelta(minutes=10)
 HOURS = 24
 
 # The chart's drawing, in SVG user units (it scales to the panel's width).
-WIDTH, HEIGHT = 720, 180
+WIDTH, HEIGHT = 960, 200
 LEFT, RIGHT, TOP, BOTTOM = 40, 8, 10, 22
 OUTCOMES = ("succeeded", "failed", "dead")  # bottom to top
 CLOCK_NAMES = {"notice": gettext_lazy("notice"), "acknowledge": gettext_lazy("acknowledge"),
@@ -73,7 +73,9 @@ def chart(per_hour: list[dict]) -> dict:
                 segments.append({"outcome": outcome, "y": round(base, 1), "height": height})
         bars.append({"x": x, "segments": segments, "start": start, "end": end, **{o: row[o] for o in OUTCOMES},
                      "title": f"{start:%H:%M}–{end:%H:%M}: {_outcome_words(row)}",
-                     "label": f"{start:%H:%M}" if i % 3 == 0 else "", "label_x": round(x + bar_width / 2, 1)})
+                     # Every third hour, counted back from the current one, which is always labelled.
+                     "label": f"{start:%H:%M}" if (len(per_hour) - 1 - i) % 3 == 0 else "",
+                     "label_x": round(x + bar_width / 2, 1)})
     gridlines = [{"value": value, "y": round(HEIGHT - BOTTOM - value / top * plot_height, 1)}
                  for value in sorted({0, top // 2 if top >= 2 else 0, top})]
     totals = {o: sum(row[o] for row in per_hour) for o in OUTCOMES}

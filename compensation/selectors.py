@@ -151,7 +151,7 @@ def live_work_order_board(*, now: datetime | None = None, limit: int = 5) -> dic
         **{state: Count("pk", filter=Q(state=state)) for state in WORK_ORDER_LIVE},
         **{f"past_{clock}": Count("pk", filter=condition) for clock, condition in past.items()},
         past_any=Count("pk", filter=past_any))
-    worst = live.filter(past_any).select_related("pool").order_by("sla_start", "id")[:limit]
+    worst = live.filter(past_any).order_by("sla_start", "id")[:limit]
     return {
         "live": sum(counts[state] for state in WORK_ORDER_LIVE),
         "by_state": {state: counts[state] for state in WORK_ORDER_LIVE},
