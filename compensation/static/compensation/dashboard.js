@@ -11,6 +11,7 @@
   let seconds = 5; // until the first fragment says otherwise (data-refresh-seconds)
   let refreshedAt = null; // the server's time of the figures shown
   let timer = null;
+  let busy = false; // a request is under way: never two at once
 
   function say(template) {
     warning.textContent = template.replace("%(time)s", refreshedAt || "–").replace("%(seconds)s", seconds);
@@ -20,6 +21,7 @@
 
   async function refresh() {
     timer = null;
+    busy = true;
     // A request that hangs must not stop the loop: give up after two intervals.
     const abort = new AbortController();
     const giveUp = setTimeout(() => abort.abort(), seconds * 2000);
@@ -35,7 +37,11 @@
       if (!response.ok) {
         throw new Error(String(response.status));
       }
-      body.innerHTML = await response.text();
+      const html = await response.text();
+      // What the operator opened (the chart's table) stays open across refreshes.
+      const open = [...body.querySelectorAll("details[data-keep]")].filter((d) => d.open).map((d) => d.dataset.keep);
+      body.innerHTML = html;
+      body.querySelectorAll("details[data-keep]").forEach((d) => { d.open = open.includes(d.dataset.keep); });
       const figures = body.querySelector(".ops-dash");
       if (figures) {
         refreshedAt = figures.dataset.refreshed;
@@ -47,19 +53,20 @@
       say(refreshedAt ? panel.dataset.stale : panel.dataset.never);
     } finally {
       clearTimeout(giveUp);
+      busy = false;
       schedule();
     }
   }
 
   function schedule() {
     // A hidden tab asks for nothing; it refreshes as soon as it is shown again.
-    if (timer === null && !document.hidden) {
+    if (timer === null && !busy && !document.hidden) {
       timer = setTimeout(refresh, seconds * 1000);
     }
   }
 
   document.addEventListener("visibilitychange", () => {
-    if (!document.hidden && timer === null) {
+    if (!document.hidden && timer === null && !busy) {
       refresh();
     }
   });

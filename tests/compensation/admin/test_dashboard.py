@@ -114,6 +114,17 @@ def test_retry_outcomes_fall_into_the_hour_they_ended_in_over_the_last_24_hours(
                                                                                     microsecond=0)
 
 
+def test_the_hours_are_labelled_in_the_operators_time_zone(admin_client, settings):
+    settings.TIME_ZONE = "Asia/Shanghai"
+
+    context = figures(admin_client).context
+    bars = context["chart"]["bars"]
+
+    current_hour = timezone.localtime(context["now"], timezone.get_fixed_timezone(8 * 60)).strftime("%H:00")
+    assert bars[-1]["label"] == current_hour
+    assert bars[-1]["title"].startswith(f"{current_hour}–")
+
+
 def test_each_hours_bar_says_its_figures_in_its_title_and_in_the_table(admin_client):
     ended_retry("task.retry.succeeded", at=timezone.now())
     ended_retry("task.retry.scheduled", at=timezone.now())
