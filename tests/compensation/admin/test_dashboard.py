@@ -101,17 +101,20 @@ def test_retry_outcomes_fall_into_the_hour_they_ended_in_over_the_last_24_hours(
     ended_retry("task.retry.succeeded", at=now - timedelta(hours=3))
     ended_retry("task.retry.succeeded", at=now - timedelta(hours=3))
     ended_retry("task.retry.scheduled", at=now - timedelta(hours=3))
-    ended_retry("task.dead", at=now - timedelta(hours=23), attempt=3)
+    ended_retry("task.dead", at=now - timedelta(hours=22), attempt=3)
     ended_retry("task.retry.succeeded", at=now - timedelta(hours=24))  # before the first hour shown
 
     bars = figures(admin_client).context["chart"]["bars"]
 
-    counts = [(bar["succeeded"], bar["failed"], bar["dead"]) for bar in bars]
-    assert len(bars) == 24
-    assert counts[23] == (1, 0, 0) and counts[20] == (2, 1, 0) and counts[0] == (0, 0, 1)
-    assert sum(map(sum, counts)) == 5
-    assert bars[20]["start"] == timezone.localtime(now - timedelta(hours=3)).replace(minute=0, second=0,
-                                                                                    microsecond=0)
+    def hour_of(at):
+        return timezone.localtime(at).replace(minute=0, second=0, microsecond=0)
+
+    by_hour = {bar["start"]: (bar["succeeded"], bar["failed"], bar["dead"]) for bar in bars}
+    assert len(bars) == 24 and list(by_hour) == sorted(by_hour)
+    assert by_hour[hour_of(now)] == (1, 0, 0)
+    assert by_hour[hour_of(now - timedelta(hours=3))] == (2, 1, 0)
+    assert by_hour[hour_of(now - timedelta(hours=22))] == (0, 0, 1)
+    assert sum(map(sum, by_hour.values())) == 5
 
 
 def test_the_hours_are_labelled_in_the_operators_time_zone(admin_client, settings):
