@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('compensation', '0004_escalation'),
+        ('compensation', '0005_bulk_replay_rate_from_one'),
     ]
 
     operations = [
