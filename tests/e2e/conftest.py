@@ -34,11 +34,13 @@ PASSWORD = "e2e-pw-carol"
 # Long enough for a slow CI machine's first page, short enough that a missing element fails soon.
 TIMEOUT_MS = 15_000
 
-# The operator's permissions. replay_deadletter is the DLQ console's (issue 9), not on main yet:
-# a codename that does not exist grants nothing.
+# The operator's permissions: every view (the timelines' inlines need their own), retry and replay.
+# replay_deadletter is the DLQ console's (issue 9), not on main yet: a codename that does not exist
+# grants nothing.
 OPERATOR = [
-    "view_resource", "view_resourcepool", "view_task", "view_attempt", "view_retrypolicy", "view_batchconfig",
-    "view_deadletter", "view_workorder", "retry_resource", "cancel_task", "run_task_now", "replay_deadletter",
+    "view_resource", "view_resourcepool", "view_resourceevent", "view_task", "view_taskevent", "view_attempt",
+    "view_retrypolicy", "view_retrypolicychange", "view_batchconfig", "view_deadletter", "view_workorder",
+    "retry_resource", "cancel_task", "run_task_now", "replay_deadletter",
 ]
 
 
@@ -55,15 +57,15 @@ def _missing(reason: str):
     pytest.skip(f"{reason}; install it (apt-get install chromium) or let .ci/run do it")
 
 
+_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     report = yield
     if call.when == "call" and call.excinfo is not None:
         item.stash[_FAILED] = True  # also an expected failure (xfail): its page is worth seeing
     return report
-
-
-_FAILED = pytest.StashKey[bool]()
 
 
 @pytest.fixture(scope="package")
@@ -96,7 +98,7 @@ def browser():
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:120]
 
 
 class Screens:
@@ -117,6 +119,9 @@ class Screens:
         return page
 
     def shot(self, page, step: str) -> None:
+        # A click that navigates returns before the new page has loaded: a full-page picture
+        # taken then is cut at the height rendered so far.
+        page.wait_for_load_state()
         self.count += 1
         self.folder.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=self.folder / f"{self.count:02d}-{_slug(step)}.png", full_page=True)
