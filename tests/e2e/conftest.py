@@ -31,7 +31,8 @@ from tests.scheduling.helpers import work
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PASSWORD = "e2e-pw-carol"
-# Long enough for a slow CI machine's first page, short enough that a missing element fails soon.
+# Every wait (actions and expect): long enough for a slow CI machine's first page, short enough
+# that a missing element fails soon.
 TIMEOUT_MS = 15_000
 
 # The operator's permissions: every view (the timelines' inlines need their own), retry and replay.
@@ -79,11 +80,12 @@ def browser():
     if not os.path.exists(CHROMIUM):
         _missing(f"{CHROMIUM} is missing (Debian's chromium package)")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         _missing("the playwright package is missing (pip install -e '.[dev]')")
     unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    expect.set_options(timeout=TIMEOUT_MS)
     playwright = sync_playwright().start()
     try:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
@@ -127,11 +129,13 @@ class Screens:
         page.screenshot(path=self.folder / f"{self.count:02d}-{_slug(step)}.png", full_page=True)
 
     def close(self, *, failed: bool) -> None:
-        for page in self.pages if failed else ():
-            if not page.is_closed():
-                self.shot(page, "failed")
-        for context in self.contexts:
-            context.close()
+        try:
+            for page in self.pages if failed else ():
+                if not page.is_closed():
+                    self.shot(page, "failed")
+        finally:
+            for context in self.contexts:
+                context.close()
 
 
 @pytest.fixture
