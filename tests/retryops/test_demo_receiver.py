@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from compensation.notifiers import Message, PagerDutyNotifier, SlackNotifier
 from retryops.management.commands.demo_receiver import (
@@ -111,3 +113,10 @@ def test_the_command_serves_until_sigterm(unused_port):
     finally:
         receiver.kill()
         receiver.wait(timeout=10)
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_an_error_naming_the_option(port):
+    with pytest.raises(CommandError, match=f"--port must be from 0 to 65535, got {port}"):
+        call_command("demo_receiver", "--port", port)
+

@@ -130,6 +130,8 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, keep, **options):
         if keep < 1:
             raise CommandError(f"--keep must be at least 1, got {keep}")
+        if not 0 <= port <= 65535:
+            raise CommandError(f"--port must be from 0 to 65535, got {port}")
         try:
             server = Receiver((host, port), keep=keep, log=self.log)
         except OSError as exc:

@@ -5,7 +5,8 @@ import pytest
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import IllegalTransition
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter, Notification, WorkOrder
+from compensation.notifiers import NOTIFIERS
 from scheduling import services as scheduling
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.models import Task, TaskEvent
@@ -54,13 +55,16 @@ def test_a_second_delivery_of_a_death_makes_no_second_dead_letter(pool, instant_
 
 
 @pytest.mark.django_db
-def test_a_burst_of_a_thousand_deaths_of_one_signature_is_one_work_order(pool, instant_policy):
+def test_a_burst_of_a_thousand_deaths_of_one_signature_is_one_work_order_and_one_page(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=1000)
     while services.collect_dead_letters():
         pass
     order = WorkOrder.objects.get()
     assert (order.dead_letter_count, order.dead_letters.count()) == (1000, 1000)
     assert order.first_dead_at <= order.last_dead_at
+    # One trigger per channel (sent, or recorded as skipped where no channel is configured).
+    assert sorted(Notification.objects.values_list("channel", "event")) == sorted(
+        (channel, "trigger") for channel in NOTIFIERS)
 
 
 @pytest.mark.django_db
