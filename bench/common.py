@@ -14,20 +14,22 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench_database_url(app_url: str) -> str:
-    """The URL of the benchmark database beside the app's database at `app_url`."""
+def bench_database_url(app_url: str, suffix: str = "_bench") -> str:
+    """The URL of the benchmark database beside the app's database at `app_url`; a benchmark
+    that empties tables others keep passes its own `suffix` (`_bench_dlq`)."""
     parts = urlsplit(app_url)
     name = parts.path.lstrip("/") or "retryops"
-    return urlunsplit(parts._replace(path=f"/{name}_bench"))
+    return urlunsplit(parts._replace(path=f"/{name}{suffix}"))
 
 
-def setup_django() -> None:
-    """Point Django at the benchmark database, create and migrate it, then set Django up."""
+def setup_django(suffix: str = "_bench") -> None:
+    """Point Django at the benchmark database (the app's name + `suffix`), create and migrate it,
+    then set Django up."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
     from retryops import devservices
 
-    url = bench_database_url(devservices.database_url(create=False))
+    url = bench_database_url(devservices.database_url(create=False), suffix)
     devservices.ensure_database(url)
     # Worker processes a benchmark starts inherit it from here.
     os.environ["DATABASE_URL"] = url

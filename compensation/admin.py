@@ -3,14 +3,20 @@ goes through compensation.services (actions and save_model); the columns they ow
 
 from django import forms
 from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from compensation import services
-from compensation.admin_bulk_replay import BulkReplayConsole, bulk_replay_like_these
+from compensation.admin_bulk_replay import BulkReplayConsole
+from compensation.admin_console import run_each
+from compensation.admin_dead_letters import DeadLetterConsole
 from compensation.admin_runbooks import RunbooksOnWorkOrder
+from compensation.admin_work_orders import WorkOrderConsole
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
@@ -19,21 +25,8 @@ from compensation.services.escalation import CLOCKS
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
 
-
-def _run(modeladmin, request, queryset, verb: str, call) -> None:
-    """Call one service per selected row; report how many did and why the others did not."""
-    done, refused = 0, []
-    for pk in queryset.values_list("pk", flat=True):
-        try:
-            call(pk, request.user.get_username())
-            done += 1
-        except DomainError as exc:
-            refused.append(f"#{pk}: {exc}")
-    if done:
-        modeladmin.message_user(request, f"{verb} {done}", messages.SUCCESS)
-    if refused:
-        shown = "; ".join(refused[:5]) + (f"; and {len(refused) - 5} more" if len(refused) > 5 else "")
-        modeladmin.message_user(request, f"{len(refused)} refused: {shown}", messages.ERROR)
+# compensation.admin_bulk_replay imports it by this name.
+_run = run_each
 
 
 class DlqInspectorPage:
@@ -58,7 +51,7 @@ class DlqInspectorPage:
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
+class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     """Every field is the services'; the actions change them, and the clean-up purges them."""
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at", "work_order",
@@ -67,32 +60,13 @@ class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
     list_select_related = ("resource", "work_order")
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
+    # A facet count per flow and pool would count the queue once per choice on every page.
+    show_facets = admin.ShowFacets.NEVER
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
-    actions = ["replay", "replay_on_any_resource", "discard", "resolve", bulk_replay_like_these]
 
-    @admin.display(description="error signature")
+    @admin.display(description=_("error signature"))
     def short_signature(self, letter):
         return truncatechars(letter.error_signature, 80)
-
-    @admin.action(description="Replay on the same resource", permissions=["view"])
-    def replay(self, request, queryset):
-        _run(self, request, queryset, "replaying",
-             lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor))
-
-    @admin.action(description="Replay on any resource of the pool", permissions=["view"])
-    def replay_on_any_resource(self, request, queryset):
-        _run(self, request, queryset, "replaying",
-             lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=True))
-
-    @admin.action(description="Discard", permissions=["view"])
-    def discard(self, request, queryset):
-        _run(self, request, queryset, "discarded",
-             lambda pk, actor: services.discard_dead_letter(dead_letter=pk, actor=actor, reason="admin"))
-
-    @admin.action(description="Mark resolved", permissions=["view"])
-    def resolve(self, request, queryset):
-        _run(self, request, queryset, "resolved",
-             lambda pk, actor: services.resolve_dead_letter(dead_letter=pk, actor=actor, reason="admin"))
 
 
 class WorkOrderForm(forms.ModelForm):
@@ -104,7 +78,7 @@ class WorkOrderForm(forms.ModelForm):
 
 
 @admin.register(WorkOrder)
-class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
+class WorkOrderAdmin(WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):
     form = WorkOrderForm
     list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
                     "acknowledged_at", "compensated_at")
@@ -113,39 +87,43 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
     search_fields = ("=id", "title", "error_signature", "assignee")
     show_full_result_count = False
     actions = ["acknowledge", "start", "compensate", "close", "cancel"]
-    _OWNED = ("state", "source", "error_signature", "opened_by", "dead_letter_count", "first_dead_at",
-              "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at", "ended_at",
-              "notice_breached_at", "acknowledge_breached_at", "compensate_breached_at", "updated_at", "sla")
+    # What an operator types on a live work order; the rest is the services'.
+    _TYPED = ("assignee", "runbook", "notes", "resolution")
+    _TIMES = ("first_dead_at", "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at",
+              "ended_at", "notice_breached_at", "acknowledge_breached_at", "compensate_breached_at", "updated_at")
+    _OWNED = ("title", "flow", "pool", "state", "source", "error_signature", "opened_by", "dead_letter_count",
+              *_TIMES, "runbooks_panel")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        panels = ("runbooks_panel", "runbook_runs_panel")  # RunbooksOnWorkOrder's
-        if obj.state in WORK_ORDER_LIVE:
-            return ("title", "flow", "pool", *self._OWNED, *panels)
-        return ("title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED, *panels)
+        return self._OWNED if obj.state in WORK_ORDER_LIVE else (*self._OWNED, *self._TYPED)
 
-    def get_fields(self, request, obj=None):
+    def get_fieldsets(self, request, obj=None):
         if obj is None:
-            return ["title", "flow", "pool", "assignee", "runbook", "notes"]
-        return ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution", *self._OWNED,
-                "runbooks_panel", "runbook_runs_panel"]
+            return [(None, {"fields": ["title", "flow", "pool", "assignee", "runbook", "notes"]})]
+        # The state, the clocks, the dead letters and the runs are above the form (WorkOrderConsole).
+        return [
+            (None, {"fields": ["title", ("flow", "pool"), "error_signature", ("source", "opened_by"), *self._TYPED]}),
+            (_("Runbooks"), {"fields": ["runbooks_panel"]}),
+            (_("Times"), {"classes": ["collapse"], "fields": ["dead_letter_count", *self._TIMES]}),
+        ]
 
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.display(description="SLA")
+    @admin.display(description=_("SLA"))
     def sla(self, order):
         """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
         each ran out: a marked breach stays shown after the work order moved on."""
         marked = {clock: at for clock in CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
         clocks = list(dict.fromkeys([*marked, *sla_of(order).breached]))
         if not clocks:
-            return format_html('<span style="color:{}">{}</span>', "#447e36", "ok")
-        since = {clock: f" (since {date_format(timezone.localtime(at), 'SHORT_DATETIME_FORMAT')})"
+            return format_html('<span style="color:{}">{}</span>', "#447e36", gettext("ok"))
+        since = {clock: gettext(" (since %(at)s)") % {"at": date_format(timezone.localtime(at), "SHORT_DATETIME_FORMAT")}
                  for clock, at in marked.items()}
-        return format_html('<span style="color:#ba2121">breached: {}</span>',
-                           format_html_join(", ", "{}{}", ((clock, since.get(clock, "")) for clock in clocks)))
+        return format_html('<span style="color:#ba2121">{}</span>', gettext("breached: %(clocks)s") % {
+            "clocks": ", ".join(f"{clock}{since.get(clock, '')}" for clock in clocks)})
 
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
@@ -156,43 +134,60 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
                                                notes=data.get("notes") or "", assignee=data.get("assignee") or "")
             obj.pk = created.pk
             return
-        edited = {f: data[f] for f in ("assignee", "runbook", "notes", "resolution") if f in form.changed_data}
+        edited = {f: data[f] for f in self._TYPED if f in form.changed_data}
         if edited:
-            services.change_work_order(work_order=obj.pk, actor=actor, **edited)
+            try:
+                services.change_work_order(work_order=obj.pk, actor=actor, **edited)
+            except DomainError as exc:
+                # Another operator closed it since the page rendered, or the text cannot be kept:
+                # said on the page it comes back to, instead of a traceback.
+                request.console_refusal = exc
+
+    def log_change(self, request, obj, message):
+        if getattr(request, "console_refusal", None) is None:
+            return super().log_change(request, obj, message)
+        return None
+
+    def response_change(self, request, obj):
+        refusal = getattr(request, "console_refusal", None)
+        if refusal is None:
+            return super().response_change(request, obj)
+        self.message_user(request, gettext("Nothing saved: %(reason)s") % {"reason": refusal}, messages.ERROR)
+        return HttpResponseRedirect(request.path)
 
     def save_related(self, request, form, formsets, change):
         pass  # nothing related is edited here
 
-    @admin.action(description="Acknowledge", permissions=["change"])
+    @admin.action(description=_("Acknowledge"), permissions=["change"])
     def acknowledge(self, request, queryset):
-        _run(self, request, queryset, "acknowledged",
+        run_each(self, request, queryset, gettext("acknowledged"),
              lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor))
 
-    @admin.action(description="Start compensation", permissions=["change"])
+    @admin.action(description=_("Start compensation"), permissions=["change"])
     def start(self, request, queryset):
-        _run(self, request, queryset, "started",
+        run_each(self, request, queryset, gettext("started"),
              lambda pk, actor: services.start_work_order(work_order=pk, actor=actor))
 
-    @admin.action(description="Mark compensated (with the resolution typed on the work order)",
+    @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
                   permissions=["change"])
     def compensate(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
-        _run(self, request, queryset, "compensated",
+        run_each(self, request, queryset, gettext("compensated"),
              lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
                                                               resolution=resolutions.get(pk, "")))
 
-    @admin.action(description="Close", permissions=["change"])
+    @admin.action(description=_("Close"), permissions=["change"])
     def close(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
-        _run(self, request, queryset, "closed",
+        run_each(self, request, queryset, gettext("closed"),
              lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
                                                          resolution=resolutions.get(pk, "")))
 
-    @admin.action(description="Cancel (opened by mistake)", permissions=["change"])
+    @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
     def cancel(self, request, queryset):
-        _run(self, request, queryset, "cancelled",
+        run_each(self, request, queryset, gettext("cancelled"),
              lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
-                                                          reason=f"cancelled in the admin by {actor}"))
+                                                          reason=gettext("cancelled in the admin by %(actor)s") % {"actor": actor}))
 
 
 @admin.register(BulkReplay)

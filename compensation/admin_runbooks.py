@@ -1,6 +1,12 @@
 """The runbooks in the admin: on a work order's page its suggested runbooks (steps rendered) and
-its runs; a page per work order to request an action; approve, run and reject as admin actions.
-Everything goes through compensation.services.runbooks; no form writes a run's columns.
+its runs with their approve, run and reject buttons; a page per work order to request an action;
+approve, run and reject as admin actions too. Everything goes through compensation.services.runbooks;
+no form writes a run's columns.
+
+Permissions, checked by every view and action: compensation.run_runbook_action to request and run
+an action, compensation.approve_runbookrun to approve one; rejecting takes either (an approver
+turns a request down, an operator withdraws one). That the requester of an external action cannot
+approve it (four eyes) is the service's rule, and the database's.
 
 The work order's ModelAdmin (compensation.admin) mixes in RunbooksOnWorkOrder."""
 
@@ -9,14 +15,18 @@ import uuid
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template import engines
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_POST
 
+from compensation.forms import ReasonForm
 from compensation.models import WorkOrder
 from compensation.runbook_models import RunbookRun, RunbookRunState
 from compensation.runbooks import suggest_for_work_order
@@ -31,10 +41,42 @@ from retryops.errors import DomainError
 STATE_COLOURS = {RunbookRunState.REQUESTED: "#b36b00", RunbookRunState.APPROVED: "#205493",
                  RunbookRunState.RUNNING: "#205493", RunbookRunState.SUCCEEDED: "#2e7d32",
                  RunbookRunState.FAILED: "#c62828", RunbookRunState.REJECTED: "#666"}
+RUN_PERMISSION = "compensation.run_runbook_action"
+APPROVE_PERMISSION = "compensation.approve_runbookrun"
 
 
 def state_badge(run: RunbookRun) -> str:
     return format_html('<b style="color:{}">{}</b>', STATE_COLOURS.get(run.state, "#000"), run.get_state_display())
+
+
+def can_run(request) -> bool:
+    return request.user.has_perm(RUN_PERMISSION)
+
+
+def can_approve(request) -> bool:
+    return request.user.has_perm(APPROVE_PERMISSION)
+
+
+def can_reject(request) -> bool:
+    return can_run(request) or can_approve(request)
+
+
+def run_buttons(request, run: RunbookRun) -> dict:
+    """What the user may do to a run from a work order's page: each button's URL, empty when not
+    offered. The service judges again on submit (its state, four eyes)."""
+    def url(verb):
+        return reverse(f"admin:compensation_runbookrun_{verb}", args=[run.pk])
+
+    waiting = run.state == RunbookRunState.REQUESTED
+    mine = run.requested_by.casefold() == request.user.get_username().casefold()
+    return {
+        "approve_url": url("approve") if waiting and not mine and can_approve(request) else "",
+        # The requester is told why there is no approve button for them.
+        "needs_other_approver": waiting and mine,
+        "run_url": url("run") if run.state == RunbookRunState.APPROVED and can_run(request) else "",
+        "reject_url": url("reject") if run.state in (RunbookRunState.REQUESTED, RunbookRunState.APPROVED)
+        and can_reject(request) else "",
+    }
 
 
 class RunbookRequestForm(forms.Form):
@@ -44,13 +86,13 @@ class RunbookRequestForm(forms.Form):
     runbook = forms.CharField(widget=forms.HiddenInput)
     action = forms.CharField(widget=forms.HiddenInput)
     token = forms.CharField(widget=forms.HiddenInput)
-    input = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), initial="{}")
+    input = forms.CharField(label=_("Input"), widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), initial="{}")
 
     def clean_input(self):
         try:
             return json.loads(self.cleaned_data["input"])
         except ValueError as exc:
-            raise forms.ValidationError(f"not JSON: {exc}") from None
+            raise forms.ValidationError(gettext("not JSON: %(error)s") % {"error": exc}) from None
 
 
 def _actor(request) -> str:
@@ -67,45 +109,21 @@ def _report(modeladmin, request, call, done: str) -> bool:
     return True
 
 
-PAGE = engines["django"].from_string("""{% extends "admin/base_site.html" %}
-{% block content %}<div id="content-main">
-<p>{{ order.title }} &mdash; {{ order.get_state_display }}; flow {{ order.flow|default:"any" }},
-signature <code>{{ order.error_signature|default:"none" }}</code>.</p>
-{% for book in books %}<h2>{{ book.title }} <small>({{ book.name }})</small></h2>
-<div class="runbook-steps">{{ book.html }}</div>
-{% for action in book.forms %}<form method="post" style="margin:1em 0">{% csrf_token %}
-<h3>{{ action.name }}{% if action.external %} &mdash; external: another operator must approve it{% endif %}</h3>
-<p>{{ action.description }}</p><p>input (JSON): <code>{{ action.schema }}</code></p>
-{{ action.form.as_p }}<input type="submit" value="{% if action.external %}Request approval{% else %}Request{% endif %}">
-</form>{% endfor %}{% empty %}<p>No runbook applies to this work order.</p>{% endfor %}
-</div>{% endblock %}""")
-
-
 class RunbooksOnWorkOrder:
-    """Mixed into the work order's ModelAdmin: the suggested runbooks, the runs, and the page
-    to request an action."""
+    """Mixed into the work order's ModelAdmin: the suggested runbooks and the page to request an action."""
 
-    @admin.display(description="Suggested runbooks")
+    @admin.display(description=_("Suggested runbooks"))
     def runbooks_panel(self, order):
         if order is None or order.pk is None:
             return "-"
         books = suggest_for_work_order(order)
         link = reverse("admin:compensation_workorder_runbooks", args=[order.pk])
-        items = format_html_join("", "<details><summary><b>{}</b> ({})</summary>{}</details>",
-                                 ((b.title, b.name, mark_safe(b.steps_html())) for b in books))
-        return format_html('{}<p><a href="{}">Request a runbook action&hellip;</a></p>',
-                           items or "No runbook applies.", link)
-
-    @admin.display(description="Runbook runs")
-    def runbook_runs_panel(self, order):
-        if order is None or order.pk is None:
-            return "-"
-        runs = order.runbook_runs.order_by("-id")[:50]
-        rows = format_html_join("", '<li><a href="{}">{}</a>: {} / {} {} &mdash; asked by {}{}</li>', (
-            (reverse("admin:compensation_runbookrun_change", args=[run.pk]), run, run.runbook, run.action,
-             state_badge(run), run.requested_by, f", approved by {run.approved_by}" if run.approved_by else "")
-            for run in runs))
-        return format_html("<ul>{}</ul>", rows) if runs else "None yet."
+        # The runbook the work order follows is open; the other suggestions are folded.
+        items = format_html_join("", "<details{}><summary><b>{}</b> ({})</summary>{}</details>",
+                                 ((mark_safe(" open") if b.name == order.runbook else "", b.title, b.name,
+                                   mark_safe(b.steps_html())) for b in books))
+        return format_html('{}<p><a href="{}">{}</a></p>', items or gettext("No runbook applies."), link,
+                           gettext("Request a runbook action…"))
 
     def get_urls(self):
         view = self.admin_site.admin_view(self.runbooks_view)
@@ -114,30 +132,38 @@ class RunbooksOnWorkOrder:
 
     def runbooks_view(self, request, work_order_id: int):
         order = get_object_or_404(WorkOrder, pk=work_order_id)
+        if not self.has_view_permission(request, order):
+            raise PermissionDenied
+        may_request = can_run(request)
         if request.method == "POST":
+            if not may_request:
+                raise PermissionDenied
             form = RunbookRequestForm(request.POST)
             if form.is_valid():
                 data = form.cleaned_data
                 if _report(self, request, lambda: request_runbook_action(
                         work_order=order, runbook=data["runbook"], action=data["action"], input=data["input"],
                         token=data["token"], actor=_actor(request)),
-                        f"requested {data['runbook']} / {data['action']}; approve or run it from its run's page"):
+                        gettext("requested %(runbook)s / %(action)s; approve or run it from the work order's page")
+                        % {"runbook": data["runbook"], "action": data["action"]}):
                     return HttpResponseRedirect(reverse("admin:compensation_workorder_change", args=[order.pk]))
             else:
-                self.message_user(request, f"not requested: {form.errors.as_text()}", messages.ERROR)
+                self.message_user(request, gettext("not requested: %(errors)s") % {"errors": form.errors.as_text()},
+                                  messages.ERROR)
         books = [{"title": b.title, "name": b.name, "html": mark_safe(b.steps_html()), "forms": [
             {"name": a.name, "external": a.external, "description": a.description,
              "schema": json.dumps(a.input_schema, sort_keys=True),
              "form": RunbookRequestForm(initial={"runbook": b.name, "action": a.name, "token": uuid.uuid4().hex})}
             for a in b.actions]} for b in suggest_for_work_order(order)]
-        context = {**self.admin_site.each_context(request), "title": f"Runbooks for {order}", "order": order,
-                   "books": books, "opts": self.model._meta}
-        return TemplateResponse(request, PAGE, context)
+        context = {**self.admin_site.each_context(request),
+                   "title": gettext("Runbooks for %(order)s") % {"order": order}, "order": order,
+                   "books": books, "opts": self.model._meta, "may_request": may_request}
+        return TemplateResponse(request, "admin/compensation/workorder/runbooks.html", context)
 
 
 @admin.register(RunbookRun)
 class RunbookRunAdmin(admin.ModelAdmin):
-    """Runs are read-only; their transitions are the actions below, each through its service."""
+    """Runs are read-only; their transitions are the actions and buttons below, each through its service."""
 
     list_display = ("id", "work_order", "runbook", "action", "external", "badge", "requested_by", "approved_by",
                     "run_by", "requested_at")
@@ -148,7 +174,7 @@ class RunbookRunAdmin(admin.ModelAdmin):
     actions = ["approve", "run", "reject"]
     show_full_result_count = False
 
-    @admin.display(description="state", ordering="state")
+    @admin.display(description=_("state"), ordering="state")
     def badge(self, run):
         return state_badge(run)
 
@@ -161,21 +187,93 @@ class RunbookRunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def has_approve_permission(self, request, obj=None):
+        return can_approve(request)
+
+    def has_run_permission(self, request, obj=None):
+        return can_run(request)
+
+    def has_reject_permission(self, request, obj=None):
+        return can_reject(request)
+
     def _each(self, request, queryset, call, verb):
         done = sum(_report(self, request, lambda run=run: call(run), f"{verb} {run}") for run in queryset)
         if done != queryset.count():
-            self.message_user(request, f"{verb} {done} of {queryset.count()}", messages.WARNING)
+            self.message_user(request, gettext("%(verb)s %(done)d of %(count)d") % {
+                "verb": verb, "done": done, "count": queryset.count()}, messages.WARNING)
 
-    @admin.action(description="Approve (another operator's request)")
+    @admin.action(description=_("Approve (another operator's request)"), permissions=["approve"])
     def approve(self, request, queryset):
         self._each(request, queryset, lambda run: approve_runbook_action(run=run.pk, actor=_actor(request)),
-                   "approved")
+                   gettext("approved"))
 
-    @admin.action(description="Run now")
+    @admin.action(description=_("Run now"), permissions=["run"])
     def run(self, request, queryset):
-        self._each(request, queryset, lambda run: run_runbook_action(run=run.pk, actor=_actor(request)), "ran")
+        self._each(request, queryset, lambda run: run_runbook_action(run=run.pk, actor=_actor(request)),
+                   gettext("ran"))
 
-    @admin.action(description="Reject (or withdraw)")
+    @admin.action(description=_("Reject (or withdraw)"), permissions=["reject"])
     def reject(self, request, queryset):
-        self._each(request, queryset, lambda run: reject_runbook_action(
-            run=run.pk, actor=_actor(request), reason=f"rejected in the admin by {_actor(request)}"), "rejected")
+        reason = gettext("rejected in the admin by %(actor)s") % {"actor": _actor(request)}
+        self._each(request, queryset, lambda run: reject_runbook_action(run=run.pk, actor=_actor(request),
+                                                                        reason=reason), gettext("rejected"))
+
+    # the buttons of a work order's page: back on that page
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("<int:run_id>/approve/", wrap(require_POST(self.approve_view)), name="compensation_runbookrun_approve"),
+            path("<int:run_id>/run/", wrap(require_POST(self.run_view)), name="compensation_runbookrun_run"),
+            path("<int:run_id>/reject/", wrap(self.reject_view), name="compensation_runbookrun_reject"),
+            *super().get_urls(),
+        ]
+
+    def _back(self, run: RunbookRun):
+        return HttpResponseRedirect(reverse("admin:compensation_workorder_change", args=[run.work_order_id]))
+
+    def approve_view(self, request, run_id: int):
+        if not self.has_approve_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(RunbookRun, pk=run_id)
+        _report(self, request, lambda: approve_runbook_action(run=run.pk, actor=_actor(request)),
+                gettext("approved %(run)s") % {"run": run})
+        return self._back(run)
+
+    def run_view(self, request, run_id: int):
+        if not self.has_run_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(RunbookRun, pk=run_id)
+        try:
+            ran = run_runbook_action(run=run.pk, actor=_actor(request))
+        except DomainError as exc:
+            self.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
+        else:
+            # The action's own failure is its outcome, not a refusal: said as such.
+            if ran.state == RunbookRunState.FAILED:
+                self.message_user(request, gettext("%(run)s ran and failed: %(error)s") % {
+                    "run": ran, "error": ran.error}, messages.ERROR)
+            else:
+                self.message_user(request, gettext("%(run)s ran and succeeded.") % {"run": ran}, messages.SUCCESS)
+        return self._back(run)
+
+    def reject_view(self, request, run_id: int):
+        if not self.has_reject_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(RunbookRun, pk=run_id)
+        form = ReasonForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                reject_runbook_action(run=run.pk, actor=_actor(request), reason=form.cleaned_data["reason"])
+            except DomainError as exc:
+                form.add_refusal(exc)
+            else:
+                self.message_user(request, gettext("rejected %(run)s") % {"run": run}, messages.SUCCESS)
+                return self._back(run)
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "run": run, "form": form,
+                   "title": gettext("Reject %(run)s") % {"run": run}, "confirm": gettext("Yes, reject it"),
+                   "question": gettext("Reject %(run)s (%(runbook)s / %(action)s, requested by %(who)s)? It will "
+                                       "never run.") % {"run": run, "runbook": run.runbook, "action": run.action,
+                                                        "who": run.requested_by},
+                   "back_url": reverse("admin:compensation_workorder_change", args=[run.work_order_id])}
+        return TemplateResponse(request, "admin/compensation/runbookrun/reject.html", context)

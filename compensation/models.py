@@ -3,6 +3,7 @@
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import (
     WORK_ORDER_LIVE,
@@ -123,6 +124,12 @@ class DeadLetter(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The console's actions on dead letters (compensation.admin checks them on the server);
+        # discarding covers resolving too: both settle a dead letter without a replay.
+        permissions = [
+            ("replay_deadletter", _("Can replay a dead letter")),
+            ("discard_deadletter", _("Can discard or resolve a dead letter")),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=DeadLetterState.values), name="dead_letter_state_valid"),
             models.CheckConstraint(
@@ -172,7 +179,7 @@ class BulkReplay(models.Model):
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=BulkReplayState.values), name="bulk_replay_state_valid"),
-            models.CheckConstraint(condition=Q(rate__gt=0, rate__lte=500), name="bulk_replay_rate_in_range"),
+            models.CheckConstraint(condition=Q(rate__gte=1, rate__lte=500), name="bulk_replay_rate_in_range"),
             # As SQS allows one redrive per queue: one running bulk replay per filter.
             models.UniqueConstraint(fields=["filter_key"], condition=Q(state=BulkReplayState.RUNNING),
                                     name="bulk_replay_one_running_per_filter"),

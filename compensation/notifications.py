@@ -17,7 +17,7 @@ from typing import Any
 import django_rq
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -184,7 +184,8 @@ def retry_delay(attempts: int, retry_after: float | None = None) -> timedelta:
     delay doubled per attempt, or longer if the receiver asked (Retry-After), at most an hour."""
     delay = timedelta(seconds=settings.RETRYOPS_NOTIFY_RETRY_DELAY) * 2 ** min(attempts - 1, 20)
     if retry_after is not None:
-        delay = max(delay, timedelta(seconds=retry_after))
+        # Capped before it becomes a timedelta: a receiver may ask for more seconds than one holds.
+        delay = max(delay, timedelta(seconds=min(retry_after, MAX_RETRY_DELAY.total_seconds())))
     return min(delay, MAX_RETRY_DELAY)
 
 
@@ -289,12 +290,19 @@ def _target_of(rows: list[Notification]) -> Target:
 
 def resend_notifications(*, ids: Iterable[int], actor: str) -> list[Notification]:
     """Queue failed or skipped notifications again, with a fresh round of attempts, and send
-    them after commit. All or none: an unknown id, a row in another state or a channel that is
-    still not configured refuses the whole request. One audit entry for the action."""
+    them after commit. All or none: an unknown id, a row in another state, a trigger whose
+    incident was resolved since or a channel that is still not configured refuses the whole
+    request. One audit entry for the action."""
     wanted = _ids(ids)
     actor = _text(actor, field="actor", max_length=200)
+    # A trigger whose incident was resolved since would open an incident that nobody resolves
+    # (escalation's resendable_notifications leaves such triggers alone for the same reason).
+    resolved_by = Notification.objects.filter(
+        channel=OuterRef("channel"), dedup_key=OuterRef("dedup_key"), id__gt=OuterRef("id"),
+        event=NotificationEvent.RESOLVE, state=NotificationState.SENT).order_by("id").values("id")[:1]
     with transaction.atomic():
-        rows = list(Notification.objects.select_for_update().filter(pk__in=wanted).order_by("id"))
+        rows = list(Notification.objects.select_for_update().filter(pk__in=wanted)
+                    .annotate(resolved_by=Subquery(resolved_by)).order_by("id"))
         missing = sorted(set(wanted) - {row.pk for row in rows})
         if missing:
             raise NotificationNotFound(f"no notification with id {', '.join(map(str, missing[:10]))}", ids=missing)
@@ -303,6 +311,12 @@ def resend_notifications(*, ids: Iterable[int], actor: str) -> list[Notification
             listed = ", ".join(f"{pk} is {state}" for pk, state in list(wrong.items())[:10])
             raise IllegalTransition(f"only failed or skipped notifications can be sent again: {listed}",
                                     notifications=wrong, action="resend")
+        stale = {row.pk: row for row in rows if row.event == NotificationEvent.TRIGGER and row.resolved_by}
+        if stale:
+            listed = ", ".join(f"{pk} (resolved since by notification {row.resolved_by})"
+                               for pk, row in list(stale.items())[:10])
+            raise IllegalTransition(f"a trigger whose incident was resolved since is not sent again: {listed}",
+                                    notifications={pk: row.state for pk, row in stale.items()}, action="resend")
         unconfigured = {row.pk: reason for row in rows if (reason := notifier_for(row.channel).not_configured())}
         if unconfigured:
             pk, reason = next(iter(unconfigured.items()))

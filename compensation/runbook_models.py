@@ -3,6 +3,7 @@ of it. Written only by compensation.services.runbooks."""
 
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
 
 
 class RunbookRunState(models.TextChoices):
@@ -49,6 +50,12 @@ class RunbookRun(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The console's runbook actions (compensation.admin_runbooks checks them on the server):
+        # operators request and run actions; approvers approve another operator's external one.
+        permissions = [
+            ("run_runbook_action", _("Can request and run a runbook action")),
+            ("approve_runbookrun", _("Can approve or reject another operator's runbook action")),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=RunbookRunState.values), name="runbook_run_state_valid"),
             # A double click, a retried command: the second request finds the first run.

@@ -1,14 +1,19 @@
 """Reads of dead letters and work orders shared by the admin, the commands and the API. No writes."""
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import or_
 
 from django.conf import settings
-from django.db.models import Count, Max, Min, QuerySet
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import SLA_START, DeadLetter, WorkOrder
+from compensation.notifications_models import Notification
+from compensation.runbook_models import RunbookRun
 
 
 @dataclass(frozen=True)
@@ -38,13 +43,66 @@ def sla_of(order: WorkOrder, *, now: datetime | None = None) -> Sla:
     live = order.state in WORK_ORDER_LIVE
     acknowledged = order.acknowledged_at or (now if live else None)
     compensated = order.compensated_at or (now if live else None)
-    limits = {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
-              "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
-              "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
     took = {"notice": _seconds(start, order.created_at), "acknowledge": _seconds(start, acknowledged),
             "compensate": _seconds(start, compensated)}
-    breached = tuple(clock for clock, limit in limits.items() if took[clock] is not None and took[clock] > limit)
+    breached = tuple(clock for clock, limit in sla_limits().items()
+                     if took[clock] is not None and took[clock] > limit)
     return Sla(took["notice"], took["acknowledge"], took["compensate"], breached)
+
+
+def sla_limits() -> dict[str, int]:
+    """Each SLA clock's limit in seconds, in the order the clocks stop."""
+    return {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
+            "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
+            "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
+
+
+@dataclass(frozen=True)
+class SlaClock:
+    """One SLA clock of a work order as an operator reads it: from its first dead letter (its
+    opening, for one opened by hand) to the step the clock is named after."""
+
+    name: str
+    started_at: datetime
+    # When the step was taken; None while the clock runs, or when the work order ended without it.
+    stopped_at: datetime | None
+    # Until the step, or until now while it runs; None when the work order ended without the step.
+    seconds: float | None
+    limit: int
+    # Past its limit: now, or when it stopped.
+    breached: bool
+    # When it ran out, as compensation.services.escalation marked it (and paged the on-call).
+    marked_at: datetime | None
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_at is None and self.seconds is not None
+
+
+def sla_clocks(order: WorkOrder, *, now: datetime | None = None) -> list[SlaClock]:
+    """The three clocks of sla_of (notice: dead letter -> opened; acknowledge; compensate), each
+    with its limit and the breach escalation marked, for the work order's page."""
+    sla = sla_of(order, now=now)
+    stops = {"notice": order.created_at, "acknowledge": order.acknowledged_at, "compensate": order.compensated_at}
+    return [SlaClock(name=name, started_at=order.first_dead_at or order.created_at, stopped_at=stops[name],
+                     seconds=getattr(sla, f"{name}_seconds"), limit=limit, breached=name in sla.breached,
+                     marked_at=getattr(order, f"{name}_breached_at"))
+            for name, limit in sla_limits().items()]
+
+
+def dead_letter_states_of(order: WorkOrder) -> dict[str, int]:
+    """How many of a work order's dead letters are in each state: one GROUP BY on its foreign key."""
+    return dict(DeadLetter.objects.filter(work_order=order).order_by().values_list("state").annotate(Count("id")))
+
+
+def notifications_of(order: WorkOrder, *, limit: int) -> list[Notification]:
+    """What the on-call was told about a work order, newest first (notification_subject_idx)."""
+    return list(Notification.objects.filter(subject_id=order.pk).order_by("-id")[:limit])
+
+
+def runbook_runs_of(order: WorkOrder, *, limit: int) -> list[RunbookRun]:
+    """A work order's runbook runs, newest first."""
+    return list(order.runbook_runs.order_by("-id")[:limit])
 
 
 def live_work_orders() -> QuerySet[WorkOrder]:
@@ -58,11 +116,29 @@ def unacknowledged_past(*, now: datetime | None = None) -> QuerySet[WorkOrder]:
     return WorkOrder.objects.filter(state=WorkOrderState.OPEN, first_dead_at__lt=limit)
 
 
-def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING)) -> list[dict]:
-    """The DLQ by flow and error signature: how many in each state group, oldest and newest death."""
-    return list(DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
-                .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"))
-                .order_by("-count", "flow", "error_signature"))
+def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING),
+                              limit: int | None = None) -> list[dict]:
+    """The DLQ by flow and error signature, biggest group first: how many in `states`, the oldest
+    and newest death, and the ids of the work orders they are on (usually one: the live work order
+    of that flow and signature). One GROUP BY, whatever the number of groups."""
+    rows = (DeadLetter.objects.filter(state__in=states).values("flow", "error_signature")
+            .annotate(count=Count("id"), oldest=Min("died_at"), newest=Max("died_at"),
+                      work_orders=ArrayAgg("work_order_id", distinct=True, filter=Q(work_order__isnull=False)))
+            .order_by("-count", "flow", "error_signature"))
+    rows = list(rows if limit is None else rows[:limit])
+    for row in rows:
+        row["work_orders"] = sorted(row["work_orders"] or ())  # NULL when none of the group has one
+    return rows
+
+
+def open_dead_letter_groups(*, limit: int) -> list[dict]:
+    """The open dead letters by flow and error signature (dead_letters_by_signature), the biggest
+    `limit` groups, each with its work orders as rows: two queries whatever the number of groups."""
+    groups = dead_letters_by_signature(states=(DeadLetterState.OPEN,), limit=limit)
+    orders = WorkOrder.objects.in_bulk({pk for group in groups for pk in group["work_orders"]})
+    for group in groups:
+        group["work_orders"] = [orders[pk] for pk in group["work_orders"] if pk in orders]
+    return groups
 
 
 def _queues() -> dict:
@@ -111,3 +187,115 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
                          for row in dead_letters_by_signature()[:limit]],
         "work_orders": orders,
     }
+
+
+# The SLA clocks, in the order a work order runs through them.
+SLA_CLOCKS = ("notice", "acknowledge", "compensate")
+
+
+def breached_clocks(order: WorkOrder, *, now: datetime | None = None) -> tuple[str, ...]:
+    """The SLA clocks a work order is past: those escalation marked (a mark stays after the work
+    order moved on), then those past their limit now (sla_of)."""
+    marked = [clock for clock in SLA_CLOCKS if getattr(order, f"{clock}_breached_at") is not None]
+    return tuple(dict.fromkeys([*marked, *sla_of(order, now=now).breached]))
+
+
+def _past_sla(now: datetime) -> dict[str, Q]:
+    """Per clock, breached_clocks as a condition on live work orders annotated with `sla_start`
+    (a live work order has no compensated_at, and a step not taken yet runs to `now`)."""
+    notice, acknowledge, compensate = (timedelta(seconds=getattr(settings, f"RETRYOPS_SLA_{clock.upper()}_SECONDS"))
+                                       for clock in SLA_CLOCKS)
+    return {
+        "notice": Q(notice_breached_at__isnull=False) | Q(created_at__gt=F("sla_start") + notice),
+        "acknowledge": Q(acknowledge_breached_at__isnull=False) | Q(acknowledged_at__gt=F("sla_start") + acknowledge)
+        | Q(acknowledged_at__isnull=True, sla_start__lt=now - acknowledge),
+        "compensate": Q(compensate_breached_at__isnull=False) | Q(sla_start__lt=now - compensate),
+    }
+
+
+def live_work_order_board(*, now: datetime | None = None, limit: int = 5) -> dict:
+    """The live work orders at a glance: how many in each state, how many past each SLA clock and
+    past any (as the work orders' SLA column shows them), and the `limit` past their SLA the
+    longest, each with its clocks. Two queries on work_order_live_idx, however many there are."""
+    now = now or timezone.now()
+    past = _past_sla(now)
+    past_any = functools.reduce(or_, past.values())
+    live = WorkOrder.objects.filter(state__in=WORK_ORDER_LIVE).annotate(sla_start=SLA_START)
+    counts = live.aggregate(
+        **{state: Count("pk", filter=Q(state=state)) for state in WORK_ORDER_LIVE},
+        **{f"past_{clock}": Count("pk", filter=condition) for clock, condition in past.items()},
+        past_any=Count("pk", filter=past_any))
+    worst = live.filter(past_any).order_by("sla_start", "id")[:limit]
+    return {
+        "live": sum(counts[state] for state in WORK_ORDER_LIVE),
+        "by_state": {state: counts[state] for state in WORK_ORDER_LIVE},
+        "past_sla": counts["past_any"],
+        "past_by_clock": {clock: counts[f"past_{clock}"] for clock in SLA_CLOCKS},
+        "worst": [(order, breached_clocks(order, now=now)) for order in worst],
+    }
+
+
+def dead_letter_queue_by_flow() -> list[dict]:
+    """The dead-letter queue's length by flow: open and replaying dead letters of each flow and
+    the oldest death among them, longest queue first. One GROUP BY over the open and replaying
+    rows of dead_letter_state_age_idx."""
+    return list(DeadLetter.objects.filter(state__in=(DeadLetterState.OPEN, DeadLetterState.REPLAYING))
+                .values("flow").annotate(open=Count("pk", filter=Q(state=DeadLetterState.OPEN)),
+                                         replaying=Count("pk", filter=Q(state=DeadLetterState.REPLAYING)),
+                                         oldest=Min("died_at"))
+                .order_by("-open", "-replaying", "flow"))
+
+
+@functools.lru_cache(maxsize=8)
+def _redis(url: str, timeout: float):
+    """A client of the Redis at `url` that gives up after `timeout` seconds, kept per process so
+    a page polled every few seconds reuses its connections instead of opening new ones."""
+    from redis import Redis
+
+    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
+    """The RQ queues and workers at a glance (django-rq's dashboard at /admin/rq/ has the rest):
+    each queue's waiting, scheduled, running and failed jobs and how many workers listen to it;
+    each worker's state, queues and last heartbeat, `late` when that is older than RQ's worker
+    TTL (a worker heartbeats at least that often, even idle, so it is likely dead; RQ drops it a
+    minute later). `error` instead, per Redis, when it does not answer within `timeout` seconds."""
+    import django_rq
+    from redis.exceptions import RedisError
+    from rq import Worker
+    from rq.defaults import DEFAULT_WORKER_TTL
+    from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+
+    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+
+    now = now or timezone.now()
+    names = (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE)
+    urls = {name: settings.RQ_QUEUES[name]["URL"] for name in names}
+    workers, errors = {}, {}
+    for url in dict.fromkeys(urls.values()):
+        try:
+            for worker in Worker.all(connection=_redis(url, timeout)):
+                age = (now - worker.last_heartbeat).total_seconds() if worker.last_heartbeat else None
+                workers[worker.name] = {"name": worker.name, "state": worker.get_state(),
+                                        "queues": worker.queue_names(), "last_heartbeat": worker.last_heartbeat,
+                                        "heartbeat_age": age, "late": age is None or age > DEFAULT_WORKER_TTL}
+        except RedisError as exc:
+            errors[url] = f"Redis did not answer: {exc}"
+    queues = []
+    for name in names:
+        row = {"name": name, "workers": sum(name in worker["queues"] for worker in workers.values())}
+        if urls[name] in errors:
+            queues.append({**row, "error": errors[urls[name]]})
+            continue
+        try:
+            queue = django_rq.get_queue(name, connection=_redis(urls[name], timeout))
+            # Counted without the registries' clean-up, which moves and fails jobs: a page only reads.
+            registries = {"scheduled": ScheduledJobRegistry, "running": StartedJobRegistry,
+                          "failed": FailedJobRegistry}
+            queues.append({**row, "waiting": queue.count, **{
+                what: registry(queue=queue).get_job_count(cleanup=False) for what, registry in registries.items()}})
+        except RedisError as exc:
+            queues.append({**row, "error": f"Redis did not answer: {exc}"})
+    return {"queues": queues, "workers": sorted(workers.values(), key=lambda worker: worker["name"]),
+            "errors": list(errors.values())}

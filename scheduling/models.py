@@ -239,6 +239,12 @@ class TaskEvent(models.Model):
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx"),
+            # The ops dashboard's retry outcomes (scheduling.selectors.retry_outcomes and
+            # retry_outcomes_per_hour): only the events that end a retry, so counting a window is
+            # an index-only scan of that window's retries.
+            models.Index(fields=["created_at", "kind"], name="task_event_retry_outcome_idx",
+                         condition=Q(kind__in=[TaskEventKind.RETRY_SUCCEEDED, TaskEventKind.RETRY_SCHEDULED,
+                                               TaskEventKind.DEAD], attempt_number__gt=1)),
             # claim_task_events: a consumer's kinds above its watermarks, in the order it takes them.
             models.Index(fields=["kind", "xid", "id"], name="task_event_claim_idx"),
         ]

@@ -1,9 +1,10 @@
 """Reads of tasks shared by the services, the console, the API and telemetry. No writes here."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from resources.classification import compile_patterns
@@ -15,10 +16,11 @@ from scheduling.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
     AttemptOutcome,
+    TaskEventKind,
     TaskState,
 )
 from scheduling.errors import BadInput, TaskNotFound, UnknownPolicy
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
 
 
 def _resource_id(resource: Resource | int) -> int:
@@ -151,3 +153,64 @@ def resource_keys(*, pool: int, prefix: str, limit: int = 20) -> list[str]:
         raise BadInput(f"prefix must be text a column can hold, got {prefix!r}", field="prefix")
     return list(Resource.objects.filter(pool_id=pool, key__startswith=prefix).order_by("key")
                 .values_list("key", flat=True)[:limit])
+
+
+# How a retry (a task's second or later attempt) ended, by the event its ending wrote: it
+# succeeded, it failed and another retry was scheduled, or it failed and the task died. Every
+# finished retry writes exactly one of them, so they add up to the retries finished.
+RETRY_OUTCOMES = {
+    TaskEventKind.RETRY_SUCCEEDED: "succeeded",
+    TaskEventKind.RETRY_SCHEDULED: "failed",
+    TaskEventKind.DEAD: "dead",
+}
+
+
+def _retry_outcome_events(*, since: datetime, until: datetime) -> QuerySet[TaskEvent]:
+    # task_event_retry_outcome_idx holds exactly these rows, with the columns the counts need.
+    return TaskEvent.objects.filter(kind__in=list(RETRY_OUTCOMES), attempt_number__gt=1, created_at__gte=since,
+                                    created_at__lte=until)
+
+
+def retry_outcomes(*, since: datetime, until: datetime) -> dict[str, int]:
+    """How many retries ended between `since` and `until`: {"succeeded", "failed", "dead"}; one
+    query, an index-only scan of the window."""
+    counts = dict.fromkeys(RETRY_OUTCOMES.values(), 0)
+    rows = _retry_outcome_events(since=since, until=until).values_list("kind").annotate(n=Count("*")).order_by()
+    for kind, n in rows:
+        counts[RETRY_OUTCOMES[kind]] = n
+    return counts
+
+
+def retry_outcomes_per_hour(*, now: datetime | None = None, hours: int = 24) -> list[dict]:
+    """Retry outcomes in each of the last `hours` hours, oldest first, the current (partial) hour
+    last: [{"hour": start of the hour, "succeeded", "failed", "dead"}], hours without a retry
+    included. One GROUP BY on task_event_retry_outcome_idx. Hours are cut in UTC, which is where
+    a local clock cuts them too unless its offset has minutes (they are then labelled at :30 or
+    :45), and which never merges or skips an hour when daylight saving time changes."""
+    hours = whole_number(hours, field="hours", maximum=24 * 31, error=BadInput)
+    now = now or timezone.now()
+    last = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    first = last - timedelta(hours=hours - 1)
+    buckets = {first + timedelta(hours=i): dict.fromkeys(RETRY_OUTCOMES.values(), 0) for i in range(hours)}
+    rows = (_retry_outcome_events(since=first, until=now).annotate(hour=TruncHour("created_at", tzinfo=UTC))
+            .values_list("hour", "kind").annotate(n=Count("*")).order_by())
+    for hour, kind, n in rows:
+        buckets[hour.astimezone(UTC)][RETRY_OUTCOMES[kind]] = n
+    return [{"hour": hour, **counts} for hour, counts in buckets.items()]
+
+
+def scheduled_retries(*, now: datetime | None = None, overdue_after: timedelta = timedelta(0)) -> dict:
+    """Tasks waiting for a retry: how many, how many are overdue (due more than `overdue_after`
+    ago and not started: the workers are behind or missing), and when the next one is due. One
+    query on task_state_idx."""
+    now = now or timezone.now()
+    return Task.objects.filter(state=TaskState.RETRYING).aggregate(
+        count=Count("*"), overdue=Count("pk", filter=Q(next_run_at__lt=now - overdue_after)),
+        next_due=Min("next_run_at"))
+
+
+def running_attempts() -> dict:
+    """Attempts running now, and when the oldest of them started; one query on the partial index
+    attempt_one_running_per_task."""
+    return Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).aggregate(count=Count("*"),
+                                                                          oldest_started_at=Min("started_at"))

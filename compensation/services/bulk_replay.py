@@ -1,5 +1,5 @@
 """Bulk replay: replay the open dead letters matching a filter at a velocity limit (replays per
-second; RETRYOPS_REPLAY_RATE, or the request's own up to 500, as SQS redrive caps it), one running
+second; RETRYOPS_REPLAY_RATE, or the request's own from 1 to 500, as SQS redrive allows), one running
 request per filter (bulk_replay_one_running_per_filter). A request is run in slices by
 bulk_replay_job; each slice claims it by a conditional update of heartbeat_at, so two runners never
 run it together, and resumes after last_dead_letter_id, so a process that died loses nothing: the
@@ -26,9 +26,12 @@ from compensation.services.common import actor_name, locked, text
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
 from retryops.errors import DomainError
-from retryops.inputs import record_id
+from retryops.inputs import flag, record_id
 
 MAX_RATE = 500
+# At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
+# (1 / rate), and the periodic jobs that share its queue would wait that long too.
+MIN_RATE = 1
 FILTER_FIELDS = ("flow", "error_signature", "pool", "resource", "died_after", "died_before")
 # A runner refreshes the heartbeat at every replay; one older than this has died.
 STALE_AFTER = timedelta(seconds=30)
@@ -38,7 +41,10 @@ SLICE_SECONDS = 2.0
 
 def _when(value, field: str) -> str:
     if isinstance(value, str):
-        parsed = parse_datetime(value)
+        try:
+            parsed = parse_datetime(value)
+        except ValueError:  # well formed, but no date: February 30th, an offset of 99 hours
+            parsed = None
         value = parsed if parsed is not None else value
     if not isinstance(value, datetime) or timezone.is_naive(value):
         raise BadInput(f"{field} must be a date and time with a time zone, got {value!r}", field=field)
@@ -89,8 +95,8 @@ def _rate(rate) -> float:
     if rate is None:
         rate = settings.RETRYOPS_REPLAY_RATE
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) \
-            or not 0 < rate <= MAX_RATE:
-        raise BadInput(f"rate must be a number of replays per second above 0 and at most {MAX_RATE}, got {rate!r}",
+            or not MIN_RATE <= rate <= MAX_RATE:
+        raise BadInput(f"rate must be a number of replays per second from {MIN_RATE} to {MAX_RATE}, got {rate!r}",
                        field="rate")
     return float(rate)
 
@@ -101,12 +107,13 @@ def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_reso
     actor = actor_name(actor)
     canonical = parse_filter(filter)
     rate = _rate(rate)
+    any_resource = flag(any_resource, field="any_resource", error=BadInput)
     key = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
     with transaction.atomic():
         try:
             with transaction.atomic():
                 bulk = BulkReplay.objects.create(filter=canonical, filter_key=key, rate=rate,
-                                                 any_resource=bool(any_resource), requested_by=actor,
+                                                 any_resource=any_resource, requested_by=actor,
                                                  selected=matching(canonical).count())
         except IntegrityError:
             running = BulkReplay.objects.filter(filter_key=key, state=BulkReplayState.RUNNING).first()

@@ -8,6 +8,7 @@ closed) or discarded. Replayed, resolved and discarded are final."""
 from itertools import groupby
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from audit.choices import AuditAction
@@ -18,7 +19,7 @@ from compensation.models import DeadLetter
 from compensation.services.common import actor_name, locked, text
 from compensation.services.work_orders import join_work_order
 from scheduling.choices import TERMINAL_STATES, TaskEventKind, TaskState
-from scheduling.models import Task
+from scheduling.models import Task, TaskEvent, TaskEventDelivery
 from scheduling.services import claim_task_events
 
 CONSUMER = "dead_letters"
@@ -47,8 +48,10 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
             died = [t.finished_at for t in group]
             order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
                                     first_dead_at=min(died), last_dead_at=max(died), count=len(group))
+            # The resource is the one it last ran on, else the one it named: a strict task that
+            # never claimed it (quarantined, or in use at every attempt) is replayed on it too.
             made += DeadLetter.objects.bulk_create(
-                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id,
+                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id or t.requested_resource_id,
                            last_error=t.last_error, error_signature=t.last_error_signature,
                            error_category=t.last_error_category, attempt_count=t.attempt_count,
                            died_at=t.finished_at, work_order=order)
@@ -62,10 +65,16 @@ def follow_replays(*, limit: int = BATCH) -> int:
     their events, because a replay that succeeds at its first attempt emits none; runs with the
     periodic consumer and right after a task dies or a retry succeeds. Returns how many moved."""
     now = timezone.now()
+    # A replay whose task.dead event the consumer has not collected yet stays replaying: opened
+    # now and replayed again, its dead letter would no longer name it, and collect_dead_letters
+    # would make the replay's death a dead letter of its own.
+    death_uncollected = TaskEvent.objects.filter(task_id=OuterRef("replay_task_id"), kind=TaskEventKind.DEAD).exclude(
+        Exists(TaskEventDelivery.objects.filter(consumer=CONSUMER, event_id=OuterRef("pk"))))
     with transaction.atomic():
         letters = list(
             DeadLetter.objects.select_for_update(of=("self",), skip_locked=True).select_related("replay_task", "work_order")
-            .filter(state=DeadLetterState.REPLAYING, replay_task__state__in=TERMINAL_STATES).order_by("id")[:limit])
+            .filter(state=DeadLetterState.REPLAYING, replay_task__state__in=TERMINAL_STATES)
+            .exclude(Exists(death_uncollected)).order_by("id")[:limit])
         for letter in letters:
             task = letter.replay_task
             if task.state == TaskState.SUCCEEDED:

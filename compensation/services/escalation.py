@@ -274,7 +274,11 @@ def mark_breach(*, work_order: int, clock: str, now: datetime | None = None) -> 
         breached_at = found.first()
         if breached_at is None:
             return False
-        if WorkOrder.objects.filter(pk=work_order, **{f"{column}__isnull": True}).update(
+        # The state is checked again by the UPDATE, which re-reads a row it waited for: a work
+        # order ended meanwhile has had its resolve queued, and a trigger now would open an
+        # incident nobody resolves.
+        still = {"state": WorkOrderState.OPEN} if clock == "acknowledge" else {"state__in": WORK_ORDER_LIVE}
+        if WorkOrder.objects.filter(pk=work_order, **{f"{column}__isnull": True}, **still).update(
                 **{column: breached_at, "updated_at": timezone.now()}) != 1:
             return False
         order = WorkOrder.objects.get(pk=work_order)

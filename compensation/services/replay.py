@@ -7,13 +7,14 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import REPLAYABLE_STATES, DeadLetterState
-from compensation.errors import IllegalTransition, ReplayRefused
+from compensation.errors import BadInput, IllegalTransition, ReplayRefused
 from compensation.models import DeadLetter
 from compensation.services.common import actor_name, locked, text
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from resources.selectors import describe_unavailability
+from retryops.inputs import flag
 from scheduling.errors import TaskLive
 from scheduling.models import Task
 from scheduling.services import retry_resource, start_task
@@ -46,6 +47,7 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
     pool. One audit entry (dead_letter.replay) for the whole action."""
     actor = actor_name(actor)
     reason = text(reason, field="reason", max_length=2000)
+    any_resource = flag(any_resource, field="any_resource", error=BadInput)
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")
         if letter.state not in REPLAYABLE_STATES:
@@ -74,7 +76,7 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
         letter.state, letter.replay_task, letter.replay_count = DeadLetterState.REPLAYING, task, letter.replay_count + 1
         letter.save(update_fields=["state", "replay_task", "replay_count", "updated_at"])
         record_audit(action=AuditAction.DEAD_LETTER_REPLAY, target=letter, before=before,
-                     after={"state": letter.state, "replay_task": task.pk, "any_resource": bool(any_resource),
+                     after={"state": letter.state, "replay_task": task.pk, "any_resource": any_resource,
                             "resource": task.pinned_resource_id, "at": timezone.now()},
                      reason=reason, actor=actor)
     return letter

@@ -116,12 +116,17 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
 
 
 def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
-    """A second operator approves an external action that waits for approval; the requester
-    cannot (four eyes; the database refuses it too)."""
+    """A second operator approves an external action that waits for approval (also one marked
+    external after it was requested); the requester cannot (four eyes; the database refuses it too)."""
     actor = actor_name(actor)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
-        _refuse_state(run, verb="approve", done="approved", allowed=(R.REQUESTED,), to_state=R.APPROVED)
+        # A run requested as internal whose action is marked external since waits, approved by nobody,
+        # for the approval run_runbook_action asks for.
+        now_external = (run.state == R.APPROVED and not run.approved_by
+                        and get_runbook(run.runbook).action(run.action).external)
+        if not now_external:
+            _refuse_state(run, verb="approve", done="approved", allowed=(R.REQUESTED,), to_state=R.APPROVED)
         if actor.casefold() == run.requested_by.casefold():
             raise FourEyes(f"{run.requested_by} requested {run} and cannot approve it too: another operator must approve "
                            f"an action that changes things outside RetryOps", run_id=run.pk, actor=actor)

@@ -1,13 +1,16 @@
 """The audit log in the admin: read-only, filtered and searched without scanning for counts."""
 
 import math
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from audit import admin as audit_admin
+from audit import selectors as audit_selectors
 from audit.context import acting_as
 from audit.models import AuditEntry
 from audit.services import Target, record_audit
@@ -88,3 +91,23 @@ def test_the_list_counts_at_most_the_cap_and_never_the_whole_table(admin_client,
     assert response.context["cl"].result_count == 2
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "audit_auditentry" in q["sql"]]
     assert counts and all("LIMIT 3" in sql for sql in counts)
+
+
+def test_the_actor_filter_offers_the_actors_of_the_latest_entries_only(admin_client, entries, monkeypatch):
+    def offered():
+        response = admin_client.get(LIST)
+        actor_filter = next(f for f in response.context["cl"].filter_specs
+                            if getattr(f, "parameter_name", None) == "actor")
+        return [value for value, _label in actor_filter.lookup_choices]
+
+    assert offered() == ["carol", "dave"]
+    monkeypatch.setattr(audit_selectors, "RECENT_ENTRIES", 2)
+    assert offered() == ["dave"]
+
+
+def test_the_list_filters_to_a_recent_time_window(admin_client, entries, alice):
+    old = AuditEntry.objects.create(actor="erin", channel="admin", action="resource.reset",
+                                    target_type="resources.resource", target_id=str(alice.pk),
+                                    created_at=timezone.now() - timedelta(hours=2))
+    assert listed(admin_client.get(LIST, {"within": "1h"})) == {entry.pk for entry in entries.values()}
+    assert old.pk in listed(admin_client.get(LIST, {"within": "24h"}))

@@ -37,11 +37,13 @@ def test_the_dead_letter_list_shows_state_flow_resource_and_work_order(admin_cli
 
 
 def test_discarding_from_the_admin_goes_through_the_service_with_its_audit_entry(admin_client, letters):
-    response = act(admin_client, "deadletter", "discard", [letters[0].pk])
+    response = admin_client.post(reverse("admin:compensation_deadletter_changelist"), {
+        "action": "discard", "index": 0, "_selected_action": [str(letters[0].pk)], "post": "yes",
+        "reason": "test order"}, follow=True)
     assert said(response) == "discarded 1"
     assert DeadLetter.objects.get(pk=letters[0].pk).state == DeadLetterState.DISCARDED
     entry = AuditEntry.objects.get(action="dead_letter.discard")
-    assert (entry.actor, entry.channel) == ("admin", "admin")
+    assert (entry.actor, entry.channel, entry.reason) == ("admin", "admin", "test order")
 
 
 def test_a_replay_refused_in_the_admin_says_why(admin_client, letters, alice):

@@ -69,6 +69,13 @@ def test_cleanup_with_an_unknown_state_names_it(old_letters):
     assert DeadLetter.objects.count() == 6
 
 
+@pytest.mark.parametrize("where", ["missing-folder/dlq.jsonl", "."])
+def test_cleanup_with_an_archive_it_cannot_write_names_the_option_and_purges_nothing(old_letters, tmp_path, where):
+    with pytest.raises(CommandError, match="--archive: cannot write to"):
+        cleanup("--older-than-days", "30", "--state", "discarded", "--archive", str(tmp_path / where), "--purge")
+    assert DeadLetter.objects.count() == 6
+
+
 @pytest.mark.django_db(transaction=True)
 def test_cleanup_replays_the_open_retryable_ones_instead_of_purging_them(redis_conn, old_letters, alice):
     DeadLetter.objects.filter(state=DeadLetterState.OPEN).update(resource=alice)

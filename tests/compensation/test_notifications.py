@@ -322,6 +322,20 @@ def test_resend_refuses_a_sent_notification_and_changes_nothing(pagerduty_only):
     assert not AuditEntry.objects.exists()
 
 
+def test_resend_refuses_a_trigger_whose_incident_was_resolved_since(pagerduty_only):
+    failed = failed_pages(pagerduty_only)[0]
+    accept(pagerduty_only)
+    resolved = resolve(1)[0]
+    send_due_notifications()
+
+    with pytest.raises(IllegalTransition, match=f"resolved since .*notification {resolved.pk}") as caught:
+        resend_notifications(ids=[failed], actor="carol")
+
+    assert caught.value.details["notifications"] == {failed: "failed"}
+    assert Notification.objects.get(pk=failed).state == "failed"
+    assert not AuditEntry.objects.exists()
+
+
 def test_resend_refuses_unknown_ids(pagerduty_only):
     failed = failed_pages(pagerduty_only)[0]
 
@@ -439,3 +453,15 @@ def test_backoff_is_capped_at_an_hour(pagerduty_only, settings):
 
     row = state_of("pagerduty")
     assert row.next_attempt_at - row.last_attempt_at == timedelta(hours=1)
+
+
+def test_a_retry_after_past_any_date_waits_an_hour_and_the_other_channels_are_still_sent(both_channels):
+    both_channels.expect_request(PAGERDUTY_PATH).respond_with_data(
+        "slow down", status=429, headers={"Retry-After": "99999999999999999"})
+    both_channels.expect_request(SLACK_PATH).respond_with_data("ok")
+    page(7)
+
+    assert send_due_notifications() == {"sent": 1, "retrying": 1, "failed": 0, "skipped": 0}
+
+    row = state_of("pagerduty")
+    assert (row.state, row.next_attempt_at - row.last_attempt_at) == ("queued", timedelta(hours=1))

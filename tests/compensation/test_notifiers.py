@@ -119,6 +119,13 @@ def test_rate_limit_is_retryable_after_the_time_asked(both_channels):
     assert error.retryable and error.status_code == 429 and error.retry_after == 120
 
 
+def test_a_refused_request_with_a_retry_after_that_is_no_number_stays_not_retryable(both_channels):
+    error = failure_of(PagerDutyNotifier(), both_channels,
+                       Response("bad request", status=400, headers={"Retry-After": "\u00b2"}))
+
+    assert not error.retryable and error.status_code == 400 and error.retry_after is None
+
+
 @pytest.mark.parametrize("status", [400, 401, 403, 404])
 def test_refused_request_is_not_retryable(both_channels, status):
     error = failure_of(PagerDutyNotifier(), both_channels,

@@ -217,6 +217,19 @@ def test_an_action_later_marked_external_needs_approval_before_it_runs(order, ru
     assert calls == []
 
 
+def test_an_action_later_marked_external_runs_once_a_second_operator_approves_it(order, runbook_dir):
+    run = request(order)
+    (runbook_dir / "test-book.md").write_text(BOOK.replace(
+        "    description: Credit the customer in the app's own books.\n",
+        "    description: Credit the customer in the app's own books.\n    external: true\n"))
+    with pytest.raises(FourEyes):
+        approve_runbook_action(run=run, actor="ops:carol")
+    approved = approve_runbook_action(run=run, actor="ops:dave")
+    assert (approved.state, approved.approved_by) == (RunbookRunState.APPROVED, "ops:dave")
+    assert run_runbook_action(run=run, actor="ops:carol").state == RunbookRunState.SUCCEEDED
+    assert len(calls) == 1
+
+
 def test_an_unknown_action_is_refused_naming_the_runbooks_actions(order):
     with pytest.raises(UnknownRunbookAction, match="runbook 'test-book' has no action 'refnud'; its actions: "
                                                    "credit, refund, explode, unstorable") as refused:

@@ -10,6 +10,7 @@ from audit.management.base import AuditedCommand
 from compensation import services
 from compensation.errors import CompensationError
 from compensation.flags import command_requires_dlq_inspector
+from compensation.services.cleanup import DEFAULT_BATCH
 
 
 class Command(AuditedCommand):
@@ -26,7 +27,7 @@ class Command(AuditedCommand):
         parser.add_argument("--purge", action="store_true", help="Delete them (after archiving, with --archive).")
         parser.add_argument("--replay-retryable", action="store_true",
                             help="First replay the open ones whose error is retryable; those are kept.")
-        parser.add_argument("--batch-size", type=int, default=1000)
+        parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
         parser.add_argument("--dry-run", action="store_true", help="Count what it would do; change nothing.")
 
     def handle(self, *args, **options):
@@ -39,7 +40,10 @@ class Command(AuditedCommand):
             states = services.parse_states(options["state"])
             total = services.cleanup_queryset(older_than_days=options["older_than_days"], states=states).count()
             if options["archive"] and not options["dry_run"]:
-                archive = open(options["archive"], "a", encoding="utf-8")
+                try:
+                    archive = open(options["archive"], "a", encoding="utf-8")
+                except OSError as exc:
+                    raise CommandError(f"--archive: cannot write to {options['archive']}: {exc.strerror}") from None
             with tqdm(total=total, unit="dead letter", file=sys.stderr, disable=None) as bar:
                 def progress(n):
                     bar.update(n)

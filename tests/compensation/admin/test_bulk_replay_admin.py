@@ -81,7 +81,7 @@ def test_a_rate_out_of_range_is_shown_on_the_rate_field(admin_client, letters, r
     response = count_and_start(admin_client, **TIMEOUTS, rate=rate)
     assert response.status_code == 200
     assert response.context["form"].errors["rate"] == [
-        f"rate must be a number of replays per second above 0 and at most 500, got {float(rate)!r}"]
+        f"rate must be a number of replays per second from 1 to 500, got {float(rate)!r}"]
     assert not BulkReplay.objects.exists()
 
 

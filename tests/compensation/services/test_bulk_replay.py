@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from audit.models import AuditEntry
@@ -38,11 +39,40 @@ def test_a_filter_with_an_unknown_field_is_refused_by_name(letters):
     assert refused.value.details["field"] == "filter.colour"
 
 
+@pytest.mark.parametrize("when", ["2024-02-30T00:00:00+00:00", "2024-01-01T00:00:00+99:00"])
+def test_a_filter_time_that_is_no_date_is_refused_by_name(letters, when):
+    with pytest.raises(BadInput, match="must be a date and time") as refused:
+        services.bulk_replay_preview(filter={"died_after": when})
+    assert refused.value.details["field"] == "filter.died_after"
+
+
 @pytest.mark.parametrize("rate", [0, -1, 501, float("nan"), float("inf"), "fast"])
 def test_a_rate_out_of_range_is_refused_by_name(letters, rate):
     with pytest.raises(BadInput) as refused:
         services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
     assert refused.value.details["field"] == "rate"
+    assert not BulkReplay.objects.exists()
+
+
+@pytest.mark.parametrize("rate", [0.5, 1e-300])
+def test_a_rate_below_one_a_second_is_refused_because_a_slice_waits_out_its_last_slot(letters, rate):
+    # A slice waits 1 / rate seconds after its last replay, holding the periodic queue that long.
+    with pytest.raises(BadInput, match="from 1 to 500") as refused:
+        services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
+    assert refused.value.details["field"] == "rate"
+    assert not BulkReplay.objects.exists()
+
+
+def test_the_database_refuses_a_bulk_replay_slower_than_one_a_second(db):
+    with pytest.raises(IntegrityError, match="bulk_replay_rate_in_range"):
+        BulkReplay.objects.create(filter={}, filter_key="k", rate=0.5, requested_by="ops:carol")
+
+
+@pytest.mark.parametrize("any_resource", ["false", "no", 1])
+def test_any_resource_that_is_not_true_or_false_is_refused_by_name(letters, any_resource):
+    with pytest.raises(BadInput, match="any_resource must be true or false") as refused:
+        services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", any_resource=any_resource)
+    assert refused.value.details["field"] == "any_resource"
     assert not BulkReplay.objects.exists()
 
 

@@ -245,6 +245,29 @@ def test_two_escalators_racing_for_one_breach_mark_it_once(order, settings):
     assert breach_entries(order).filter(after__sla="acknowledge").count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_work_order_closed_while_its_breach_is_marked_is_not_paged_after_its_resolve(order, settings):
+    """The escalator reads the work order as live before the operator's close commits; its
+    conditional UPDATE waits for the close, then finds it ended and pages nobody."""
+    later = after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1)
+    escalator = {}
+
+    def escalate_now():
+        try:
+            escalator["marked"] = services.mark_breach(work_order=order.pk, clock="acknowledge", now=later)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        services.close_work_order(work_order=order.pk, actor="ops:carol")
+        racer = threading.Thread(target=escalate_now)
+        racer.start()
+        wait_for_a_lock_wait()
+    racer.join(timeout=30)
+    assert escalator == {"marked": False}
+    assert not breach_pages(order, "acknowledge").exists() and not breach_entries(order).exists()
+
+
 def wait_for_a_lock_wait() -> None:
     """Until another session waits for a row lock (the racer's UPDATE), or 20 s have passed."""
     deadline = timezone.now() + timedelta(seconds=20)

@@ -1,18 +1,19 @@
 """Replaying a dead letter starts a new task linked to it, and the dead letter follows that task."""
 
 import pytest
+from django.utils import timezone
 
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState
-from compensation.errors import IllegalTransition, ReplayRefused
+from compensation.errors import BadInput, IllegalTransition, ReplayRefused
 from compensation.models import DeadLetter
 from resources import services as pool_services
 from resources.choices import ResourceState
 from resources.models import Resource
 from scheduling import services as scheduling
-from scheduling.choices import TaskState
-from scheduling.models import Task
+from scheduling.choices import TaskEventKind, TaskState
+from scheduling.models import Task, TaskEvent
 from tests.compensation.conftest import upstream
 from tests.scheduling.helpers import work
 
@@ -60,6 +61,39 @@ def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
     assert DeadLetter.objects.count() == 1  # the dead replay made no dead letter of its own
 
 
+def dies_uncollected(task: Task) -> None:
+    """`task` died and its worker crashed right after the commit: its task.dead event waits for
+    the periodic consumer (tests.compensation.conftest.dead_tasks)."""
+    Task.objects.filter(pk=task.pk).update(state=TaskState.DEAD, finished_at=timezone.now(),
+                                           last_error="TimeoutError: upstream timed out after 30s")
+    TaskEvent.objects.create(task=task, kind=TaskEventKind.DEAD, attempt_number=1, details={})
+
+
+def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay(letter):
+    first = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True).replay_task
+    dies_uncollected(first)
+    # Another task's end follows the replays before the periodic consumer collects that death:
+    # were the dead letter open again, a second replay would leave the first one's death unknown
+    # to the consumer, which would make it a dead letter of its own.
+    services.follow_replays()
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYING
+    services.collect_dead_letters()
+    services.follow_replays()
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
+    services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
+    services.collect_dead_letters()
+    assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [letter.task_id]
+
+
+@pytest.mark.parametrize("any_resource", ["false", "no", 0, None])
+def test_any_resource_that_is_not_true_or_false_is_refused_and_nothing_starts(letter, any_resource):
+    tasks = Task.objects.count()
+    with pytest.raises(BadInput, match="any_resource must be true or false") as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+    assert refused.value.details["field"] == "any_resource"
+    assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
+
+
 def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):
     services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
     tasks = Task.objects.count()
@@ -102,6 +136,18 @@ def test_a_dead_letter_whose_resource_was_removed_says_so(letter):
     DeadLetter.objects.filter(pk=letter.pk).update(resource=None)
     with pytest.raises(ReplayRefused, match="removed"):
         services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+
+
+def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_that_resource(redis_conn, alice,
+                                                                                             instant_policy):
+    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
+                                 policy="instant")
+    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    work()
+    letter = DeadLetter.objects.get(task=task)
+    pool_services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
+    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    assert (replayed.replay_task.strict, replayed.replay_task.pinned_resource_id) == (True, alice.pk)
 
 
 def test_a_replay_on_any_resource_starts_a_task_the_pool_chooses_for(letter, alice, bob):

@@ -1,0 +1,199 @@
+"""From a task's death to its work order and to the on-call's first notification, p50 / p99.
+
+    .venv/bin/python bench/dead_letter_latency.py [--deaths 200] [--spread 10] [--workers 2]
+
+N tasks of the demo flow fail non-retryably (each with an error signature of its own, so each
+opens a work order of its own and pages), started evenly over S seconds, run by W flow
+SimpleWorkers; a worker for the periodic queue and `rqcron compensation.cron` run beside them, as
+`manage.py up` runs them. Slack and PagerDuty point at a local HTTP receiver (a thread here) that
+records when each request arrives. For each death: task.finished_at -> its dead letter is in a
+work order (dead_letter.created_at), and -> the first request about that work order at the
+receiver. Twice:
+  after commit    the dying worker collects the dead letter right after its commit (the task_dead
+                  receiver), the periodic consumer catches what it misses;
+  after-commit    the flow workers run without that receiver, as if each died right after the
+  path lost       commit: only the periodic consumer (every RETRYOPS_DEAD_LETTER_INTERVAL s) makes
+                  the dead letters and their work orders.
+The figures are printed beside the operators' targets (p99 under 60 s; the SLA is 5 minutes) and
+the periodic path's own bound (its interval). Runs in a database of its own beside the app's
+(`retryops_bench_dlq_latency`, see bench/common.py) and in its own Redis database (15).
+"""
+
+import argparse
+import http.server
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from common import setup_django  # noqa: E402
+
+BENCH_REDIS_DB = 15
+WORK_ORDER = re.compile(rb"retryops/work_order/(\d+)")
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """Slack's webhook and PagerDuty's events endpoint: records when each request about a work order came."""
+
+    arrivals: dict[int, datetime] = {}
+    requests = 0
+    lock = threading.Lock()
+
+    def do_POST(self):
+        now = datetime.now(UTC)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        found = WORK_ORDER.search(body)
+        with self.lock:
+            Receiver.requests += 1
+            if found:
+                Receiver.arrivals.setdefault(int(found.group(1)), now)
+        reply = b'{"status": "success", "message": "Event processed"}' if self.path == "/pagerduty" else b"ok"
+        self.send_response(202 if self.path == "/pagerduty" else 200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args):
+        pass
+
+
+# Before Django reads its settings: the channels point at the receiver, which must be listening.
+receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+threading.Thread(target=receiver.serve_forever, daemon=True).start()
+RECEIVER = f"http://127.0.0.1:{receiver.server_port}"
+os.environ.update(RETRYOPS_SLACK_WEBHOOK_URL=f"{RECEIVER}/slack", RETRYOPS_PAGERDUTY_URL=f"{RECEIVER}/pagerduty",
+                  RETRYOPS_PAGERDUTY_ROUTING_KEY="benchbenchbenchbenchbenchbench32")
+setup_django("_bench_dlq_latency")
+
+import django_rq  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from compensation.models import DeadLetter  # noqa: E402
+from resources import services as pool_services  # noqa: E402
+from resources.models import ResourcePool  # noqa: E402
+from scheduling import services  # noqa: E402
+from scheduling.models import RetryPolicy  # noqa: E402
+from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES  # noqa: E402
+
+# A flow worker that lost the after-commit path: Django set up, the task_dead receiver that
+# collects the dead letter disconnected, then `manage.py rqworker` as usual.
+LOST_WORKER = """
+import os, sys
+sys.path.insert(0, sys.argv.pop(1))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
+import django
+django.setup()
+from django.core.management import call_command
+from scheduling.signals import task_dead
+assert task_dead.disconnect(dispatch_uid="compensation.collect_dead_letters")
+call_command(*sys.argv[1:])
+"""
+
+
+def bench_redis_url() -> str:
+    url = settings.REDIS_URL
+    if url.startswith("unix://"):
+        return f"{url.split('?')[0]}?db={BENCH_REDIS_DB}"
+    return f"{url.rsplit('/', 1)[0] if url.count('/') > 2 else url}/{BENCH_REDIS_DB}"
+
+
+def start(*args: str, lost: bool = False) -> subprocess.Popen:
+    manage = [sys.executable, "-c", LOST_WORKER, str(ROOT)] if lost else [sys.executable, str(ROOT / "manage.py")]
+    env = {**os.environ, "REDIS_URL": bench_redis_url()}
+    return subprocess.Popen([*manage, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def word(n: int) -> str:
+    """n in letters that are not hex digits, so each error keeps a signature of its own."""
+    letters = "ghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, digit = divmod(n, len(letters))
+        out = letters[digit] + out
+        if not n:
+            return out
+
+
+def run(label: str, tag: str, deaths: int, spread: float, workers: int, *, lost: bool, timeout: float) -> tuple:
+    django_rq.get_connection("flows").flushdb()
+    ResourcePool.objects.filter(name="bench-dlq-latency").update(name=f"bench-dlq-latency-old-{time.time_ns()}")
+    pool = pool_services.create_pool(name="bench-dlq-latency", lease_seconds=300)
+    pool_services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(deaths)])
+    flow_worker = ["rqworker", *WORKER_QUEUES, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"]
+    running = [start(*flow_worker, lost=lost) for _ in range(workers)]
+    running.append(start("rqworker", PERIODIC_QUEUE, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"))
+    running.append(start("rqcron", "compensation.cron"))
+    try:
+        time.sleep(3)  # the workers and the cron are up before the first death
+        ids = []
+        for n in range(deaths):
+            error = f"PermissionError: account suspended by upstream for shop {tag} {word(n)}"
+            ids.append(services.start_task(flow="demo", pool_name=pool, created_by="bench", policy="bench-dlq-latency",
+                                           payload={"script": [error]}).pk)
+            time.sleep(spread / deaths)
+        deadline = time.monotonic() + timeout
+        while True:
+            letters = list(DeadLetter.objects.filter(task_id__in=ids)
+                           .values_list("task__finished_at", "created_at", "work_order_id"))
+            if len(letters) == deaths and all(order in Receiver.arrivals for *_, order in letters):
+                break
+            if any(process.poll() is not None for process in running):
+                raise SystemExit(f"{label}: a worker or the cron exited: {[p.args[-6:] for p in running]}")
+            if time.monotonic() > deadline:
+                paged = sum(order in Receiver.arrivals for *_, order in letters)
+                raise SystemExit(f"{label}: {len(letters)} of {deaths} dead letters, {paged} paged after {timeout:.0f} s")
+            time.sleep(0.2)
+    finally:
+        for process in running:
+            process.terminate()
+        for process in running:
+            process.wait()
+    orders = {order for *_, order in letters}
+    assert len(orders) == deaths, f"{label}: {deaths} deaths grouped into {len(orders)} work orders"
+    to_order = sorted((made - died).total_seconds() for died, made, _ in letters)
+    to_page = sorted((Receiver.arrivals[order] - died).total_seconds() for died, _, order in letters)
+    return to_order, to_page
+
+
+def show(label: str, figures: list[float]) -> None:
+    p = lambda q: figures[min(len(figures) - 1, int(q * len(figures)))]  # noqa: E731
+    print(f"    {label:<30} p50 {p(0.50):6.2f} s   p99 {p(0.99):6.2f} s   max {figures[-1]:6.2f} s"
+          f"   (target p99 < 60 s; SLA 300 s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--deaths", type=int, default=200)
+    parser.add_argument("--spread", type=float, default=10.0, help="Seconds over which the tasks are started.")
+    parser.add_argument("--workers", type=int, default=2, help="Flow workers.")
+    parser.add_argument("--timeout", type=float, default=300.0, help="Seconds to wait for every page.")
+    args = parser.parse_args()
+
+    for config in settings.RQ_QUEUES.values():
+        config["URL"] = bench_redis_url()
+    RetryPolicy.objects.update_or_create(name="bench-dlq-latency", defaults=dict(
+        max_attempts=3, backoff="fixed", initial_delay_seconds=0, max_delay_seconds=0))
+    print(f"{args.deaths} non-retryable deaths over {args.spread:g} s, {args.workers} flow SimpleWorkers, one periodic "
+          f"worker, rqcron compensation.cron (dead letters every {settings.RETRYOPS_DEAD_LETTER_INTERVAL} s, "
+          f"notifications every {settings.RETRYOPS_NOTIFY_INTERVAL} s), {os.cpu_count()} cores")
+    run_tag = word(time.time_ns() // 1000 % 20**6)
+    for label, lost in (("after commit", False), ("after-commit path lost", True)):
+        tag = f"{run_tag} {'lost' if lost else 'live'}"
+        before = Receiver.requests
+        to_order, to_page = run(label, tag, args.deaths, args.spread, args.workers, lost=lost, timeout=args.timeout)
+        print(f"  {label} ({Receiver.requests - before} requests received):")
+        show("death -> work order", to_order)
+        show("death -> first notification", to_page)
+    print(f"  periodic path's own bound: a dead letter within {settings.RETRYOPS_DEAD_LETTER_INTERVAL} s of a death "
+          f"plus one consumer run; its pages are sent after that commit (else within "
+          f"{settings.RETRYOPS_NOTIFY_INTERVAL} s by the periodic send)")
+
+
+if __name__ == "__main__":
+    main()

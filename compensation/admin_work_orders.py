@@ -1,0 +1,194 @@
+"""A work order's page in the console (issue 9): what an operator needs to act on it on one page.
+Above the form, its transition buttons, its three SLA clocks, its dead letters and its runbook
+runs with their approval (four eyes) and buttons; in the form, what an operator types (assignee,
+runbook, notes, resolution) and the suggested runbooks; below it, what the on-call was told.
+
+A transition (acknowledge, start, compensate, close, cancel) asks for confirmation, with the text
+it takes, and calls its service; it needs the work order's change permission, checked by the view
+itself. An illegal transition is refused by the service, whose sentence the operator sees. Reads
+go through compensation.selectors. The work order's ModelAdmin (compensation.admin) mixes in
+WorkOrderConsole."""
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from compensation import services
+from compensation.admin_console import audit_url
+from compensation.admin_dead_letters import bulk_replay_url, changelist_url
+from compensation.admin_runbooks import run_buttons
+from compensation.choices import DeadLetterState
+from compensation.forms import WorkOrderTransitionForm
+from compensation.models import WorkOrder
+from compensation.selectors import (
+    SlaClock,
+    dead_letter_states_of,
+    notifications_of,
+    runbook_runs_of,
+    sla_clocks,
+)
+from compensation.services.work_orders import TRANSITIONS
+from retryops.errors import DomainError
+
+# How many of its notifications and runbook runs a work order's page shows; their lists have the rest.
+NOTIFICATIONS_SHOWN = 20
+RUNS_SHOWN = 50
+
+# Each transition: its button, the question of its confirmation page, and the service it calls
+# with the form's fields (compensation.forms.TRANSITION_FIELDS).
+TRANSITION_PAGES = {
+    "acknowledge": {
+        "label": _("Acknowledge"),
+        "question": _("Acknowledge %(order)s? Its acknowledge clock stops; if nobody has it, it is yours."),
+        "call": services.acknowledge_work_order,
+    },
+    "start": {
+        "label": _("Start compensation"),
+        "question": _("Start compensating %(order)s? It acknowledges it too if nobody has."),
+        "call": services.start_work_order,
+    },
+    "compensate": {
+        "label": _("Mark compensated"),
+        "question": _("Mark %(order)s compensated? Its open dead letters are resolved and the on-call's page is "
+                      "closed."),
+        "call": services.compensate_work_order,
+    },
+    "close": {
+        "label": _("Close"),
+        "question": _("Close %(order)s without compensation? Its open dead letters are resolved and the on-call's "
+                      "page is closed."),
+        "call": services.close_work_order,
+    },
+    "cancel": {
+        "label": _("Cancel"),
+        "question": _("Cancel %(order)s, opened by mistake? Its dead letters stay open for another work order."),
+        "call": services.cancel_work_order,
+    },
+}
+
+CLOCK_NAMES = {
+    "notice": _("Notice: dead letter → opened"),
+    "acknowledge": _("Acknowledge: dead letter → acknowledged"),
+    "compensate": _("Compensate: dead letter → compensated"),
+}
+
+
+def span(seconds: float) -> str:
+    """A duration as an operator reads it in a table: "45 s", "12 min", "3 h 05 min", "2 d 4 h"."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return gettext("%(s)d s") % {"s": seconds}
+    minutes = seconds // 60
+    if minutes < 120:
+        return gettext("%(m)d min") % {"m": minutes}
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return gettext("%(h)d h %(m)02d min") % {"h": hours, "m": minutes}
+    return gettext("%(d)d d %(h)d h") % {"d": hours // 24, "h": hours % 24}
+
+
+def clock_row(clock: SlaClock) -> dict:
+    """One SLA clock as the page shows it: what it measures, how long, the limit, and its state."""
+    breached = clock.breached or clock.marked_at is not None
+    if clock.seconds is None:
+        status, tone = gettext("not run: the work order ended without this step"), "idle"
+    elif clock.running and not breached:
+        status, tone = gettext("running: %(left)s left") % {"left": span(clock.limit - clock.seconds)}, "running"
+    elif clock.running:
+        status, tone = gettext("breached, still running: %(over)s over") % {
+            "over": span(clock.seconds - clock.limit)}, "breached"
+    elif breached:
+        status, tone = gettext("breached: %(over)s over") % {"over": span(clock.seconds - clock.limit)}, "breached"
+    else:
+        status, tone = gettext("met"), "met"
+    return {"name": CLOCK_NAMES[clock.name], "started_at": clock.started_at, "stopped_at": clock.stopped_at,
+            "running": clock.running, "elapsed": "" if clock.seconds is None else span(clock.seconds),
+            "limit": span(clock.limit), "status": status, "tone": tone, "marked_at": clock.marked_at}
+
+
+def dead_letters_summary(order: WorkOrder, *, can_bulk_replay: bool) -> dict:
+    counts = dead_letter_states_of(order)
+    rows = [{"label": label, "count": counts[state],
+             "url": changelist_url(work_order__id__exact=order.pk, state__exact=state)}
+            for state, label in DeadLetterState.choices if counts.get(state)]
+    open_ones = counts.get(DeadLetterState.OPEN, 0)
+    return {
+        "total": sum(counts.values()), "states": rows, "url": changelist_url(work_order__id__exact=order.pk),
+        # A bulk replay filters by flow and signature: offered when the work order is that group.
+        "bulk_replay_url": bulk_replay_url(flow=order.flow, error_signature=order.error_signature)
+        if can_bulk_replay and open_ones and order.flow and order.error_signature else "",
+    }
+
+
+class WorkOrderConsole:
+    """Mixed into the work order's ModelAdmin: the transition pages and the page's panels."""
+
+    change_form_template = "admin/compensation/workorder/change_form.html"
+
+    def get_urls(self):
+        view = self.admin_site.admin_view(self.transition_view)
+        return [path("<int:work_order_id>/transition/<slug:action>/", view, name="compensation_workorder_transition"),
+                *super().get_urls()]
+
+    def transition_view(self, request, work_order_id: int, action: str):
+        page = TRANSITION_PAGES.get(action)
+        if page is None:
+            raise Http404(gettext("no such transition: %(action)s") % {"action": action})
+        order = get_object_or_404(WorkOrder, pk=work_order_id)
+        if not self.has_change_permission(request, order):
+            raise PermissionDenied
+        back = reverse("admin:compensation_workorder_change", args=[order.pk])
+        form = WorkOrderTransitionForm(request.POST if request.method == "POST" else None, action=action,
+                                       initial={"resolution": order.resolution})
+        if request.method == "POST" and form.is_valid():
+            try:
+                moved = page["call"](work_order=order.pk, actor=request.user.get_username(), **form.cleaned_data)
+            except DomainError as exc:
+                if exc.details.get("field") in form.fields:
+                    form.add_refusal(exc)  # the operator fixes what they typed on the same page
+                else:
+                    self.message_user(request, str(exc), messages.ERROR)
+                    return HttpResponseRedirect(back)
+            else:
+                self.message_user(request, gettext("%(order)s is %(state)s.") % {
+                    "order": moved, "state": moved.get_state_display().lower()}, messages.SUCCESS)
+                return HttpResponseRedirect(back)
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "order": order, "form": form,
+                   "title": f"{page['label']}: {order}", "verb": page["label"], "confirm": page["label"], "back_url": back,
+                   "question": page["question"] % {"order": order}}
+        return TemplateResponse(request, "admin/compensation/workorder/transition.html", context)
+
+    def transitions_for(self, request, order: WorkOrder) -> list[dict]:
+        """The buttons of the transitions its state allows; the service decides again on submit."""
+        if not self.has_change_permission(request, order):
+            return []
+        return [{"label": page["label"],
+                 "url": reverse("admin:compensation_workorder_transition", args=[order.pk, action])}
+                for action, page in TRANSITION_PAGES.items() if order.state in TRANSITIONS[action][0]]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and obj.pk is not None:
+            runs = runbook_runs_of(obj, limit=RUNS_SHOWN)
+            notifications = notifications_of(obj, limit=NOTIFICATIONS_SHOWN)
+            context.update(
+                console=True,
+                console_audit_url=audit_url(request, obj),
+                console_transitions=self.transitions_for(request, obj),
+                console_clocks=[clock_row(clock) for clock in sla_clocks(obj)],
+                console_dead_letters=dead_letters_summary(
+                    obj, can_bulk_replay=request.user.has_perm("compensation.add_bulkreplay")),
+                console_runs=[{"run": run, **run_buttons(request, run)} for run in runs],
+                console_runs_more=len(runs) == RUNS_SHOWN,
+                console_runs_url=f"{reverse('admin:compensation_runbookrun_changelist')}"
+                                 f"?work_order__id__exact={obj.pk}",
+                console_notifications=notifications,
+                console_notifications_more=len(notifications) == NOTIFICATIONS_SHOWN,
+                console_notifications_url=f"{reverse('admin:compensation_notification_changelist')}"
+                                          f"?subject_id={obj.pk}",
+            )
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
