@@ -2,28 +2,26 @@
 
     .venv/bin/python bench/admin.py [--sizes 1000,100000] [--repeat 30] [--events-per-resource 10] [--failing 10]
 
-For each size, a database of its own (`retryops_admin<size>_f<failing>_bench` beside the app's
+For each size, a database of its own (`retryops_bench_admin<size>_f<failing>` beside the app's
 `retryops`, see bench/common.py; built once and kept, `DROP DATABASE` removes it) holds that many
 resources in 5 pools, with their failure statistics (`--failing` percent failing now: an outage that
 hit many resources of each pool with one signature, resources locked or failing on their own,
 quarantined ones; 5 percent in use; the rest healthy) and 10 timeline events each (1,000,000 for
-100,000 resources). A superuser then requests each page through
-Django's test Client `--repeat` times after one warm-up request: the resource list unfiltered,
-sorted, filtered (state, diagnosis, failed in the last hour), searched (by key and by reason), a
-far page, and a resource's page with its timeline. It prints the server time per request, p50 and
+100,000 resources). A superuser then requests each page through Django's test Client `--repeat`
+times after one warm-up request: the resource list unfiltered, sorted, on its 10th page, filtered
+(state, pool, diagnosis, failed in the last hour) and searched (by key and by reason), and a busy
+resource's page with its timeline. It prints the server time per request, p50 and
 p95, and the queries per request, each size beside the other (target p95 under 300 ms). Each size
 runs in a child process of its own, because Django holds one database per process.
 """
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import setup_django  # noqa: E402
@@ -184,14 +182,8 @@ def measure(size: int, repeat: int) -> list[dict]:
 
 
 def child(size: int, repeat: int, events_per_resource: int, failing: int) -> None:
-    from retryops import devservices
-
-    # Each size in a database of its own, named as bench/common.py names it after this URL:
-    # retryops_admin1000_f10_bench, retryops_admin100000_f10_bench.
-    app = urlsplit(devservices.database_url(create=False))
-    name = f"{app.path.rstrip('/')}_admin{size}_f{failing}"
-    os.environ["DATABASE_URL"] = urlunsplit(app._replace(path=name))
-    setup_django()
+    # Each size and share in a database of its own: retryops_bench_admin100000_f10.
+    setup_django(suffix=f"_bench_admin{size}_f{failing}")
     from django.conf import settings
 
     settings.DEBUG = False
