@@ -1,5 +1,8 @@
 """The operators' console for dead letters, work orders and bulk replays. Every state change
-goes through compensation.services (actions and save_model); the columns they own are read-only."""
+goes through compensation.services (actions and save_model); the columns they own are read-only.
+The console's pages are mixed in from their own modules: admin_dead_letters (the DLQ grouped by
+flow and signature; replay, discard, resolve), admin_work_orders (a work order's page and its
+transitions), admin_runbooks, admin_bulk_replay and admin_notifications."""
 
 from django import forms
 from django.contrib import admin, messages
