@@ -14,7 +14,12 @@ One module per use case; the public names are re-exported here. Reads live in sc
 
 from scheduling.errors import TaskError
 from scheduling.services.attempts import StartedAttempt, begin_attempt, finish_attempt
-from scheduling.services.batches import BatchTicks, run_batch, run_batches, save_batch_config
+from scheduling.services.batches import (
+    BatchTicks,
+    run_batch,
+    run_batches,
+    save_batch_config,
+)
 from scheduling.services.events import claim_task_events
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import retry_resource

@@ -8,19 +8,20 @@ from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
-from scheduling.choices import TaskState
+from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
 from scheduling.services.tasks import name_of, start_task
 
 
-def _live(task: Task, name: str) -> TaskLive:
+def _live(task: Task, name: str | None) -> TaskLive:
+    """TaskLive for `task`, bound to the resource called `name` (None: it has moved on from it)."""
     when = timezone.localtime(task.next_run_at).isoformat(timespec="seconds") if task.next_run_at else "unknown"
     if task.state == TaskState.RUNNING:
-        doing = f"is running attempt {task.attempt_count} on {name}"
+        doing = f"is running attempt {task.attempt_count}" + (f" on {name}" if name else " on another resource")
     else:
-        doing = f"is {task.state} for {name} and runs next at {when}"
+        doing = f"is {task.state}" + (f" for {name}" if name else " on another resource") + f" and runs next at {when}"
     return TaskLive(
         f"{task.holder} ({task.flow}) {doing}; a retry now would run it twice: run that task now or cancel it first",
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
@@ -31,7 +32,8 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
-    resource (TaskLive): that task would run beside the new one. With `audit` False it records no
+    resource (TaskLive): that task would run beside the new one; likewise when the payload would
+    be copied from a last task that has not finished, wherever it runs now. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     with transaction.atomic():
@@ -46,6 +48,10 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         if flow is None:
             if last is None:
                 raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
+            if payload is None and last.state not in TERMINAL_STATES:
+                # Moved on to another resource (not strict, or same_resource_on_retry off), it is
+                # still the business instance its payload describes: a copy would run it twice.
+                raise _live(last, None)
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy

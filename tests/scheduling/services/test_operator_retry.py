@@ -111,19 +111,38 @@ def test_retry_resource_refuses_while_a_waiting_task_holds_it_for_its_retry(redi
     assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
-def test_retry_resource_goes_ahead_when_the_waiting_task_moved_on_to_another_resource(redis_conn, pool, alice,
-                                                                                    named):
+def moved_on(pool, alice, *, named):
+    """Order 42, not strict, failed on alice and waiting to retry on another resource."""
     RetryPolicyFactory(name="moves", initial_delay_seconds=120, max_delay_seconds=120, same_resource_on_retry=False)
-    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+    task = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow", "ok"]},
                                resource=alice if named else None, strict=False, created_by="shop", policy="moves")
     work()
     task.refresh_from_db()
     assert (task.state, task.resource_id, task.pinned_resource_id) == (TaskState.RETRYING, alice.pk, None)
+    return task
 
-    again = services.retry_resource(resource=alice, actor="ops:carol")
 
-    assert again.pk != task.pk and again.pinned_resource_id == alice.pk
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
+def test_retry_resource_with_a_flow_goes_ahead_when_the_waiting_task_moved_on_to_another_resource(
+        redis_conn, pool, alice, named):
+    task = moved_on(pool, alice, named=named)
+
+    again = services.retry_resource(resource=alice, actor="ops:carol", flow="demo", policy="moves")
+
+    assert again.pk != task.pk and again.pinned_resource_id == alice.pk and again.payload == {}
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
+def test_retry_resource_refuses_to_copy_the_payload_of_a_task_that_moved_on_and_still_waits(redis_conn, pool, alice,
+                                                                                          named):
+    task = moved_on(pool, alice, named=named)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+    assert "on another resource and runs next at" in str(refused.value)
+    assert Task.objects.count() == 1
 
 
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
