@@ -118,6 +118,19 @@ def test_an_overdue_task_whose_job_started_on_a_worker_that_died_is_woken(redis_
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
 
 
+def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_page(redis_conn, pool, alice,
+                                                                                 default_policy):
+    task = start(alice, ["TimeoutError: slow", "ok"], policy="default")
+    work()
+    # A backlog due before it, every one with its job queued (a burst nobody has run yet)...
+    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="default",
+                                   audit=False).pk for _ in range(3)]
+    Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
+    # ...and its retry's job stuck in the scheduled registry (its scheduler died with its worker).
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))
+
+    assert services.dispatch_waiting(limit=2) == [task.pk]
+
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True])
 def test_a_dispatch_limit_that_is_not_a_positive_whole_number_is_bad_input(redis_conn, limit):
