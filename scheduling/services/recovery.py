@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from resources import services as pool
@@ -140,10 +141,25 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
         after = (rows[-1][2], rows[-1][0])
 
 
+def _job_statuses(job_ids: list[str], redis) -> dict[str, str]:
+    """The status of each job RQ can read. A hash it cannot read (rq#1575: a heartbeat landing
+    after a result_ttl=0 job was deleted leaves one with no data) counts as no job, and must not
+    hide the others: one pipelined read, then one by one when that one fails."""
+    try:
+        jobs = Job.fetch_many(job_ids, connection=redis)
+    except NoSuchJobError:
+        jobs = []
+        for job_id in job_ids:
+            try:
+                jobs.append(Job.fetch(job_id, connection=redis))
+            except NoSuchJobError:
+                jobs.append(None)
+    return {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
+
+
 def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    jobs = Job.fetch_many(job_ids, connection=redis) if job_ids else []
-    status_of = {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
+    status_of = _job_statuses(job_ids, redis) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)
