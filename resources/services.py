@@ -391,6 +391,24 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
     return current
 
 
+def postpone_probe(*, resource: Resource | int, actor: str, reason: str, now: datetime | None = None) -> Resource:
+    """A probe that could not be started (no task to repeat, its flow or policy gone): the next
+    one waits another cooldown, so the quarantined resources due after this one are probed
+    meanwhile instead of queueing behind it. Nothing changes if the resource is no longer due
+    (probed, released or postponed since)."""
+    actor, reason = _actor(actor), _reason(reason, required=True)
+    now = now or timezone.now()
+    with transaction.atomic():
+        current = lock_resource(resource)
+        if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
+            return current
+        cooldown = max(current.probation_cooldown_seconds, 1)
+        current.probe_after = now + timezone.timedelta(seconds=cooldown)
+        current.save(update_fields=["probe_after"])
+        _event(current, EventKind.QUARANTINED, actor=actor, reason=f"{reason}; next probe after {cooldown} s")
+    return current
+
+
 def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeeded: bool,
               error: BaseException | str | None = None, actor: str = "") -> Resource:
     """A probe's outcome: success ends the quarantine (the resource goes back to the pool, or is

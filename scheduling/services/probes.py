@@ -9,6 +9,7 @@ from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.selectors import due_for_probe
 from retryops.errors import DomainError
+from retryops.jsonsafe import clean_text
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
@@ -52,14 +53,25 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
     probes = []
     for resource in due_for_probe(now=now, limit=limit):
         last = last_task_on(resource)
-        if last is None:
-            continue
         try:
+            if last is None:
+                raise LookupError("no task has run on it to repeat as its probe")
             probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
                                      policy=last.policy, created_by="probation", resource=resource, probe=True,
                                      audit=False))  # the system's own start
-        except DomainError as exc:  # taken meanwhile, its flow or policy gone: the others still get theirs
-            log.warning("no probe for resource %s (last task %s): %s", resource.pk, last.pk, exc)
-        except Exception:  # one bad row must not stop the rest
-            log.exception("no probe for resource %s (last task %s)", resource.pk, last.pk)
+        except (DomainError, LookupError) as exc:  # taken meanwhile, its flow or policy gone
+            log.warning("no probe for resource %s (last task %s): %s", resource.pk, last and last.pk, exc)
+            _postpone(resource, f"no probe could start: {exc}")
+        except Exception as exc:  # one bad row must not stop the rest
+            log.exception("no probe for resource %s (last task %s)", resource.pk, last and last.pk)
+            _postpone(resource, f"no probe could start: {type(exc).__name__}: {exc}")
     return probes
+
+
+def _postpone(resource, reason: str) -> None:
+    """Mark the row: left due, a probe that cannot start stays first in line on every pass, and
+    `limit` of them keep every other quarantined resource from its probe."""
+    try:
+        pool.postpone_probe(resource=resource.pk, actor="probation", reason=clean_text(reason))
+    except Exception:  # one bad row must not stop the rest
+        log.exception("could not postpone the probe of resource %s", resource.pk)

@@ -10,7 +10,7 @@ from resources.models import Resource, ResourceEvent
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
-from tests.factories import RetryPolicyFactory
+from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,3 +94,24 @@ def test_a_probe_whose_lease_runs_out_leaves_the_quarantine_standing(redis_conn,
     work()  # the probe finds its lease gone and the resource quarantined: it ends, never retried
     assert Task.objects.get(pk=probe.pk).state == TaskState.DEAD
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.QUARANTINED
+
+
+def test_a_probe_that_cannot_start_is_postponed_so_the_resources_due_after_it_get_theirs(redis_conn, pool,
+                                                                                         probation_policy):
+    # One resource at a time in the pool, so each task is quarantined on the one just added.
+    ResourceFactory(pool=pool, key="stuck@x")
+    stuck = quarantined_by(pool, "DemoFlowError: blocked by risk control")
+    ResourceFactory(pool=pool, key="waiting@x")
+    waiting = quarantined_by(pool, "DemoFlowError: blocked by risk control")
+    Task.objects.filter(resource=stuck).update(flow="renamed-away")  # its flow is gone from the settings
+    Resource.objects.filter(pk=stuck.pk).update(probe_after=later(-60))
+    Resource.objects.filter(pk=waiting.pk).update(probe_after=later(-30))
+
+    assert services.start_probes(limit=1) == []  # the stuck one is first in line and cannot start...
+    [probe] = services.start_probes(limit=1)  # ...and no longer keeps the next one from its probe
+
+    assert probe.pinned_resource_id == waiting.pk
+    row = Resource.objects.get(pk=stuck.pk)
+    assert (row.state, row.probe_after > later(590)) == (ResourceState.QUARANTINED, True)
+    event = ResourceEvent.objects.filter(resource=stuck).latest("id")
+    assert event.kind == EventKind.QUARANTINED and "renamed-away" in event.reason and "next probe after" in event.reason
