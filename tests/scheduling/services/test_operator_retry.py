@@ -145,6 +145,25 @@ def test_retry_resource_refuses_to_copy_the_payload_of_a_task_that_moved_on_and_
     assert Task.objects.count() == 1
 
 
+def test_retry_resource_repeats_the_task_that_failed_there_last_not_a_newer_one_that_succeeded(redis_conn, pool,
+                                                                                               alice):
+    RetryPolicyFactory(name="moves", max_attempts=2, initial_delay_seconds=120, max_delay_seconds=120,
+                       same_resource_on_retry=False)
+    older = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow"]},
+                                created_by="shop", policy="moves")
+    work()  # order 42 fails on alice and waits two minutes to retry
+    pool_services.reset(resource=alice, actor="ops")
+    services.start_task(flow="demo", pool_name=pool, payload={"order": 43}, created_by="shop", policy="moves")
+    work()  # order 43 succeeds on alice meanwhile
+    services.run_task_now(task=older, actor="ops")
+    work()  # order 42's last attempt fails there: it is dead, alice failed
+    assert Task.objects.get(pk=older.pk).state == TaskState.DEAD
+
+    again = services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert again.payload["order"] == 42  # not order 43 a second time
+
+
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
 def test_retry_resource_refuses_an_id_that_names_no_resource(redis_conn, alice, instant_policy, value):
     with pytest.raises(DomainError) as refused:
