@@ -33,7 +33,8 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
     resource (TaskLive): that task would run beside the new one; likewise when the payload would
-    be copied from a last task that has not finished, wherever it runs now. With `audit` False it records no
+    be copied from a last task that has not finished, wherever it runs now, and (BadInput) from
+    one that has succeeded. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     with transaction.atomic():
@@ -52,6 +53,11 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
                 # Moved on to another resource (not strict, or same_resource_on_retry off), it is
                 # still the business instance its payload describes: a copy would run it twice.
                 raise _live(last, None)
+            if payload is None and last.state == TaskState.SUCCEEDED:
+                # Done already (on another resource after a retry elsewhere, or consuming this one).
+                raise BadInput(f"{last.holder} ({last.flow}), the last task on {name}, succeeded already: a copy "
+                               f"would run it a second time; name a flow for new work", field="flow",
+                               task_id=last.pk)
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy

@@ -12,8 +12,8 @@ from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource, ResourceEvent
 from retryops.errors import DomainError
 from scheduling import services
-from scheduling.choices import TaskState
-from scheduling.models import Task
+from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.models import Attempt, Task
 from tests.factories import RetryPolicyFactory
 from tests.scheduling.helpers import work
 
@@ -162,6 +162,25 @@ def test_retry_resource_repeats_the_task_that_failed_there_last_not_a_newer_one_
     again = services.retry_resource(resource=alice, actor="ops:carol")
 
     assert again.payload["order"] == 42  # not order 43 a second time
+
+
+def test_retry_resource_refuses_to_copy_a_task_that_succeeded_on_another_resource_after_failing_there(redis_conn, pool,
+                                                                                                     alice, bob):
+    RetryPolicyFactory(name="elsewhere", initial_delay_seconds=0, retryable_error_patterns=[
+        {"pattern": "captcha", "action": "retry_other_resource"}])
+    task = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["DemoFlowError: captcha", "ok"]},
+                               created_by="shop", policy="elsewhere")
+    work()
+    first, second = Attempt.objects.filter(task=task).order_by("number")
+    assert (first.outcome, second.outcome, Task.objects.get(pk=task.pk).state) == (
+        AttemptOutcome.FAILED, AttemptOutcome.SUCCEEDED, TaskState.SUCCEEDED)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=first.resource, actor="ops:carol")
+
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "flow", "task_id": task.pk})
+    assert "succeeded already" in str(refused.value)
+    assert Task.objects.count() == 1
 
 
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
