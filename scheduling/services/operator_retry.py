@@ -1,6 +1,7 @@
 """The operator's "retry this resource": reset it and start a strict task on it, atomically."""
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.choices import AuditAction
@@ -8,7 +9,7 @@ from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
-from scheduling.choices import TERMINAL_STATES, TaskState
+from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
@@ -27,14 +28,33 @@ def _live(task: Task, name: str | None) -> TaskLive:
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
 
 
+def _instance_to_run_again(last: Task, name: str) -> Task:
+    """The first task of the business instance `last` ran, which a copy of its payload runs again;
+    refused while a run of that instance is live (wherever it runs: `last` itself moved on to
+    another resource, or an earlier copy waits) or has succeeded (also on another resource): a
+    dead task is the last one on every resource it failed on, and each of those retried would
+    run it once more. Its first task's row is locked, so two retries at once cannot both copy it."""
+    first = Task.objects.select_for_update(of=("self",)).get(pk=last.repeats_id or last.pk)
+    run = Task.objects.filter(Q(pk=first.pk) | Q(repeats=first)).exclude(
+        state__in=(TaskState.DEAD, TaskState.CANCELLED)).order_by("-id").first()
+    if run is not None and run.state == TaskState.SUCCEEDED:
+        who = f"{run.holder} ({run.flow}), the last task on {name}," if run.pk == last.pk else (
+            f"{run.holder} ({run.flow}), a run of the payload of {last.holder}, the last task on {name},")
+        raise BadInput(f"{who} succeeded already: a copy would run it a second time; name a flow for new work",
+                       field="flow", task_id=run.pk)
+    if run is not None:
+        raise _live(run, None)
+    return first
+
+
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
                    policy: RetryPolicy | str | None = None, audit: bool = True) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
-    resource (TaskLive): that task would run beside the new one; likewise when the payload would
-    be copied from a last task that has not finished, wherever it runs now, and (BadInput) from
-    one that has succeeded. With `audit` False it records no
+    resource (TaskLive): that task would run beside the new one; likewise when a copy of the last
+    task's payload would run a business instance that runs elsewhere now or has succeeded
+    (BadInput): see _instance_to_run_again. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     with transaction.atomic():
@@ -45,19 +65,12 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         live = live_task_on(current)
         if live is not None:
             raise _live(live, name)
-        last = last_task_on(current)
+        last, repeats = last_task_on(current), None
         if flow is None:
             if last is None:
                 raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
-            if payload is None and last.state not in TERMINAL_STATES:
-                # Moved on to another resource (not strict, or same_resource_on_retry off), it is
-                # still the business instance its payload describes: a copy would run it twice.
-                raise _live(last, None)
-            if payload is None and last.state == TaskState.SUCCEEDED:
-                # Done already (on another resource after a retry elsewhere, or consuming this one).
-                raise BadInput(f"{last.holder} ({last.flow}), the last task on {name}, succeeded already: a copy "
-                               f"would run it a second time; name a flow for new work", field="flow",
-                               task_id=last.pk)
+            if payload is None:
+                repeats = _instance_to_run_again(last, name)
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
@@ -68,7 +81,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         elif current.state != ResourceState.AVAILABLE:
             raise pool.describe_unavailability(current)
         task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
-                          resource=current, strict=True, reserve=True, audit=False)
+                          resource=current, strict=True, reserve=True, audit=False, repeats=repeats)
         if audit:
             record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
                          after={"state": task.resource.state, "task": task.pk, "flow": task.flow,

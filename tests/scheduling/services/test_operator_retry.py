@@ -183,6 +183,44 @@ def test_retry_resource_refuses_to_copy_a_task_that_succeeded_on_another_resourc
     assert Task.objects.count() == 1
 
 
+def died_on_alice_and_bob(pool, alice, bob):
+    """Order 42: failed on one resource (captcha: try another), then on the other, and died; it is
+    the last task on both."""
+    RetryPolicyFactory(name="elsewhere", max_attempts=2, initial_delay_seconds=0, retryable_error_patterns=[
+        {"pattern": "captcha", "action": "retry_other_resource"}])
+    task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="elsewhere",
+                               payload={"order": 42, "script": ["DemoFlowError: captcha", "TimeoutError: slow", "ok"]})
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    assert {a.resource_id for a in Attempt.objects.filter(task=task)} == {alice.pk, bob.pk}
+    return task
+
+
+def test_retry_resource_refuses_a_second_copy_of_a_dead_task_while_the_first_copy_waits(redis_conn, pool, alice, bob):
+    died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol")
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=bob, actor="ops:dave")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", first.pk)
+    assert Task.objects.count() == 2
+
+
+def test_retry_resource_refuses_a_second_copy_of_a_dead_task_whose_first_copy_succeeded(redis_conn, pool, alice, bob,
+                                                                                        instant_policy):
+    died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol", policy="instant")  # three attempts this time
+    work()
+    assert Task.objects.get(pk=first.pk).state == TaskState.SUCCEEDED
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=bob, actor="ops:dave")
+
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "flow", "task_id": first.pk})
+    assert Task.objects.count() == 2
+
+
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
 def test_retry_resource_refuses_an_id_that_names_no_resource(redis_conn, alice, instant_policy, value):
     with pytest.raises(DomainError) as refused:
