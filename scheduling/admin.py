@@ -10,7 +10,7 @@ from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 
-from resources.admin import edited_fields, storable_json_object
+from resources.admin import StorableJSONField, edited_fields, storable_json_object
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.errors import BadPolicy
@@ -104,7 +104,7 @@ class AttemptAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
-class PatternListField(forms.JSONField):
+class PatternListField(StorableJSONField):
     widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
 
 
@@ -179,6 +179,7 @@ class BatchConfigForm(forms.ModelForm):
         model = BatchConfig
         fields = "__all__"
         exclude = ["last_tick_at", "last_error"]  # the ticks' own
+        field_classes = {"payload": StorableJSONField}
 
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.
