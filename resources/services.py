@@ -100,9 +100,11 @@ def _json(value: dict | None, *, field: str) -> str:
         raise InvalidInput(f"{field} must be a JSON object, got {type(value).__name__}", field=field)
     try:
         refuse_unstorable(value or {}, name=field)
+        return json.dumps(value or {}, cls=DjangoJSONEncoder)
     except UnstorableValue as exc:
         raise InvalidInput(str(exc), field=field, path=exc.path) from None
-    return json.dumps(value or {}, cls=DjangoJSONEncoder)
+    except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
+        raise InvalidInput(f"{field} is nested too deeply to store", field=field) from None
 
 
 def _lease_seconds(value: int | None) -> int | None:

@@ -575,6 +575,14 @@ def test_attributes_json_cannot_hold_are_bad_input(pool):
         services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"limit": float("nan")}}])
 
 
+def test_attributes_nested_deeper_than_can_be_checked_are_bad_input(pool):
+    import json
+
+    deep = json.loads("[" * 700 + "]" * 700)  # json.loads reads it; checking it would recurse past the limit
+    with bad_input("attributes"):
+        services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"deep": deep}}])
+
+
 def test_a_taken_pool_name_is_bad_input(pool):
     with bad_input("name"):
         services.create_pool(name="accounts")
