@@ -84,6 +84,9 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     readonly_fields = ("created_at",)
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # no service deletes a pool, so a delete here would leave no audit entry
+
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
         if change:
@@ -118,6 +121,9 @@ class ResourceAdmin(admin.ModelAdmin):
     readonly_fields = _STATE_FIELDS
     show_full_result_count = False  # a count(*) of 100,000+ rows on every page view is not free
     inlines = [ResourceEventInline]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # no service deletes a resource (quarantine it), so a delete would leave no audit entry
 
     def get_readonly_fields(self, request, obj=None):
         # The pool and key of an existing resource are its identity in every timeline row.

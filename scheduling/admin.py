@@ -214,6 +214,9 @@ class BatchConfigAdmin(admin.ModelAdmin):
     list_select_related = ("pool", "policy")
     readonly_fields = ("last_tick_at", "last_error")
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # disable it instead: no service deletes a config, so a delete would leave no audit entry
+
     def save_model(self, request, obj, form, change):
         # A batch tick writes last_tick_at meanwhile: a change writes only the fields typed in.
         saved = services.save_batch_config(data=edited_fields(form) if change else dict(form.cleaned_data),

@@ -158,6 +158,16 @@ def test_attributes_the_page_cannot_show_back_are_refused_with_the_field_named_n
     assert Resource.objects.get(pk=alice.pk).attributes == {}
 
 
+@pytest.mark.parametrize("model", ["resource", "resourcepool"])
+def test_pools_and_resources_are_not_deleted_in_the_admin_without_an_audit_entry(staff, pool, model):
+    obj = pool if model == "resourcepool" else ResourceFactory(pool=ResourcePoolFactory(name="spare"), key="never-used")
+
+    response = staff.post(reverse(f"admin:resources_{model}_delete", args=[obj.pk]), {"post": "yes"})
+
+    assert response.status_code == 403
+    assert type(obj).objects.filter(pk=obj.pk).exists()
+
+
 def test_empty_attributes_are_stored_as_an_empty_object(staff, alice):
     page = staff.get(change_url(alice))
     staff.post(change_url(alice), submitted(page, attributes=""))

@@ -162,6 +162,19 @@ def test_a_nul_character_in_a_batch_config_name_or_flow_is_refused(staff, batch_
     assert not BatchConfig.objects.exists()
 
 
+def test_a_batch_config_is_disabled_in_the_admin_not_deleted_without_an_audit_entry(staff, batch_form):
+    from audit.models import AuditEntry
+
+    staff.post(reverse("admin:scheduling_batchconfig_add"), batch_form)
+    config = BatchConfig.objects.get(name="b")
+    entries = AuditEntry.objects.count()
+
+    response = staff.post(reverse("admin:scheduling_batchconfig_delete", args=[config.pk]), {"post": "yes"})
+
+    assert response.status_code == 403
+    assert BatchConfig.objects.filter(pk=config.pk).exists() and AuditEntry.objects.count() == entries
+
+
 def test_a_batch_tick_during_an_admin_edit_keeps_its_time(staff, batch_form):
     staff.post(reverse("admin:scheduling_batchconfig_add"), batch_form)
     config = BatchConfig.objects.get(name="b")
