@@ -28,20 +28,21 @@ def _live(task: Task, name: str | None) -> TaskLive:
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
 
 
-def _instance_to_run_again(last: Task, name: str) -> Task:
-    """The first task of the business instance `last` ran, which a copy of its payload runs again;
-    refused while a run of that instance is live (wherever it runs: `last` itself moved on to
-    another resource, or an earlier copy waits) or has succeeded (also on another resource): a
-    dead task is the last one on every resource it failed on, and each of those retried would
-    run it once more. Its first task's row is locked, so two retries at once cannot both copy it."""
+def instance_to_run_again(last: Task, name: str) -> Task:
+    """The first task of the business instance `last` ran, which a copy of its payload (an
+    operator's retry, a probation probe) runs again; refused while a run of that instance is live
+    (wherever it runs: `last` itself moved on to another resource, or an earlier copy waits) or
+    has succeeded (also on another resource): a dead task is the last one on every resource it
+    failed on, and each of those retried or probed would run it once more. Its first task's row
+    is locked, so two copies at once cannot both be made; call it in the copy's transaction."""
     first = Task.objects.select_for_update(of=("self",)).get(pk=last.repeats_id or last.pk)
     run = Task.objects.filter(Q(pk=first.pk) | Q(repeats=first)).exclude(
         state__in=(TaskState.DEAD, TaskState.CANCELLED)).order_by("-id").first()
     if run is not None and run.state == TaskState.SUCCEEDED:
         who = f"{run.holder} ({run.flow}), the last task on {name}," if run.pk == last.pk else (
             f"{run.holder} ({run.flow}), a run of the payload of {last.holder}, the last task on {name},")
-        raise BadInput(f"{who} succeeded already: a copy would run it a second time; name a flow for new work",
-                       field="flow", task_id=run.pk)
+        raise BadInput(f"{who} succeeded already: a copy of its payload would run it a second time; name a flow "
+                       f"for new work", field="flow", task_id=run.pk)
     if run is not None:
         raise _live(run, None)
     return first
@@ -54,7 +55,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     task that ran on the resource. Refused while a task that has not finished is bound to the
     resource (TaskLive): that task would run beside the new one; likewise when a copy of the last
     task's payload would run a business instance that runs elsewhere now or has succeeded
-    (BadInput): see _instance_to_run_again. With `audit` False it records no
+    (BadInput): see instance_to_run_again. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     with transaction.atomic():
@@ -70,7 +71,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             if last is None:
                 raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
             if payload is None:
-                repeats = _instance_to_run_again(last, name)
+                repeats = instance_to_run_again(last, name)
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
