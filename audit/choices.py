@@ -43,6 +43,7 @@ class AuditAction(models.TextChoices):
     WORK_ORDER_OPEN = "work_order.open", "Work order opened"
     WORK_ORDER_CHANGE = "work_order.change", "Work order changed (assignee, runbook, notes)"
     WORK_ORDER_TRANSITION = "work_order.transition", "Work order moved"
+    WORK_ORDER_SLA_BREACH = "work_order.sla_breach", "Work order SLA breached (notice, acknowledge or compensate)"
     RUNBOOK_RUN = "runbook.run", "Runbook action run"
     RUNBOOK_REQUEST = "runbook.request", "Runbook action requested"
     RUNBOOK_APPROVE = "runbook.approve", "Runbook action approved"

@@ -4,13 +4,18 @@ goes through compensation.services (actions and save_model); the columns they ow
 from django import forms
 from django.contrib import admin, messages
 from django.template.defaultfilters import truncatechars
-from django.utils.html import format_html
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 
 from compensation import services
+from compensation.admin_bulk_replay import BulkReplayConsole, bulk_replay_like_these
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.choices import WORK_ORDER_LIVE
+from compensation.flags import dlq_inspector_on
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.selectors import sla_of
+from compensation.services.escalation import CLOCKS
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
 
@@ -31,8 +36,29 @@ def _run(modeladmin, request, queryset, verb: str, call) -> None:
         modeladmin.message_user(request, f"{len(refused)} refused: {shown}", messages.ERROR)
 
 
+class DlqInspectorPage:
+    """A page of the dead-letter queue inspector: with the flag dlq-inspector off it is not in
+    the admin index and its URLs answer 403, whatever the user's permissions. Put it before the
+    ModelAdmin class in the bases."""
+
+    def has_module_permission(self, request):
+        return dlq_inspector_on() and super().has_module_permission(request)
+
+    def has_view_permission(self, request, obj=None):
+        return dlq_inspector_on() and super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request, *args):
+        return dlq_inspector_on() and super().has_add_permission(request, *args)
+
+    def has_change_permission(self, request, obj=None):
+        return dlq_inspector_on() and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return dlq_inspector_on() and super().has_delete_permission(request, obj)
+
+
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(DlqInspectorPage, ReadOnlyAdmin):
     """Every field is the services'; the actions change them, and the clean-up purges them."""
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at", "work_order",
@@ -42,7 +68,7 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
-    actions = ["replay", "replay_on_any_resource", "discard", "resolve"]
+    actions = ["replay", "replay_on_any_resource", "discard", "resolve", bulk_replay_like_these]
 
     @admin.display(description="error signature")
     def short_signature(self, letter):
@@ -89,7 +115,7 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
     actions = ["acknowledge", "start", "compensate", "close", "cancel"]
     _OWNED = ("state", "source", "error_signature", "opened_by", "dead_letter_count", "first_dead_at",
               "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at", "ended_at",
-              "updated_at", "sla")
+              "notice_breached_at", "acknowledge_breached_at", "compensate_breached_at", "updated_at", "sla")
 
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
@@ -110,9 +136,16 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
 
     @admin.display(description="SLA")
     def sla(self, order):
-        sla = sla_of(order)
-        colour = "#ba2121" if sla.breached else "#447e36"
-        return format_html('<span style="color:{}">{}</span>', colour, sla.state)
+        """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
+        each ran out: a marked breach stays shown after the work order moved on."""
+        marked = {clock: at for clock in CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
+        clocks = list(dict.fromkeys([*marked, *sla_of(order).breached]))
+        if not clocks:
+            return format_html('<span style="color:{}">{}</span>', "#447e36", "ok")
+        since = {clock: f" (since {date_format(timezone.localtime(at), 'SHORT_DATETIME_FORMAT')})"
+                 for clock, at in marked.items()}
+        return format_html('<span style="color:#ba2121">breached: {}</span>',
+                           format_html_join(", ", "{}{}", ((clock, since.get(clock, "")) for clock in clocks)))
 
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
@@ -163,7 +196,7 @@ class WorkOrderAdmin(RunbooksOnWorkOrder, admin.ModelAdmin):
 
 
 @admin.register(BulkReplay)
-class BulkReplayAdmin(ReadOnlyAdmin):
+class BulkReplayAdmin(DlqInspectorPage, BulkReplayConsole, ReadOnlyAdmin):
     list_display = ("id", "state", "filter", "rate", "selected", "done", "refused", "requested_by", "created_at",
                     "heartbeat_at", "finished_at")
     list_filter = ("state",)

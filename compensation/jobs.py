@@ -48,3 +48,14 @@ def dlq_cleanup_job() -> dict:
                                       states=[DeadLetterState.RESOLVED, DeadLetterState.DISCARDED],
                                       actor="dlq retention", purge=True)
     return {"purged": result.purged}
+
+
+def escalate_job() -> dict:
+    """Periodic: the escalation safety net (compensation.services.escalation), as the system. Its
+    failures are in the result and the log, not raised: the next run tries again."""
+    from audit.choices import Channel
+    from audit.context import acting_as
+    from compensation.services import escalate
+
+    with acting_as(actor="escalate", channel=Channel.SYSTEM):
+        return escalate().as_dict()

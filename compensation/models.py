@@ -1,7 +1,8 @@
 """Dead letters (tasks that died), the work orders that group them for an operator, and bulk replays."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 
 from compensation.choices import (
     WORK_ORDER_LIVE,
@@ -12,6 +13,9 @@ from compensation.choices import (
 )
 from resources.models import Resource, ResourcePool
 from scheduling.models import Task
+
+# Where a work order's SLA clocks start: its first dead letter, or its opening for one opened by hand.
+SLA_START = Coalesce(F("first_dead_at"), F("created_at"))
 
 
 class WorkOrder(models.Model):
@@ -38,6 +42,14 @@ class WorkOrder(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     compensated_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True, help_text="When it was compensated, closed or cancelled.")
+    # Marked once by compensation.services.escalation, at the moment the clock ran out (its start
+    # plus the limit), so a late escalate run does not move the breach.
+    notice_breached_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its notice SLA ran out with no trigger page sent.")
+    acknowledge_breached_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its acknowledge SLA ran out while it was still open.")
+    compensate_breached_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its compensate SLA ran out while it was still live.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -64,6 +76,14 @@ class WorkOrder(models.Model):
             models.CheckConstraint(
                 condition=Q(state__in=WORK_ORDER_LIVE) | Q(ended_at__isnull=False),
                 name="work_order_ended_has_time",
+            ),
+            # Every SLA clock starts at the first dead letter (at the opening for a manual work
+            # order) and runs at least a second: a breach before that is a bug, not a breach.
+            models.CheckConstraint(
+                condition=(Q(notice_breached_at__isnull=True) | Q(notice_breached_at__gt=SLA_START))
+                & (Q(acknowledge_breached_at__isnull=True) | Q(acknowledge_breached_at__gt=SLA_START))
+                & (Q(compensate_breached_at__isnull=True) | Q(compensate_breached_at__gt=SLA_START)),
+                name="work_order_breach_after_clock_start",
             ),
         ]
         indexes = [

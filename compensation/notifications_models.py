@@ -28,6 +28,9 @@ class NotificationState(models.TextChoices):
 
 # PagerDuty refuses a longer dedup_key.
 MAX_DEDUP_KEY_LENGTH = 255
+# The most times escalate may queue one failed notification again (RETRYOPS_NOTIFY_MAX_RESENDS is
+# checked against it at start-up): a counter past it is a loop, not a receiver being down.
+MAX_RESENDS = 100
 
 
 class Notification(models.Model):
@@ -55,6 +58,8 @@ class Notification(models.Model):
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True,
                                                         help_text="The receiver's last HTTP status.")
     sent_at = models.DateTimeField(null=True, blank=True)
+    resends = models.PositiveIntegerField(
+        default=0, help_text="Times escalate queued it again after it had failed (RETRYOPS_NOTIFY_MAX_RESENDS at most).")
 
     class Meta:
         verbose_name = "notification"
@@ -73,6 +78,8 @@ class Notification(models.Model):
                                    name="notification_due_iff_queued"),
             models.CheckConstraint(condition=~Q(state=NotificationState.SENT) | Q(sent_at__isnull=False),
                                    name="notification_sent_has_time"),
+            models.CheckConstraint(condition=Q(resends__gte=0, resends__lte=MAX_RESENDS),
+                                   name="notification_resends_in_range"),
         ]
         indexes = [
             # The sender's claim: due queued rows, oldest first.

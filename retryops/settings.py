@@ -77,14 +77,16 @@ DATABASES = {
 DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
 # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their planning on every claim (see bench/claim.py).
+# saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
+# prepared statements off unless OPTIONS names a threshold, so it is named here.
 if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
     if DB_TRANSACTION_POOLER:
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
                                    "a transaction-mode pooler cannot keep prepared statements")
-    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = True
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     from django.core.exceptions import ImproperlyConfigured
 
@@ -193,6 +195,18 @@ RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimu
 RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
 # Seconds between runs of the periodic send job (each notification is also sent right after its commit).
 RETRYOPS_NOTIFY_INTERVAL = env_int("RETRYOPS_NOTIFY_INTERVAL", 30, minimum=1)
+# Escalation (compensation.services.escalation, every RETRYOPS_ESCALATE_INTERVAL seconds): a
+# notification that failed is queued again once its last try is RETRYOPS_NOTIFY_RESEND_AFTER
+# seconds old, at most RETRYOPS_NOTIFY_MAX_RESENDS times (at most 100, as a check constraint says),
+# so a receiver down for hours still gets the page and a broken one is not tried forever.
+RETRYOPS_ESCALATE_INTERVAL = env_int("RETRYOPS_ESCALATE_INTERVAL", 60, minimum=1)
+RETRYOPS_NOTIFY_RESEND_AFTER = env_int("RETRYOPS_NOTIFY_RESEND_AFTER", 3600, minimum=1)
+RETRYOPS_NOTIFY_MAX_RESENDS = env_int("RETRYOPS_NOTIFY_MAX_RESENDS", 3, minimum=0)
+if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"RETRYOPS_NOTIFY_MAX_RESENDS={RETRYOPS_NOTIFY_MAX_RESENDS} must be at most 100 "
+                               "(the notification_resends_in_range constraint's bound)")
 # Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.

@@ -9,9 +9,11 @@ from django.contrib import admin
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext_lazy as _
 
 from resources.admin import StorableJSONField, edited_fields, storable_json_object
 from scheduling import services
+from scheduling.admin_console import TaskConsole
 from scheduling.choices import TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import (
@@ -68,8 +70,13 @@ class TaskEventInline(admin.TabularInline):
         return _lines((key, _shown(value)) for key, value in event.details.items())
 
 
+# What an operator reads first on a task's page; the rest follows below them.
+TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run_at", "last_error",
+                "last_error_signature", "last_error_category")
+
+
 @admin.register(Task)
-class TaskAdmin(ReadOnlyAdmin):
+class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run_at", "short_error")
     list_filter = ("state", "flow", "pool")
     list_select_related = ("pool", "resource")
@@ -81,6 +88,12 @@ class TaskAdmin(ReadOnlyAdmin):
     def get_fields(self, request, obj=None):
         fields = [f for f in super().get_fields(request, obj) if f != "strict_mode"]
         return ["strict_mode" if f == "strict" else f for f in fields]
+
+    def get_fieldsets(self, request, obj=None):
+        fields = self.get_fields(request, obj)
+        summary = [f for f in TASK_SUMMARY if f in fields]
+        return [(None, {"fields": summary}),
+                (_("Request and history"), {"fields": [f for f in fields if f not in summary]})]
 
     @admin.display(description="last error")
     def short_error(self, task):
@@ -215,7 +228,7 @@ class BatchConfigAdmin(admin.ModelAdmin):
     readonly_fields = ("last_tick_at", "last_error")
 
     def has_delete_permission(self, request, obj=None):
-        return False  # disable it instead: no service deletes a config, so a delete would leave no audit entry
+        return False  # a deletion would leave no audit entry; switching it off (enabled) is audited
 
     def save_model(self, request, obj, form, change):
         # A batch tick writes last_tick_at meanwhile: a change writes only the fields typed in.

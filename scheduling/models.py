@@ -2,6 +2,7 @@
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource, ResourcePool
 from scheduling.choices import (
@@ -121,6 +122,12 @@ class Task(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The operator console's actions on tasks (scheduling.admin_console checks them on the server).
+        permissions = [
+            ("retry_resource", _("Can retry a resource or run a flow on a specified resource")),
+            ("cancel_task", _("Can cancel a waiting task")),
+            ("run_task_now", _("Can run a waiting task now")),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=TaskState.values), name="task_state_valid"),
             models.CheckConstraint(

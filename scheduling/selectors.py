@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from resources.classification import compile_patterns
@@ -17,7 +17,7 @@ from scheduling.choices import (
     AttemptOutcome,
     TaskState,
 )
-from scheduling.errors import BadInput, UnknownPolicy
+from scheduling.errors import BadInput, TaskNotFound, UnknownPolicy
 from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
 
 
@@ -115,3 +115,41 @@ def failed_first_candidates(*, config: BatchConfig, now: datetime) -> list[Resou
             if len(matching) >= wanted:
                 break
     return matching
+
+
+def get_task(task: Task | int) -> Task:
+    """A task by id with its pool and policy loaded (the console's pages show both)."""
+    task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
+    found = Task.objects.select_related("pool", "policy").filter(pk=task_id).first()
+    if found is None:
+        raise TaskNotFound(f"no task with id {task_id}", task_id=task_id)
+    return found
+
+
+def attempts_on(resource: Resource | int, *, limit: int = 20) -> list[Attempt]:
+    """A resource's latest attempts with their tasks, newest first: one query on
+    attempt_resource_history_idx, whatever the resource's history."""
+    limit = whole_number(limit, field="limit", error=BadInput)
+    attempts = Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task")
+    return list(attempts.order_by("-id")[:limit])
+
+
+def last_tasks_on(resources) -> dict[int, Task]:
+    """last_task_on for many resources at once, in two queries whatever their number: {resource id:
+    task} for those on which a task ran."""
+    ids = [_resource_id(resource) for resource in resources]
+    latest = Attempt.objects.filter(resource_id=OuterRef("pk")).order_by("-task_id").values("task_id")[:1]
+    last = dict(Resource.objects.filter(pk__in=ids).annotate(last_task=Subquery(latest)).values_list("pk", "last_task"))
+    tasks = Task.objects.select_related("policy").in_bulk([task for task in last.values() if task is not None])
+    return {resource: tasks[task] for resource, task in last.items() if task in tasks}
+
+
+def resource_keys(*, pool: int, prefix: str, limit: int = 20) -> list[str]:
+    """Keys of a pool's resources that start with `prefix`, in key order: the console's key
+    autocomplete. Walks resource_key_unique_in_pool (pool, key) in order and stops at `limit`."""
+    pool = record_id(pool, field="pool", error=BadInput)
+    limit = whole_number(limit, field="limit", error=BadInput)
+    if not isinstance(prefix, str) or check_text(prefix):
+        raise BadInput(f"prefix must be text a column can hold, got {prefix!r}", field="prefix")
+    return list(Resource.objects.filter(pool_id=pool, key__startswith=prefix).order_by("key")
+                .values_list("key", flat=True)[:limit])

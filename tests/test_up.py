@@ -123,6 +123,54 @@ def test_the_web_server_up_starts_leaves_no_idle_database_connections_behind():
         web.wait(timeout=10)
 
 
+@pytest.fixture
+def no_channels(settings, monkeypatch):
+    """Neither Slack nor PagerDuty configured, as on a newcomer's machine."""
+    settings.RETRYOPS_SLACK_WEBHOOK_URL = ""
+    settings.RETRYOPS_PAGERDUTY_ROUTING_KEY = ""
+    for name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PAGERDUTY_ROUTING_KEY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(f"{name}_FILE", raising=False)
+    return settings
+
+
+def test_up_starts_a_demo_receiver_and_points_the_unconfigured_channels_at_it(no_channels):
+    children = Up().child_processes("127.0.0.1:8000", receiver_port=8125)
+    assert list(children) == ["worker", "periodic worker", "periodic jobs", "dead letters", "stream publisher", "web",
+                              "demo receiver"]
+    assert children["demo receiver"][0][-3:] == ["demo_receiver", "--port", "8125"]
+    for name in ("worker", "periodic worker", "periodic jobs", "dead letters", "web"):
+        env = children[name][1]
+        assert (env["RETRYOPS_SLACK_WEBHOOK_URL"], env["RETRYOPS_PAGERDUTY_URL"],
+                env["RETRYOPS_PAGERDUTY_ROUTING_KEY"]) == (
+            "http://127.0.0.1:8125/slack", "http://127.0.0.1:8125/pagerduty/v2/enqueue", "retryops-demo")
+
+
+def test_up_leaves_a_channel_the_operator_configured_to_its_settings(no_channels, monkeypatch):
+    no_channels.RETRYOPS_SLACK_WEBHOOK_URL = "https://hooks.slack.com/services/T0/B0/x"
+    monkeypatch.setenv("RETRYOPS_SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/x")
+    env = Up().child_processes("127.0.0.1:8000", receiver_port=8125)["worker"][1]
+    assert env["RETRYOPS_SLACK_WEBHOOK_URL"] == "https://hooks.slack.com/services/T0/B0/x"
+    assert env["RETRYOPS_PAGERDUTY_URL"] == "http://127.0.0.1:8125/pagerduty/v2/enqueue"
+
+
+def test_up_starts_no_receiver_when_both_channels_are_configured(no_channels):
+    no_channels.RETRYOPS_SLACK_WEBHOOK_URL = "https://hooks.slack.com/services/T0/B0/x"
+    no_channels.RETRYOPS_PAGERDUTY_ROUTING_KEY = "e93facc04764012d7bfb002500d5d1a6"
+    children = Up().child_processes("127.0.0.1:8000", receiver_port=8125)
+    assert "demo receiver" not in children
+    assert "RETRYOPS_PAGERDUTY_URL" not in children["worker"][1]
+
+
+def test_up_says_where_the_receiver_is_and_what_configures_real_channels(no_channels):
+    assert Up().notifications_summary(8125) == (
+        "notifications: Slack to the demo receiver, http://127.0.0.1:8125/; PagerDuty to the demo receiver, "
+        "http://127.0.0.1:8125/. Real Slack and PagerDuty are configured by RETRYOPS_SLACK_WEBHOOK_URL, "
+        "RETRYOPS_PAGERDUTY_ROUTING_KEY and RETRYOPS_PAGERDUTY_URL")
+    assert Up().notifications_summary(None).startswith(
+        "notifications: Slack recorded as skipped; PagerDuty recorded as skipped.")
+
+
 def settings_under(**env: str) -> dict:
     """The default database's settings in a fresh process with `env` added to this one's."""
     script = ("import django, json; django.setup(); from django.conf import settings;"
@@ -268,9 +316,12 @@ def test_a_crashed_up_whose_pid_was_reused_still_counts_as_crashed(run_folder, w
     assert not still_running(worker_left_running)
 
 
-def start_up(port: int, env: dict, log: Path) -> subprocess.Popen:
+def start_up(port: int, env: dict, log: Path, *, receiver_port: int, demo: bool = False) -> subprocess.Popen:
+    """`up` on `port`, its demo receiver on `receiver_port` (a free one: never the default 8025, which
+    another checkout's suite may hold), without the demo unless asked."""
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "manage.py", "up", "--no-demo", "--addrport", f"127.0.0.1:{port}"],
+        return subprocess.Popen([sys.executable, "manage.py", "up", *([] if demo else ["--no-demo"]),
+                                 "--addrport", f"127.0.0.1:{port}", "--receiver-port", str(receiver_port)],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -307,23 +358,23 @@ def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_o
     pool = ResourcePoolFactory(name="restarted")
     ResourceFactory(pool=pool, key="alice@x")
     RetryPolicyFactory(name="three-seconds", max_attempts=2, initial_delay_seconds=3)
-    port = free_port()
+    port, receiver_port = free_port(), free_port()
     env = up_env(tmp_path)
     started = []
     try:
-        first = start_up(port, env, tmp_path / "up.log")
+        first = start_up(port, env, tmp_path / "up.log", receiver_port=receiver_port)
         started.append(psutil.Process(first.pid))
         wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", first)
         children = psutil.Process(first.pid).children(recursive=True)
         started += children
-        assert len(children) >= 4  # the worker (and its scheduler), the periodic worker, the cron, the web server
+        assert len(children) >= 5  # the workers (and a scheduler), the crons, the web server, the demo receiver
 
         crash(first)
 
         _, left = psutil.wait_procs(children, timeout=30)
         assert left == [], f"still running after up was killed: {[p.cmdline() for p in left]}"
 
-        second = start_up(port, env, tmp_path / "up.log")
+        second = start_up(port, env, tmp_path / "up.log", receiver_port=receiver_port)
         started.append(psutil.Process(second.pid))
         wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", second)
         started += psutil.Process(second.pid).children(recursive=True)
@@ -333,10 +384,38 @@ def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_o
         retry = Attempt.objects.get(task=task, number=2)
         assert retry.scheduled_for <= retry.started_at < retry.scheduled_for + timedelta(seconds=3)
     finally:
-        for process in started:
-            try:
-                process.terminate()
-            except psutil.Error:
-                pass
-        for process in psutil.wait_procs(started, timeout=20)[1]:
-            process.kill()
+        stop_all(started)
+
+
+def stop_all(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    for process in psutil.wait_procs(processes, timeout=20)[1]:
+        process.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_s_dead_task_pages_the_receiver_that_up_starts(tmp_path, redis_conn, no_channels):
+    port, receiver_port = free_port(), free_port()
+    receiver = f"http://127.0.0.1:{receiver_port}/"
+    started = []
+    try:
+        up = start_up(port, up_env(tmp_path), tmp_path / "up.log", receiver_port=receiver_port, demo=True)
+        started.append(psutil.Process(up.pid))
+        wait_until_answering(receiver, up)
+        started += psutil.Process(up.pid).children(recursive=True)
+        # The demo's second task dies at once: dead letter, work order, then its trigger and its Slack message.
+        def received() -> str:
+            return urllib.request.urlopen(receiver, timeout=5).read().decode()
+
+        wait_for(lambda: "<td>pagerduty</td>" in received() and "<td>slack</td>" in received(), timeout=90)
+        assert "trigger retryops/work_order/" in received()
+        log = (tmp_path / "up.log").read_text()
+        assert f"PagerDuty to the demo receiver, {receiver}" in log
+        assert "demo receiver: pagerduty: trigger retryops/work_order/" in log
+    finally:
+        stop_all(started)

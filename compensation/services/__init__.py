@@ -21,6 +21,14 @@ from compensation.services.dead_letters import (
     follow_replays,
     resolve_dead_letter,
 )
+from compensation.services.escalation import (
+    Escalation,
+    breached_work_orders,
+    escalate,
+    mark_breach,
+    orphaned_dead_letters,
+    resendable_notifications,
+)
 from compensation.services.replay import replay_dead_letter
 from compensation.services.work_orders import (
     acknowledge_work_order,
@@ -37,6 +45,8 @@ __all__ = [
     "bulk_replay_preview", "cancel_bulk_replay", "restart_stalled_bulk_replays", "run_bulk_replay",
     "start_bulk_replay",
     "Cleanup", "cleanup_dead_letters", "cleanup_queryset", "parse_states",
+    "Escalation", "breached_work_orders", "escalate", "mark_breach", "orphaned_dead_letters",
+    "resendable_notifications",
     "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
     "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",
     "resolve_dead_letter", "start_work_order",

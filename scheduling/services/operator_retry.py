@@ -2,13 +2,13 @@
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import record_audit
 from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
+from resources.selectors import when
 from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
@@ -16,15 +16,28 @@ from scheduling.selectors import last_task_on, live_task_on
 from scheduling.services.tasks import name_of, start_task
 
 
-def _live(task: Task, name: str | None) -> TaskLive:
-    """TaskLive for `task`, bound to the resource called `name` (None: it has moved on from it)."""
-    when = timezone.localtime(task.next_run_at).isoformat(timespec="seconds") if task.next_run_at else "unknown"
-    if task.state == TaskState.RUNNING:
-        doing = f"is running attempt {task.attempt_count}" + (f" on {name}" if name else " on another resource")
+def _live(task: Task, current: Resource | None, name: str, *, last: Task | None = None) -> TaskLive:
+    # The locked row says whether the task holds the resource and until when: what an operator
+    # needs to decide whether to wait, run that task now or cancel it. No row: the task runs the
+    # business instance that `last` ran on it, on another resource (see instance_to_run_again).
+    if current is None:
+        where = (f"{task.holder} ({task.flow}), the last task on {name}, has moved on to another resource"
+                 if last is None or last.pk == task.pk else
+                 f"{task.holder} ({task.flow}) runs the payload of {last.holder}, the last task on {name}, "
+                 f"on another resource")
+    elif current.state == ResourceState.IN_USE and current.lease_holder == task.holder:
+        where = f"{name} is in use by {task.holder} ({task.flow}) until {when(current.leased_until)}"
     else:
-        doing = f"is {task.state}" + (f" for {name}" if name else " on another resource") + f" and runs next at {when}"
+        where = f"{name} is bound to {task.holder} ({task.flow})"
+    if task.state == TaskState.RUNNING:
+        # Neither run-now nor cancel applies to a running attempt: its side effects are under way.
+        doing = f"it is running attempt {task.attempt_count}"
+        advice = "wait for that attempt to end"
+    else:
+        doing = f"it is {task.get_state_display().lower()} and runs next at {when(task.next_run_at)}"
+        advice = "run that task now or cancel it first"
     return TaskLive(
-        f"{task.holder} ({task.flow}) {doing}; a retry now would run it twice: run that task now or cancel it first",
+        f"{where}: {doing}; a retry now would run it twice: {advice}",
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
 
 
@@ -44,7 +57,7 @@ def instance_to_run_again(last: Task, name: str) -> Task:
         raise BadInput(f"{who} succeeded already: a copy of its payload would run it a second time; name a flow "
                        f"for new work", field="flow", task_id=run.pk)
     if run is not None:
-        raise _live(run, None)
+        raise _live(run, None, name, last=last)
     return first
 
 
@@ -65,7 +78,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:
-            raise _live(live, name)
+            raise _live(live, current, name)
         last, repeats = last_task_on(current), None
         if flow is None:
             if last is None:

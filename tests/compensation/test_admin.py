@@ -1,12 +1,14 @@
 """The console: dead letters and work orders change only through the services, by actions."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from resources import services as pool_services
 from tests.compensation.conftest import dead_tasks
 
@@ -91,6 +93,44 @@ def test_a_work_order_opened_in_the_admin_is_opened_by_the_service(admin_client,
     assert AuditEntry.objects.filter(action="work_order.open").count() == 1
 
 
-def test_bulk_replays_are_read_only(admin_client):
+def test_bulk_replays_are_read_only(admin_client, letters):
+    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
     assert admin_client.get(reverse("admin:compensation_bulkreplay_changelist")).status_code == 200
-    assert admin_client.get(reverse("admin:compensation_bulkreplay_add")).status_code == 403
+    # Its "add" is the start page (tests/compensation/admin/); no page writes a bulk replay's columns.
+    url = reverse("admin:compensation_bulkreplay_change", args=[bulk.pk])
+    assert admin_client.post(url, {"state": "finished", "done": "3"}).status_code == 403
+    assert BulkReplay.objects.get(pk=bulk.pk).state == "running"
+
+
+def test_the_sla_column_shows_a_breach_escalate_marked_after_the_work_order_moved_on(admin_client, letters, settings):
+    order = letters[0].work_order
+    services.escalate(now=order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1),
+                      steps="breaches")
+    settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read ok
+    services.acknowledge_work_order(work_order=order, actor="dave")
+    page = admin_client.get(reverse("admin:compensation_workorder_changelist"))
+    assert b"acknowledge (since " in page.content
+
+
+@pytest.fixture
+def dlq_inspector_off(settings):
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+
+
+def test_with_the_dlq_inspector_off_its_pages_are_not_in_the_index(admin_client, dlq_inspector_off):
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert "/admin/compensation/deadletter/" not in index and "/admin/compensation/bulkreplay/" not in index
+    assert "/admin/compensation/workorder/" in index
+
+
+@pytest.mark.parametrize("url", ["admin:compensation_deadletter_changelist", "admin:compensation_bulkreplay_changelist"])
+def test_with_the_dlq_inspector_off_its_pages_answer_403(admin_client, letters, dlq_inspector_off, url):
+    assert admin_client.get(reverse(url)).status_code == 403
+
+
+def test_with_the_dlq_inspector_off_a_bulk_replay_cannot_be_cancelled(admin_client, letters, settings):
+    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+    response = admin_client.post(reverse("admin:compensation_bulkreplay_cancel", args=[bulk.pk]))
+    assert response.status_code == 403
+    assert BulkReplay.objects.get(pk=bulk.pk).state == "running"

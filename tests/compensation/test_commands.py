@@ -92,3 +92,12 @@ def test_retry_inspect_json_is_one_object_for_scripts(redis_conn, old_letters):
     assert set(overview) >= {"queues", "scheduled_retries", "running_attempts", "dead_letters", "work_orders"}
     assert overview["dead_letters"][0]["count"] == 1
     assert overview["queues"]["retries"]["waiting"] == 0
+
+
+@pytest.mark.parametrize(("command", "args"), [("dlq_cleanup", ["--older-than-days", "30", "--purge"]),
+                                               ("retry_inspect", [])])
+def test_with_the_dlq_inspector_off_its_commands_refuse_naming_the_flag(old_letters, settings, command, args):
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+    with pytest.raises(CommandError, match="feature flag 'dlq-inspector' is listed in RETRYOPS_FLAGS_OFF"):
+        call_command(command, *args, stdout=StringIO(), stderr=StringIO())
+    assert DeadLetter.objects.count() == 6

@@ -5,12 +5,13 @@ from datetime import timedelta
 import django_rq
 import pytest
 from django.utils import timezone
+from rq.cron import CronScheduler
 
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import BulkReplayState, DeadLetterState
-from compensation.jobs import dead_letters_job, dlq_cleanup_job
-from compensation.models import BulkReplay, DeadLetter
+from compensation.jobs import dead_letters_job, dlq_cleanup_job, escalate_job
+from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from scheduling.queueing import PERIODIC_QUEUE
 from tests.compensation.conftest import dead_tasks, work_periodic
 from tests.scheduling.helpers import CountingWorker
@@ -52,3 +53,35 @@ def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, poo
     assert dlq_cleanup_job() == {"purged": 2}
     assert list(DeadLetter.objects.values_list("state", flat=True)) == [DeadLetterState.OPEN]
     assert AuditEntry.objects.filter(action="dead_letter.cleanup", channel="system").exists()
+
+
+def test_the_escalate_job_marks_breaches_as_the_system(redis_conn, pool, instant_policy, settings):
+    dead_tasks(pool=pool, policy=instant_policy)
+    services.collect_dead_letters()
+    WorkOrder.objects.update(first_dead_at=timezone.now() - timedelta(hours=1))
+    django_rq.get_queue(PERIODIC_QUEUE).enqueue(escalate_job)
+    work_periodic()
+    order = WorkOrder.objects.get()
+    assert order.acknowledge_breached_at is not None
+    entry = AuditEntry.objects.get(action="work_order.sla_breach", after__sla="acknowledge")
+    assert (entry.actor, entry.channel) == ("escalate", "system")
+
+
+def test_escalate_is_a_cron_job_on_the_periodic_queue_every_escalate_interval(redis_conn, settings):
+    settings.RETRYOPS_ESCALATE_INTERVAL = 45
+    scheduler = CronScheduler(connection=redis_conn)
+    scheduler.load_config_from_file("compensation.cron")
+    job = next(job for job in scheduler.get_jobs() if job.func is escalate_job)
+    assert (job.queue_name, job.interval) == (PERIODIC_QUEUE, 45)
+
+
+def test_the_dead_letter_consumer_and_the_retention_clean_up_run_with_the_dlq_inspector_off(
+        redis_conn, pool, instant_policy, settings):
+    """The flag hides the inspector; it must not lose dead letters nor let them pile up."""
+    settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
+    [task] = dead_tasks(pool=pool, policy=instant_policy)
+    assert dead_letters_job()["dead_letters"] == 1
+    letter = DeadLetter.objects.get(task=task)
+    services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+    DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=settings.RETRYOPS_DLQ_RETENTION_DAYS + 1))
+    assert dlq_cleanup_job() == {"purged": 1}

@@ -9,6 +9,7 @@ from tqdm import tqdm
 from audit.management.base import AuditedCommand
 from compensation import services
 from compensation.errors import CompensationError
+from compensation.flags import command_requires_dlq_inspector
 
 
 class Command(AuditedCommand):
@@ -29,6 +30,7 @@ class Command(AuditedCommand):
         parser.add_argument("--dry-run", action="store_true", help="Count what it would do; change nothing.")
 
     def handle(self, *args, **options):
+        command_requires_dlq_inspector()
         stopping = []
         # A SIGTERM lets the batch under way commit, then stops: nothing half-written.
         previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

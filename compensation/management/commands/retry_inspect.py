@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from compensation.flags import command_requires_dlq_inspector
 from compensation.selectors import retry_overview
 
 
@@ -16,6 +17,7 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=50, help="Rows per table at most (default 50).")
 
     def handle(self, *args, **options):
+        command_requires_dlq_inspector()
         overview = retry_overview(limit=max(1, options["limit"]))
         if options["json"]:
             self.stdout.write(json.dumps(overview, indent=2, ensure_ascii=False))

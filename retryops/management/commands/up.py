@@ -16,6 +16,9 @@ from django.db import connections, transaction
 from resources import services as pool_services
 from resources.models import ResourcePool
 from retryops import devservices, processes
+from retryops.env import env_str
+from retryops.management.commands.demo_receiver import DEFAULT_PORT as RECEIVER_PORT
+from retryops.management.commands.demo_receiver import PAGERDUTY_PATH, SLACK_PATH
 from scheduling import services as task_services
 from scheduling.models import BatchConfig, RetryPolicy
 
@@ -24,21 +27,32 @@ DEMO_POOL = "demo-accounts"
 # task in the first minute whatever the dice say.
 DEMO_SCRIPTS = (["TimeoutError: upstream timed out after 30s", "ok"],
                 ["PermissionError: HTTP 403: account suspended by upstream"])
+# What the demo's PagerDuty messages carry as routing key when the receiver stands in for PagerDuty.
+DEMO_ROUTING_KEY = "retryops-demo"
 
 
 class Command(BaseCommand):
     help = ("Run RetryOps on this machine: migrate, load the retry policies, create a demo pool and admin user, "
-            "then serve the web app with an RQ worker for flows, one for the periodic jobs, and the periodic jobs' cron.")
+            "then serve the web app with an RQ worker for flows, one for the periodic jobs, the periodic jobs' cron, "
+            "and a demo receiver for the Slack and PagerDuty messages of channels nobody configured.")
 
     def add_arguments(self, parser):
         parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where to serve (default 127.0.0.1:8000).")
         parser.add_argument("--no-serve", action="store_true", help="Prepare everything, then exit.")
         parser.add_argument("--no-demo", action="store_true", help="Do not create the demo pool and batch.")
+        parser.add_argument("--receiver-port", type=int, default=RECEIVER_PORT,
+                            help=f"Port of the demo receiver of Slack and PagerDuty messages (default {RECEIVER_PORT}); "
+                                 "it is started for the channels whose settings are empty.")
+        parser.add_argument("--no-receiver", action="store_true",
+                            help="Do not start the demo receiver: unconfigured channels are recorded as skipped.")
 
-    def handle(self, *args, addrport, no_serve, no_demo, **options):
+    def handle(self, *args, addrport, no_serve, no_demo, receiver_port, no_receiver, **options):
+        receiver_port = None if no_receiver else receiver_port
         if not no_serve:
             self.stop_leftovers()
             self.check_port(addrport)
+            if receiver_port is not None and self.demo_channels(receiver_port):
+                self.check_receiver_port(receiver_port)
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("database migrated")
         # Only the missing ones: a policy edited in the admin must survive a restart.
@@ -48,7 +62,7 @@ class Command(BaseCommand):
         self.ensure_admin()
         if no_serve:
             return
-        self.serve(addrport)
+        self.serve(addrport, receiver_port)
 
     def run_files(self) -> processes.RunFiles:
         return processes.RunFiles(devservices.EMBEDDED_DIR / "up")
@@ -70,6 +84,41 @@ class Command(BaseCommand):
         reason = processes.port_holder(host, int(port))
         if reason:
             raise CommandError(f"cannot serve on {addrport}: {reason}. Free it, or serve elsewhere with --addrport")
+
+    def check_receiver_port(self, port: int) -> None:
+        if not 0 < port < 65536:
+            raise CommandError(f"--receiver-port must be a port number from 1 to 65535, got {port}")
+        reason = processes.port_holder("127.0.0.1", port)
+        if reason:
+            raise CommandError(f"cannot start the demo receiver on 127.0.0.1:{port}: {reason}. Free it, choose "
+                               "another with --receiver-port, or do without it with --no-receiver")
+
+    def demo_channels(self, receiver_port: int) -> dict[str, str]:
+        """The notifier settings that point the channels the operator left unconfigured at the demo
+        receiver; none when both are configured."""
+        base = f"http://127.0.0.1:{receiver_port}"
+        routed = {}
+        if not settings.RETRYOPS_SLACK_WEBHOOK_URL:
+            routed["RETRYOPS_SLACK_WEBHOOK_URL"] = base + SLACK_PATH
+        # An operator who named a PagerDuty URL without a key meant that endpoint: it stays theirs.
+        if not settings.RETRYOPS_PAGERDUTY_ROUTING_KEY and not env_str("RETRYOPS_PAGERDUTY_URL"):
+            routed |= {"RETRYOPS_PAGERDUTY_URL": base + PAGERDUTY_PATH,
+                       "RETRYOPS_PAGERDUTY_ROUTING_KEY": DEMO_ROUTING_KEY}
+        return routed
+
+    def notifications_summary(self, receiver_port: int | None) -> str:
+        """Where each channel's messages go, as `serve` prints it."""
+        routed = self.demo_channels(receiver_port) if receiver_port is not None else {}
+        said = []
+        for label, variable in (("Slack", "RETRYOPS_SLACK_WEBHOOK_URL"), ("PagerDuty", "RETRYOPS_PAGERDUTY_ROUTING_KEY")):
+            if variable in routed:
+                said.append(f"{label} to the demo receiver, http://127.0.0.1:{receiver_port}/")
+            elif getattr(settings, variable):
+                said.append(f"{label} as configured")
+            else:
+                said.append(f"{label} recorded as skipped")
+        return (f"notifications: {'; '.join(said)}. Real Slack and PagerDuty are configured by "
+                "RETRYOPS_SLACK_WEBHOOK_URL, RETRYOPS_PAGERDUTY_ROUTING_KEY and RETRYOPS_PAGERDUTY_URL")
 
     def ensure_demo(self) -> None:
         if ResourcePool.objects.filter(name=DEMO_POOL).exists():
@@ -107,11 +156,13 @@ class Command(BaseCommand):
         User.objects.create_superuser("admin", "admin@localhost", password)
         self.stdout.write(self.style.WARNING(f"created the admin user: login admin, password {password}"))
 
-    def child_processes(self, addrport: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    def child_processes(self, addrport: str, receiver_port: int | None = RECEIVER_PORT
+                        ) -> dict[str, tuple[list[str], dict[str, str]]]:
         """The command line and environment of each process `up` serves with, by name. The periodic
         jobs have a worker of their own, so a backlog of flows never delays the dispatcher or the
         batch ticks; the flow worker takes due retries before new tasks, and runs RQ's scheduler,
-        which moves delayed retries onto their queue."""
+        which moves delayed retries onto their queue. The demo receiver stands in for the
+        notification channels nobody configured (no receiver when `receiver_port` is None)."""
         from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
@@ -119,10 +170,14 @@ class Command(BaseCommand):
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         env = os.environ.copy()
+        routed = self.demo_channels(receiver_port) if receiver_port is not None else {}
+        for name in routed:
+            env.pop(f"{name}_FILE", None)  # it would win over the variable (retryops.env.env_str)
+        env |= routed
         # runserver handles each request in a thread of its own, which ends with the request: a
         # persistent connection would stay open, idle, until garbage collection (dozens of them).
         web_env = {**env, "DB_CONN_MAX_AGE": "0"}
-        return {
+        children = {
             "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_class], env),
             "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_class], env),
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
@@ -130,15 +185,19 @@ class Command(BaseCommand):
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }
+        if routed:
+            children["demo receiver"] = ([*manage, "demo_receiver", "--port", str(receiver_port)], env)
+        return children
 
-    def serve(self, addrport: str) -> None:
+    def serve(self, addrport: str, receiver_port: int | None) -> None:
         connections.close_all()  # this process only waits from here on
         # The children get SIGTERM when this process dies, also by SIGKILL, so none outlives it
         # holding the port, the scheduler lock or old code; the run file catches the rest.
         die_with_up = processes.die_with_parent()
         children = {name: subprocess.Popen(cmd, env=env, preexec_fn=die_with_up)
-                    for name, (cmd, env) in self.child_processes(addrport).items()}
+                    for name, (cmd, env) in self.child_processes(addrport, receiver_port).items()}
         run_file = self.run_files().write({name: child.pid for name, child in children.items()})
+        self.stdout.write(self.notifications_summary(receiver_port))
         self.stdout.write(self.style.SUCCESS(f"admin: http://{addrport}/admin/  (Ctrl-C stops everything)"))
         stopping = False
 

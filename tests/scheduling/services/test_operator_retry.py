@@ -10,6 +10,7 @@ from resources import services as pool_services
 from resources.choices import EventKind, ResourceState
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource, ResourceEvent
+from resources.selectors import when
 from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
@@ -111,6 +112,36 @@ def test_retry_resource_refuses_while_a_waiting_task_holds_it_for_its_retry(redi
     assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
 
 
+def test_retry_resource_refused_by_a_task_holding_it_names_the_holder_and_until_when(redis_conn, pool, alice,
+                                                                                      default_policy):
+    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+                               created_by="shop", policy="default")
+    work()
+    held = Resource.objects.get(pk=alice.pk)
+    task.refresh_from_db()
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
+
+    assert str(refused.value).startswith(
+        f"account alice@x is in use by task {task.pk} (demo) until {when(held.leased_until)}: "
+        f"it is retrying and runs next at {when(task.next_run_at)}")
+
+
+def test_retry_resource_refused_by_a_running_attempt_names_the_holder_and_until_when(redis_conn, pool, alice,
+                                                                                     instant_policy):
+    task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="instant")
+    services.begin_attempt(task_id=task.pk, attempt_number=1)
+    held = Resource.objects.get(pk=alice.pk)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
+
+    assert str(refused.value) == (
+        f"account alice@x is in use by task {task.pk} (demo) until {when(held.leased_until)}: it is running "
+        f"attempt 1; a retry now would run it twice: wait for that attempt to end")
+
+
 def moved_on(pool, alice, *, named):
     """Order 42, not strict, failed on alice and waiting to retry on another resource."""
     RetryPolicyFactory(name="moves", initial_delay_seconds=120, max_delay_seconds=120, same_resource_on_retry=False)
@@ -141,7 +172,7 @@ def test_retry_resource_refuses_to_copy_the_payload_of_a_task_that_moved_on_and_
         services.retry_resource(resource=alice, actor="ops:carol")
 
     assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
-    assert "on another resource and runs next at" in str(refused.value)
+    assert "has moved on to another resource" in str(refused.value)
     assert Task.objects.count() == 1
 
 

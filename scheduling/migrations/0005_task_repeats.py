@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('resources', '0002_lease_kind'),
-        ('scheduling', '0003_task_event_watermark'),
+        ('scheduling', '0004_task_console_permissions'),
     ]
 
     operations = [

@@ -1,0 +1,236 @@
+"""Bulk replay in the admin: a page to choose dead letters by filter, count them (the dry run),
+then start the replay; a cancel button and action; the progress on a bulk replay's page; and a
+dead-letter action that opens the page with the selected rows' common flow and signature.
+Everything goes through compensation.services.bulk_replay; no form writes a bulk replay's columns.
+
+The bulk replay's ModelAdmin (compensation.admin) mixes in BulkReplayConsole."""
+
+import hashlib
+import json
+import math
+from urllib.parse import urlencode
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.widgets import AdminSplitDateTime
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from compensation.choices import BulkReplayState
+from compensation.errors import BulkReplayRunning
+from compensation.flags import dlq_inspector_on
+from compensation.models import BulkReplay
+from compensation.services.bulk_replay import (
+    FILTER_FIELDS,
+    MAX_RATE,
+    bulk_replay_preview,
+    cancel_bulk_replay,
+    start_bulk_replay,
+)
+from resources.models import ResourcePool
+from retryops.errors import DomainError
+
+STATE_COLOURS = {BulkReplayState.RUNNING: "#205493", BulkReplayState.FINISHED: "#2e7d32",
+                 BulkReplayState.CANCELLED: "#666"}
+# The dead-letter columns "bulk replay like these" carries over when all selected rows share them.
+LIKE_THESE = {"flow": "flow", "error_signature": "error_signature", "pool": "pool_id"}
+
+
+class BulkReplayForm(forms.Form):
+    """What the operator chooses. It only parses what was typed; the services judge it (a rate
+    out of range, an unknown pool) and their errors are put on the field they name."""
+
+    flow = forms.CharField(required=False)
+    error_signature = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 80}))
+    pool = forms.ModelChoiceField(queryset=ResourcePool.objects.order_by("name"), required=False,
+                                  empty_label="any pool")
+    resource = forms.IntegerField(required=False, label="Resource id")
+    died_after = forms.SplitDateTimeField(required=False, widget=AdminSplitDateTime,
+                                          help_text="Dead letters that died at or after this time.")
+    died_before = forms.SplitDateTimeField(required=False, widget=AdminSplitDateTime,
+                                           help_text="Dead letters that died before this time.")
+    rate = forms.FloatField(widget=forms.NumberInput(attrs={"min": 0, "max": MAX_RATE, "step": "any"}),
+                            help_text=f"Replays per second, at most {MAX_RATE}.")
+    any_resource = forms.BooleanField(required=False, label="On any resource of the pool",
+                                      help_text="Otherwise each dead letter is replayed on its own resource.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["rate"].initial = settings.RETRYOPS_REPLAY_RATE  # read per request: tests change it
+
+    def filter(self) -> dict:
+        data = self.cleaned_data
+        chosen = {name: data.get(name) for name in FILTER_FIELDS}
+        if chosen["pool"] is not None:
+            chosen["pool"] = chosen["pool"].pk
+        return {name: value for name, value in chosen.items() if value not in (None, "")}
+
+    def fingerprint(self) -> str:
+        """The filter the count on the page was made for: "start" is taken only for that one, so
+        what starts is what the operator saw counted (the rate does not change the count)."""
+        return hashlib.sha256(json.dumps(self.filter(), sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    def add_domain_error(self, exc: DomainError) -> None:
+        """Put a service's error on the field it names ("filter.pool" is the pool field), else on the form."""
+        field = exc.details.get("field") or ("pool" if "pool" in exc.details else None)
+        field = field.removeprefix("filter.") if isinstance(field, str) else None
+        self.add_error(field if field in self.fields else None, str(exc))
+
+
+def _duration(seconds: float) -> str:
+    seconds = math.ceil(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{math.ceil(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@admin.action(description="Bulk replay like these (a filter with their common flow and signature)",
+              permissions=["view"])
+def bulk_replay_like_these(modeladmin, request, queryset):
+    """Open the bulk replay page with what the selected dead letters share; it counts before it starts."""
+    initial = {}
+    for name, column in LIKE_THESE.items():
+        values = list(queryset.order_by().values_list(column, flat=True).distinct()[:2])
+        if len(values) == 1 and values[0] not in (None, ""):
+            initial[name] = values[0]
+    return HttpResponseRedirect(f"{reverse('admin:compensation_bulkreplay_add')}?{urlencode(initial)}")
+
+
+class BulkReplayConsole:
+    """Mixed into the bulk replay's ModelAdmin (read-only otherwise): "add" is the start page, not
+    a model form; the change page shows the progress and a cancel button."""
+
+    change_form_template = "admin/compensation/bulkreplay/change_form.html"
+    start_template = "admin/compensation/bulkreplay/start.html"
+    actions = ["cancel"]
+
+    def has_add_permission(self, request):
+        return admin.ModelAdmin.has_add_permission(self, request)
+
+    def has_cancel_permission(self, request):
+        return dlq_inspector_on() and request.user.has_perm("compensation.change_bulkreplay")
+
+    def get_fields(self, request, obj=None):
+        return ["progress", *(f.name for f in BulkReplay._meta.fields)]
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.get_fields(request, obj)
+
+    @admin.display(description="progress")
+    def progress(self, bulk):
+        handled = bulk.done + bulk.refused
+        # Dead letters that die while it runs and match the filter are replayed too: `selected`
+        # is the count at the start, not a cap.
+        total = max(bulk.selected, handled)
+        # Those that an operator (or another bulk replay) replayed, resolved or discarded first.
+        left = total - handled
+        gone = (f"; the other {left} {'was' if left == 1 else 'were'} no longer open when it reached them"
+                if bulk.state == BulkReplayState.FINISHED and left else "")
+        return format_html(
+            '<progress value="{}" max="{}" style="width:14em"></progress> '
+            '<b style="color:{}">{}</b>: {} of {} handled &mdash; {} replayed, {} refused{}; at most {} per second',
+            handled, total or 1, STATE_COLOURS.get(bulk.state, "#000"), bulk.get_state_display(), handled,
+            total, bulk.done, bulk.refused, gone, f"{bulk.rate:g}")
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {**(extra_context or {}), "can_cancel": self.has_cancel_permission(request)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def get_urls(self):
+        cancel = self.admin_site.admin_view(require_POST(self.cancel_view))
+        return [path("<int:bulk_replay_id>/cancel/", cancel, name="compensation_bulkreplay_cancel"),
+                *super().get_urls()]
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        count = None
+        if request.method != "POST":
+            initial = {name: request.GET[name] for name in (*LIKE_THESE, "resource") if name in request.GET}
+            form = BulkReplayForm(initial=initial)
+        else:
+            form = BulkReplayForm(request.POST)
+            if form.is_valid():
+                confirmed = "_start" in request.POST and request.POST.get("previewed") == form.fingerprint()
+                if confirmed:
+                    started = self._start(request, form)
+                    if started is not None:
+                        return HttpResponseRedirect(reverse("admin:compensation_bulkreplay_change",
+                                                            args=[started.pk]))
+                elif "_start" in request.POST:
+                    self.message_user(request, "The filter changed since the count: here is the new count; start "
+                                      "again to replay these.", messages.WARNING)
+                count = self._count(form)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Start a bulk replay",
+            "subtitle": None,
+            "opts": self.model._meta,
+            "adminform": helpers.AdminForm(form, [(None, {"fields": list(form.fields)})], {}),
+            "form": form,
+            "media": self.media + form.media,
+            "count": count,
+            "previewed": form.fingerprint() if count is not None else "",
+            "estimate": _duration(count / form.cleaned_data["rate"])
+            if count and form.cleaned_data.get("rate", 0) > 0 else None,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, self.start_template, context)
+
+    def _count(self, form: BulkReplayForm) -> int | None:
+        try:
+            return bulk_replay_preview(filter=form.filter())
+        except DomainError as exc:
+            form.add_domain_error(exc)
+            return None
+
+    def _start(self, request, form: BulkReplayForm) -> BulkReplay | None:
+        data = form.cleaned_data
+        try:
+            started = start_bulk_replay(filter=form.filter(), actor=request.user.get_username(), rate=data["rate"],
+                                        any_resource=data["any_resource"])
+        except BulkReplayRunning as exc:
+            running = exc.details.get("bulk_replay_id")
+            if running is None:  # it finished between the refusal and the look-up
+                form.add_error(None, str(exc))
+            else:
+                form.add_error(None, format_html(
+                    'Another bulk replay with this filter is running: <a href="{}">bulk replay {}</a>. Cancel it '
+                    "or wait for it to finish.", reverse("admin:compensation_bulkreplay_change", args=[running]),
+                    running))
+            return None
+        except DomainError as exc:
+            form.add_domain_error(exc)
+            return None
+        self.message_user(request, f"Started {started}: {started.selected} open dead letters matched, at most "
+                          f"{started.rate:g} replays per second.", messages.SUCCESS)
+        return started
+
+    def cancel_view(self, request, bulk_replay_id: int):
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        bulk = get_object_or_404(BulkReplay, pk=bulk_replay_id)
+        try:
+            cancel_bulk_replay(bulk_replay=bulk.pk, actor=request.user.get_username())
+        except DomainError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, f"Cancelled {bulk}; the replays it started go on.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:compensation_bulkreplay_change", args=[bulk.pk]))
+
+    @admin.action(description="Cancel (the replays they started go on)", permissions=["cancel"])
+    def cancel(self, request, queryset):
+        # Imported here: compensation.admin imports this module to build its ModelAdmins.
+        from compensation.admin import _run
+
+        _run(self, request, queryset, "cancelled",
+             lambda pk, actor: cancel_bulk_replay(bulk_replay=pk, actor=actor))

@@ -1,0 +1,358 @@
+"""The operator console's task pages (issue 9): "retry this resource" and "run a flow with a
+specified resource", cancel and run now, and the retry buttons on the resource pages.
+
+TaskConsole is mixed into the task's ModelAdmin (scheduling.admin) and mounts its views through
+get_urls. ResourceConsoleAdmin extends resources.admin.ResourceAdmin with the retry column, the
+"retry selected" action, the retry button and the resource's attempts, and replaces it in the
+admin site: scheduling may import resources, never the reverse, so the buttons live here.
+
+Every view checks its permission itself (scheduling.retry_resource, cancel_task, run_task_now);
+every write is one service call; a refusal is the service's own sentence."""
+
+import logging
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.template.loader import select_template
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from resources.admin import ResourceAdmin
+from resources.choices import ResourceState
+from resources.models import Resource
+from resources.selectors import get_resource, when
+from retryops.errors import DomainError
+from scheduling import services
+from scheduling.choices import WAITING_STATES, TaskState
+from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial
+from scheduling.models import Task
+from scheduling.selectors import (
+    attempts_on,
+    get_task,
+    last_task_on,
+    last_tasks_on,
+    resource_keys,
+)
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_ROWS = (ResourceState.FAILED, ResourceState.QUARANTINED)
+# How many of a resource's attempts its page shows; the attempt list has the rest.
+RESOURCE_PAGE_ATTEMPTS = 20
+
+
+def _actor(request) -> str:
+    return request.user.get_username()
+
+
+def _has(request, codename: str) -> bool:
+    return request.user.has_perm(f"scheduling.{codename}")
+
+
+def retry_url(*, resource: Resource | int | None = None, task: Task | int | None = None) -> str:
+    url = reverse("admin:scheduling_task_retry")
+    if task is not None:
+        return f"{url}?task={getattr(task, 'pk', task)}"
+    if resource is not None:
+        return f"{url}?resource={getattr(resource, 'pk', resource)}"
+    return url
+
+
+def _record(value: str | None) -> int | None:
+    """A query-string id, or None when absent; 404 when it is not one."""
+    if value in (None, ""):
+        return None
+    if not value.isascii() or not value.isdigit() or not 0 < int(value) < 2**63:
+        raise Http404(gettext("%(value)r is not an id") % {"value": value})
+    return int(value)
+
+
+def task_retryable(task: Task) -> bool:
+    """Whether a task's page offers "retry this resource": it ended without succeeding after a
+    failure (dead, or cancelled during its retries). A waiting task is run now or cancelled
+    instead; a retry beside it would be refused (task_live)."""
+    return task.state == TaskState.DEAD or (task.state == TaskState.CANCELLED and bool(task.last_error))
+
+
+def quarantine_warning(resource: Resource) -> str:
+    return gettext(
+        "%(noun)s %(key)s is quarantined since %(since)s: %(reason)s. A strict retry is refused until it is "
+        "released from quarantine; with strict mode unchecked the flow may run on another resource of the pool."
+    ) % {"noun": resource.pool.resource_noun, "key": resource.key, "since": when(resource.quarantined_at),
+         "reason": resource.quarantine_reason}
+
+
+class TaskConsole:
+    """Mixed into the task's ModelAdmin: the console's views, actions and change-page buttons."""
+
+    change_form_template = "admin/scheduling/task/change_form.html"
+    actions = ["cancel_selected", "run_selected_now"]
+
+    def has_retry_resource_permission(self, request, obj=None) -> bool:
+        return _has(request, "retry_resource")
+
+    def has_cancel_task_permission(self, request, obj=None) -> bool:
+        return _has(request, "cancel_task")
+
+    def has_run_task_now_permission(self, request, obj=None) -> bool:
+        return _has(request, "run_task_now")
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("retry/", wrap(self.retry_view), name="scheduling_task_retry"),
+            path("retry/keys/", wrap(self.retry_keys_view), name="scheduling_task_retry_keys"),
+            path("<int:task_id>/cancel/", wrap(self.cancel_view), name="scheduling_task_cancel"),
+            path("<int:task_id>/run-now/", wrap(self.run_now_view), name="scheduling_task_run_now"),
+            *super().get_urls(),
+        ]
+
+    def _context(self, request, title: str, **extra) -> dict:
+        return {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title, **extra}
+
+    # "retry this resource" and "run a flow with a specified resource"
+
+    def retry_view(self, request):
+        if not self.has_retry_resource_permission(request):
+            raise PermissionDenied
+        task_id, resource_id = _record(request.GET.get("task")), _record(request.GET.get("resource"))
+        source = resource = None
+        try:
+            if task_id is not None:
+                source = get_task(task_id)
+                # The resource its last attempt ran on, else the one it asked for; neither: the empty form.
+                resource_id = source.resource_id or source.requested_resource_id
+            if resource_id is not None:
+                resource = get_resource(resource_id=resource_id)
+                if source is None:
+                    source = last_task_on(resource)
+        except DomainError as exc:
+            raise Http404(str(exc)) from None
+        initial = retry_initial(resource=resource, source=source, pool=source.pool if source else None)
+        form = RetryResourceForm(request.POST if request.method == "POST" else None, resource=resource,
+                                 initial=initial)
+        if request.method == "POST" and form.is_valid():
+            task = self._start(request, form)
+            if task is not None:
+                return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
+        target = form.resource
+        context = self._context(
+            request, gettext("Retry this resource") if resource else gettext("Run a flow with a specified resource"),
+            form=form, resource=resource, source=source,
+            warning=quarantine_warning(target) if target is not None and target.state == ResourceState.QUARANTINED
+            else "",
+            keys_url=reverse("admin:scheduling_task_retry_keys"), media=self.media + form.media)
+        return TemplateResponse(request, "admin/scheduling/task/retry_form.html", context)
+
+    def _start(self, request, form: RetryResourceForm) -> Task | None:
+        data, resource = form.cleaned_data, form.resource
+        policy = data["policy"].name if data["policy"] else None
+        try:
+            if data["strict"]:
+                task = services.retry_resource(resource=resource.pk, actor=_actor(request), flow=data["flow"],
+                                               payload=data["payload"], policy=policy)
+            else:
+                task = services.start_task(flow=data["flow"], pool_name=resource.pool_id, payload=data["payload"],
+                                           policy=policy, resource=resource.pk, strict=False,
+                                           created_by=_actor(request), idempotency_key=f"console-{data['token']}")
+        except DomainError as exc:
+            form.add_refusal(exc)
+            return None
+        noun, key = resource.pool.resource_noun, resource.key
+        if data["strict"]:
+            text = gettext("Started %(task)s (%(flow)s) on %(noun)s %(key)s, strict.")
+        else:
+            text = gettext("Started %(task)s (%(flow)s), asking for %(noun)s %(key)s; it may run on another "
+                           "resource of the pool.")
+        self.message_user(request, text % {"task": task, "flow": task.flow, "noun": noun, "key": key},
+                          messages.SUCCESS)
+        return task
+
+    def retry_keys_view(self, request):
+        """The key autocomplete: {"keys": [...]} of a pool, starting with what was typed."""
+        if not self.has_retry_resource_permission(request):
+            raise PermissionDenied
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"])
+        try:
+            keys = resource_keys(pool=_record(request.GET.get("pool")) or 0, prefix=request.GET.get("q", ""))
+        except (DomainError, Http404) as exc:
+            return JsonResponse({"error": str(exc)}, status=400)
+        return JsonResponse({"keys": keys})
+
+    # cancel and run now
+
+    def cancel_view(self, request, task_id: int):
+        if not self.has_cancel_task_permission(request):
+            raise PermissionDenied
+        return self._confirmed(request, task_id, verb=gettext("Cancel"), confirm=gettext("Yes, cancel it"),
+                               with_reason=True,
+                               question=gettext("Cancel %(task)s? It never runs again, and a resource it holds goes "
+                                                "back to the pool."),
+                               call=lambda task, reason: services.cancel_task(task=task.pk, actor=_actor(request),
+                                                                              reason=reason),
+                               done=gettext("Cancelled %(task)s."))
+
+    def run_now_view(self, request, task_id: int):
+        if not self.has_run_task_now_permission(request):
+            raise PermissionDenied
+        return self._confirmed(request, task_id, verb=gettext("Run now"), confirm=gettext("Yes, run it now"),
+                               with_reason=False,
+                               question=gettext("Run the next attempt of %(task)s now instead of at %(when)s?"),
+                               call=lambda task, reason: services.run_task_now(task=task.pk, actor=_actor(request)),
+                               done=gettext("%(task)s runs now."))
+
+    def _confirmed(self, request, task_id, *, verb, confirm, with_reason, question, call, done):
+        """A confirmation page (GET) and the service call (POST), back on the task's page."""
+        try:
+            task = get_task(task_id)
+        except DomainError as exc:
+            raise Http404(str(exc)) from None
+        form = TaskActionForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                call(task, form.cleaned_data["reason"])
+            except DomainError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.message_user(request, done % {"task": task}, messages.SUCCESS)
+            return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
+        context = self._context(request, f"{verb}: {task}", task=task, form=form, with_reason=with_reason,
+                                verb=verb, confirm=confirm,
+                                question=question % {"task": task, "when": when(task.next_run_at)})
+        return TemplateResponse(request, "admin/scheduling/task/action_confirmation.html", context)
+
+    def _each(self, request, queryset, call, done: str) -> None:
+        """One service call per selected task, each in its own transaction: one refusal (or a
+        surprise) is reported and the others go ahead."""
+        succeeded = []
+        for task in queryset.order_by("id"):
+            try:
+                call(task)
+            except DomainError as exc:
+                self.message_user(request, str(exc), messages.ERROR)  # the services name the task
+            except Exception as exc:
+                log.exception("console action on %s failed", task)
+                self.message_user(request, f"{task}: {type(exc).__name__}: {exc}", messages.ERROR)
+            else:
+                succeeded.append(str(task))
+        if succeeded:
+            self.message_user(request, done % {"count": len(succeeded), "tasks": ", ".join(succeeded)},
+                              messages.SUCCESS)
+
+    @admin.action(description=_("Cancel selected waiting tasks"), permissions=["cancel_task"])
+    def cancel_selected(self, request, queryset):
+        actor = _actor(request)
+        self._each(request, queryset, lambda task: services.cancel_task(
+            task=task.pk, actor=actor, reason=gettext("cancelled from the task list")),
+            gettext("Cancelled %(count)d: %(tasks)s."))
+
+    @admin.action(description=_("Run selected waiting tasks now"), permissions=["run_task_now"])
+    def run_selected_now(self, request, queryset):
+        actor = _actor(request)
+        self._each(request, queryset, lambda task: services.run_task_now(task=task.pk, actor=actor),
+                   gettext("Running now %(count)d: %(tasks)s."))
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            waiting = obj.state in WAITING_STATES
+            context.update(
+                console_cancel_url=reverse("admin:scheduling_task_cancel", args=[obj.pk])
+                if waiting and self.has_cancel_task_permission(request) else "",
+                console_run_now_url=reverse("admin:scheduling_task_run_now", args=[obj.pk])
+                if waiting and self.has_run_task_now_permission(request) else "",
+                console_retry_url=retry_url(task=obj)
+                if task_retryable(obj) and self.has_retry_resource_permission(request) else "",
+            )
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+
+class ResourceConsoleAdmin(ResourceAdmin):
+    """The resource admin with the console's retry column, action, button and attempts panel."""
+
+    change_form_template = "admin/scheduling/resource/change_form.html"
+    actions = [*(ResourceAdmin.actions or ()), "retry_selected"]
+
+    def has_retry_resource_permission(self, request, obj=None) -> bool:
+        return _has(request, "retry_resource")
+
+    def get_list_display(self, request):
+        shown = list(super().get_list_display(request))
+        if not self.has_retry_resource_permission(request):
+            return shown
+        # Beside the state that calls for it: the end of a wide list is off screen.
+        at = shown.index("state") + 1 if "state" in shown else len(shown)
+        return [*shown[:at], "retry_button", *shown[at:]]
+
+    @admin.display(description=_("retry"))
+    def retry_button(self, resource):
+        if resource.state not in RETRYABLE_ROWS:
+            return ""
+        if resource.state == ResourceState.QUARANTINED:
+            return format_html('<a href="{}" title="{}">{} &#9888;</a>', retry_url(resource=resource.pk),
+                               gettext("Quarantined: the form says why a strict retry is refused"),
+                               gettext("Retry"))
+        return format_html('<a href="{}">{}</a>', retry_url(resource=resource.pk), gettext("Retry"))
+
+    def _resource_change_form(self):
+        """The template this page had before the console: what ResourceAdmin names, else the
+        admin's usual lookup. Ours extends it, so changes to the resource page keep showing."""
+        if ResourceAdmin.change_form_template:
+            return ResourceAdmin.change_form_template
+        opts = self.model._meta
+        return select_template([f"admin/{opts.app_label}/{opts.model_name}/change_form.html",
+                                f"admin/{opts.app_label}/change_form.html", "admin/change_form.html"])
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        context["console_base_template"] = self._resource_change_form()
+        if obj is not None and obj.pk is not None:
+            context.update(
+                console_retry_url=retry_url(resource=obj.pk) if self.has_retry_resource_permission(request) else "",
+                console_attempts=attempts_on(obj, limit=RESOURCE_PAGE_ATTEMPTS),
+                console_attempts_limit=RESOURCE_PAGE_ATTEMPTS,
+                console_all_attempts_url=(f"{reverse('admin:scheduling_attempt_changelist')}"
+                                          f"?resource__id__exact={obj.pk}"),
+            )
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+    @admin.action(description=_("Retry selected resources (strict)"), permissions=["retry_resource"])
+    def retry_selected(self, request, queryset):
+        resources = list(queryset.select_related("pool").order_by("pool_id", "key"))
+        if request.POST.get("post") != "yes":
+            last = last_tasks_on(resources)
+            rows = [{"resource": resource, "last": last.get(resource.pk),
+                     "warning": quarantine_warning(resource) if resource.state == ResourceState.QUARANTINED else ""}
+                    for resource in resources]
+            context = {**self.admin_site.each_context(request), "opts": self.model._meta,
+                       "title": gettext("Retry %(count)d resources?") % {"count": len(rows)}, "rows": rows,
+                       "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+            return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
+        started, actor = [], _actor(request)
+        for resource in resources:
+            try:
+                task = services.retry_resource(resource=resource.pk, actor=actor)
+            except DomainError as exc:
+                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
+                    "key": resource.key, "reason": exc}, messages.ERROR)
+            except Exception as exc:  # one surprise must not stop the other retries
+                log.exception("retry of resource %s failed", resource.pk)
+                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
+                    "key": resource.key, "reason": f"{type(exc).__name__}: {exc}"}, messages.ERROR)
+            else:
+                started.append(f"{resource.key} → {task}")
+        if started:
+            self.message_user(request, gettext("Retried %(count)d, strict: %(started)s.") % {
+                "count": len(started), "started": "; ".join(started)}, messages.SUCCESS)
+
+
+admin.site.unregister(Resource)
+admin.site.register(Resource, ResourceConsoleAdmin)

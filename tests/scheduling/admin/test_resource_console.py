@@ -1,0 +1,115 @@
+"""The console's buttons on the resource pages: the retry column, "retry selected", the retry
+button and the attempts on a resource's page."""
+
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from audit.models import AuditEntry
+from resources import services as pool_services
+from resources.choices import ResourceState
+from resources.models import Resource
+from scheduling.models import Task
+from tests.scheduling.admin.conftest import order_42, run
+
+RESOURCES = reverse("admin:resources_resource_changelist")
+
+
+def retry_link(resource) -> str:
+    return f'{reverse("admin:scheduling_task_retry")}?resource={resource.pk}'
+
+
+def resource_page(client, resource) -> str:
+    return client.get(reverse("admin:resources_resource_change", args=[resource.pk])).content.decode()
+
+
+def test_a_failed_resource_row_has_a_retry_link(carol, failed_alice):
+    assert retry_link(failed_alice) in carol.get(RESOURCES).content.decode()
+
+
+def test_a_quarantined_resource_row_has_a_retry_link_with_a_warning(carol, quarantined_bob):
+    page = carol.get(RESOURCES).content.decode()
+    warning = "Quarantined: the form says why a strict retry is refused"
+    assert f'<a href="{retry_link(quarantined_bob)}" title="{warning}">' in page
+
+
+def test_an_available_resource_row_has_no_retry_link(carol, alice):
+    assert retry_link(alice) not in carol.get(RESOURCES).content.decode()
+
+
+def test_the_retry_column_is_not_shown_without_the_permission(dave, failed_alice):
+    assert retry_link(failed_alice) not in dave.get(RESOURCES).content.decode()
+
+
+def test_the_resource_page_has_a_retry_button(carol, failed_alice):
+    assert retry_link(failed_alice) in resource_page(carol, failed_alice)
+
+
+def test_the_resource_page_has_no_retry_button_without_the_permission(dave, failed_alice):
+    assert retry_link(failed_alice) not in resource_page(dave, failed_alice)
+
+
+def test_the_resource_page_lists_its_attempts_with_their_tasks(carol, failed_alice, dead_order):
+    panel = resource_page(carol, failed_alice).split('id="console-attempts"')[1]
+    assert reverse("admin:scheduling_task_change", args=[dead_order.pk]) in panel
+    assert "TimeoutError" in panel
+
+
+def test_the_resource_page_costs_the_same_queries_for_one_attempt_or_many(carol, failed_alice, dead_order):
+    url = reverse("admin:resources_resource_change", args=[failed_alice.pk])
+    with CaptureQueriesContext(connection) as one:
+        carol.get(url)
+    for _ in range(3):
+        run(order_42(failed_alice), error=TimeoutError("upstream slow"))
+    with CaptureQueriesContext(connection) as many:
+        carol.get(url)
+    assert len(many.captured_queries) == len(one.captured_queries)
+
+
+# retry selected
+
+
+def choose(client, resources, *, confirmed: bool):
+    data = {"action": "retry_selected", ACTION_CHECKBOX_NAME: [r.pk for r in resources]}
+    if confirmed:
+        data["post"] = "yes"
+    else:
+        data["index"] = 0
+    return client.post(RESOURCES, data)
+
+
+def test_retry_selected_first_asks_naming_how_many_and_which(carol, failed_alice, quarantined_bob):
+    response = choose(carol, [failed_alice, quarantined_bob], confirmed=False)
+    page = response.content.decode()
+    assert "Retry these 2 resources in strict mode?" in page
+    assert "alice@x" in page and "bob@x" in page and "demo, as task" in page
+    assert Task.objects.count() == 1
+
+
+def test_retry_selected_confirmed_starts_each_retryable_one(carol, failed_alice, dead_order):
+    choose(carol, [failed_alice], confirmed=True)
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert (task.requested_resource_id, task.strict, task.flow) == (failed_alice.pk, True, "demo")
+
+
+def test_retry_selected_says_which_started_and_why_each_other_was_refused(carol, failed_alice, bob, once):
+    run(order_42(bob), error=TimeoutError("upstream slow"))
+    pool_services.quarantine(resource=bob, actor="ops", reason="banned upstream")
+    response = choose(carol, [failed_alice, bob], confirmed=True)
+    page = carol.get(response.url).content.decode()
+    task = Task.objects.get(requested_resource=failed_alice, created_by="carol")
+    assert f"Retried 1, strict: alice@x → {task}." in page
+    assert "Not retried, bob@x: account bob@x is quarantined since" in page
+
+
+def test_retry_selected_of_a_resource_without_history_says_a_flow_is_needed(carol, bob):
+    page = carol.get(choose(carol, [bob], confirmed=True).url).content.decode()
+    assert "Not retried, bob@x: no task has run on account bob@x yet: name the flow" in page
+
+
+def test_retry_selected_without_the_permission_starts_nothing(dave, failed_alice, dead_order):
+    entries = AuditEntry.objects.count()
+    choose(dave, [failed_alice], confirmed=True)
+    assert Task.objects.count() == 1 and AuditEntry.objects.count() == entries
+    assert Resource.objects.get(pk=failed_alice.pk).state == ResourceState.FAILED

@@ -1,0 +1,224 @@
+"""The console's "retry this resource" form and its empty twin, "run a flow with a specified resource"."""
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from audit.models import AuditEntry
+from resources import services as pool_services
+from resources.choices import ResourceState
+from resources.models import Resource
+from resources.selectors import when
+from scheduling.models import Task
+from tests.scheduling.admin.conftest import another
+
+RETRY = reverse("admin:scheduling_task_retry")
+KEYS = reverse("admin:scheduling_task_retry_keys")
+
+
+def form_of(response):
+    return response.context["form"]
+
+
+def posted(form, **changes) -> dict:
+    """What submitting the rendered form sends, with `changes` typed over it."""
+    data = {**{name: form[name].value() for name in form.fields}, **changes}
+    if data.pop("strict"):
+        data["strict"] = "on"  # an unchecked box sends nothing
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def retry_page(client, resource):
+    return client.get(f"{RETRY}?resource={resource.pk}")
+
+
+def submit(client, resource, **changes):
+    form = form_of(retry_page(client, resource))
+    return client.post(f"{RETRY}?resource={resource.pk}", posted(form, **changes))
+
+
+def field_errors(response, field) -> str:
+    return " ".join(form_of(response).errors.get(field, []))
+
+
+def test_the_form_for_a_resource_is_prefilled_from_its_last_task_with_strict_checked(carol, failed_alice, dead_order):
+    form = form_of(retry_page(carol, failed_alice))
+    assert (form["flow"].value(), json.loads(form["payload"].value()), form["policy"].value()) == (
+        "demo", {"order": 42}, "once")
+    assert form["strict"].value() is True
+
+
+def test_the_form_for_a_resource_shows_its_pool_and_key_read_only(carol, failed_alice, dead_order):
+    form = form_of(retry_page(carol, failed_alice))
+    assert (form["pool"].value(), form["key"].value()) == (failed_alice.pool_id, "alice@x")
+    assert form.fields["pool"].disabled and form.fields["key"].disabled
+
+
+def test_submitting_the_form_starts_one_strict_task_on_the_resource_and_lands_on_it(carol, failed_alice, dead_order):
+    response = submit(carol, failed_alice)
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert response.status_code == 302
+    assert response.url == reverse("admin:scheduling_task_change", args=[task.pk])
+    assert (task.strict, task.requested_resource_id, task.flow, task.payload, task.created_by) == (
+        True, failed_alice.pk, "demo", {"order": 42}, "carol")
+
+
+def test_the_task_page_after_a_retry_says_what_started(carol, failed_alice, dead_order):
+    page = carol.get(submit(carol, failed_alice).url).content.decode()
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert f"Started {task} (demo) on account alice@x, strict." in page
+
+
+def test_a_posted_key_cannot_switch_the_form_to_another_resource(carol, failed_alice, dead_order, bob):
+    submit(carol, failed_alice, key="bob@x")
+    assert Task.objects.exclude(pk=dead_order.pk).get().requested_resource_id == failed_alice.pk
+
+
+def test_edited_flow_payload_and_policy_are_the_ones_started(carol, failed_alice, dead_order, later):
+    submit(carol, failed_alice, payload='{"order": 43}', policy="later")
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert (task.payload, task.policy.name) == ({"order": 43}, "later")
+
+
+def test_a_resource_in_use_shows_the_reason_and_starts_nothing(carol, claimed_alice, dead_order):
+    tasks, entries = Task.objects.count(), AuditEntry.objects.count()
+    response = submit(carol, claimed_alice)
+    leased_until = Resource.objects.get(pk=claimed_alice.pk).leased_until
+    assert response.status_code == 200
+    assert f"account alice@x is in use by task 812 until {when(leased_until)}" in response.content.decode()
+    assert (Task.objects.count(), AuditEntry.objects.count()) == (tasks, entries)
+
+
+@pytest.fixture
+def claimed_alice(failed_alice):
+    pool_services.reset(resource=failed_alice, actor="ops")
+    return pool_services.claim_by_id(resource_id=failed_alice.pk, holder="task 812")
+
+
+def test_a_resource_a_waiting_task_holds_names_that_task_and_until_when(carol, waiting_order):
+    tasks, entries = Task.objects.count(), AuditEntry.objects.count()
+    alice = Resource.objects.get(pk=waiting_order.pinned_resource_id)
+    page = submit(carol, alice).content.decode()
+    assert f"account alice@x is in use by {waiting_order} (demo) until {when(alice.leased_until)}" in page
+    assert (Task.objects.count(), AuditEntry.objects.count()) == (tasks, entries)
+
+
+@pytest.mark.parametrize("typed, named", [
+    ("{not json", "payload is not JSON"),
+    ('{"x": NaN}', "payload.x is nan"),
+    ('{"x": "a\\u0000b"}', "payload.x contains a NUL character"),
+    ("{\"x\": \"a\x00b\"}", "payload contains a NUL character"),
+    ("[1, 2]", "payload must be a JSON object"),
+])
+def test_a_bad_payload_is_an_error_naming_the_payload_and_starts_nothing(carol, failed_alice, dead_order, typed,
+                                                                         named):
+    response = submit(carol, failed_alice, payload=typed)
+    assert response.status_code == 200
+    assert named in field_errors(response, "payload")
+    assert Task.objects.count() == 1
+
+
+def test_an_empty_payload_starts_the_task_with_an_empty_object(carol, failed_alice, dead_order):
+    submit(carol, failed_alice, payload="  ")
+    assert Task.objects.exclude(pk=dead_order.pk).get().payload == {}
+
+
+def test_without_the_permission_the_form_is_forbidden(dave, failed_alice, dead_order):
+    assert retry_page(dave, failed_alice).status_code == 403
+
+
+def test_without_the_permission_a_submitted_form_is_forbidden_and_changes_nothing(dave, failed_alice, dead_order):
+    data = {"flow": "demo", "payload": "{}", "strict": "on", "token": "0" * 32}
+    entries = AuditEntry.objects.count()
+    assert dave.post(f"{RETRY}?resource={failed_alice.pk}", data).status_code == 403
+    assert Task.objects.count() == 1 and AuditEntry.objects.count() == entries
+    assert Resource.objects.get(pk=failed_alice.pk).state == ResourceState.FAILED
+
+
+def test_unchecked_strict_starts_a_task_that_asks_for_the_resource_and_may_move(carol, failed_alice, dead_order):
+    submit(carol, failed_alice, strict=False)
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert (task.strict, task.requested_resource_id) == (False, failed_alice.pk)
+    assert Resource.objects.get(pk=failed_alice.pk).state == ResourceState.FAILED  # not reset, not reserved
+
+
+def test_the_same_non_strict_page_submitted_twice_starts_one_task(carol, failed_alice, dead_order):
+    form = form_of(retry_page(carol, failed_alice))
+    for _ in range(2):
+        carol.post(f"{RETRY}?resource={failed_alice.pk}", posted(form, strict=False))
+    assert Task.objects.count() == 2
+
+
+def test_a_quarantined_resource_form_warns_that_a_strict_retry_is_refused(carol, quarantined_bob):
+    page = retry_page(carol, quarantined_bob).content.decode()
+    assert "account bob@x is quarantined since" in page and "banned upstream" in page
+    assert "A strict retry is refused until it is released from quarantine" in page
+
+
+def test_the_form_opened_from_a_dead_task_is_prefilled_with_its_resource_flow_and_payload(carol, dead_order, once):
+    form = form_of(carol.get(f"{RETRY}?task={dead_order.pk}"))
+    assert (form["key"].value(), form["flow"].value(), json.loads(form["payload"].value())) == (
+        "alice@x", "demo", {"order": 42})
+
+
+def test_the_form_for_a_resource_without_history_asks_for_a_flow(carol, alice, once):
+    response = retry_page(carol, alice)
+    assert "No task has run on this resource yet" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", ["resource=abc", "resource=0", "task=99999999", "resource=99999999"])
+def test_the_form_for_something_that_does_not_exist_is_not_found(carol, db, query):
+    assert carol.get(f"{RETRY}?{query}").status_code == 404
+
+
+# the empty form: run a flow with a specified resource
+
+
+def empty_form(pool, key, **changes):
+    return {"pool": pool.pk, "key": key, "flow": "demo", "payload": '{"order": 7}', "policy": "once",
+            "strict": "on", "token": "a" * 32, **changes}
+
+
+def test_the_empty_form_runs_a_flow_on_the_typed_key_strictly(carol, alice, once):
+    response = carol.post(RETRY, empty_form(alice.pool, "alice@x"))
+    task = Task.objects.get()
+    assert response.url == reverse("admin:scheduling_task_change", args=[task.pk])
+    assert (task.requested_resource_id, task.strict, task.payload) == (alice.pk, True, {"order": 7})
+
+
+def test_the_empty_form_names_a_key_the_pool_does_not_have(carol, alice, once):
+    response = carol.post(RETRY, empty_form(alice.pool, "zed@x"))
+    assert "pool accounts has no account with key 'zed@x'" in field_errors(response, "key")
+    assert not Task.objects.exists()
+
+
+def test_the_empty_form_names_an_unknown_policy(carol, alice, once):
+    response = carol.post(RETRY, empty_form(alice.pool, "alice@x", policy="nope"))
+    assert field_errors(response, "policy")
+    assert not Task.objects.exists()
+
+
+def test_the_empty_form_starts_with_strict_checked(carol, db):
+    assert form_of(carol.get(RETRY))["strict"].value() is True
+
+
+def test_key_autocomplete_lists_the_pools_keys_starting_with_what_was_typed(carol, alice, bob):
+    another(alice.pool, "alicia@x")
+    response = carol.get(KEYS, {"pool": alice.pool_id, "q": "ali"})
+    assert response.json() == {"keys": ["alice@x", "alicia@x"]}
+
+
+def test_key_autocomplete_stays_within_the_pool(carol, alice):
+    from tests.factories import ResourcePoolFactory
+
+    another(ResourcePoolFactory(name="numbers"), "alice-number")
+    assert carol.get(KEYS, {"pool": alice.pool_id, "q": "ali"}).json() == {"keys": ["alice@x"]}
+
+
+def test_key_autocomplete_refuses_a_pool_that_is_not_an_id(carol, alice):
+    assert carol.get(KEYS, {"pool": "accounts", "q": "a"}).status_code == 400
+
+
+def test_key_autocomplete_needs_the_permission(dave, alice):
+    assert dave.get(KEYS, {"pool": alice.pool_id, "q": "a"}).status_code == 403
