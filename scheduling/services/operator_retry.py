@@ -13,7 +13,7 @@ from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
-from scheduling.services.tasks import name_of, start_task
+from scheduling.services.tasks import name_of, parse_payload, start_task
 
 
 def _live(task: Task, current: Resource | None, name: str, *, last: Task | None = None) -> TaskLive:
@@ -54,8 +54,8 @@ def instance_to_run_again(last: Task, name: str) -> Task:
     if run is not None and run.state == TaskState.SUCCEEDED:
         who = f"{run.holder} ({run.flow}), the last task on {name}," if run.pk == last.pk else (
             f"{run.holder} ({run.flow}), a run of the payload of {last.holder}, the last task on {name},")
-        raise BadInput(f"{who} succeeded already: a copy of its payload would run it a second time; name a flow "
-                       f"for new work", field="flow", task_id=run.pk)
+        raise BadInput(f"{who} succeeded already: its payload again would run it a second time", field="payload",
+                       task_id=run.pk)
     if run is not None:
         raise _live(run, None, name, last=last)
     return first
@@ -66,9 +66,9 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
-    resource (TaskLive): that task would run beside the new one; likewise when a copy of the last
-    task's payload would run a business instance that runs elsewhere now or has succeeded
-    (BadInput): see instance_to_run_again. With `audit` False it records no
+    resource (TaskLive): that task would run beside the new one; likewise when the last task's
+    flow and payload (copied or given) would run a business instance that runs elsewhere now or
+    has succeeded (BadInput): see instance_to_run_again. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what="who asks for the retry")
     with transaction.atomic():
@@ -83,11 +83,14 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         if flow is None:
             if last is None:
                 raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
-            if payload is None:
-                repeats = instance_to_run_again(last, name)
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
+        payload = parse_payload(payload)
+        if last is not None and (flow, payload) == (last.flow, last.payload):
+            # The last task's business instance again: copied here, or typed back as the console's
+            # retry form shows it, or a dead letter's replay.
+            repeats = instance_to_run_again(last, name)
         previous = current.state
         # One operator action, one audit entry: the reset and the start inside it record none.
         if current.state in (ResourceState.FAILED, ResourceState.DONE):

@@ -209,7 +209,7 @@ def test_retry_resource_refuses_to_copy_a_task_that_succeeded_on_another_resourc
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=first.resource, actor="ops:carol")
 
-    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "flow", "task_id": task.pk})
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": task.pk})
     assert "succeeded already" in str(refused.value)
     assert Task.objects.count() == 1
 
@@ -248,8 +248,18 @@ def test_retry_resource_refuses_a_second_copy_of_a_dead_task_whose_first_copy_su
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=bob, actor="ops:dave")
 
-    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "flow", "task_id": first.pk})
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": first.pk})
     assert Task.objects.count() == 2
+
+
+def test_retry_resource_given_the_last_tasks_flow_and_payload_is_refused_like_a_copy(redis_conn, pool, alice, bob):
+    dead = died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol")
+
+    with pytest.raises(DomainError) as refused:  # as the console's retry form sends it, prefilled
+        services.retry_resource(resource=bob, actor="ops:dave", flow=dead.flow, payload=dict(dead.payload))
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", first.pk)
 
 
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])
