@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 from operator import or_
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.utils import timezone
 

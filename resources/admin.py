@@ -23,7 +23,11 @@ from resources.admin_changelist import (
     ResourceChangeList,
 )
 from resources.choices import Diagnosis, ResourceState
-from resources.forms import ResourceForm, storable_json_object  # noqa: F401 - scheduling.admin imports it here
+from resources.forms import (  # noqa: F401 - scheduling.admin imports the JSON helpers from here
+    ResourceForm,
+    StorableJSONField,
+    storable_json_object,
+)
 from resources.models import Resource, ResourcePool
 from resources.selectors import DiagnosisRule, diagnosis_report, timeline_page
 from retryops.errors import DomainError
@@ -67,6 +71,9 @@ class ResourcePoolAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     readonly_fields = ("created_at",)
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # no service deletes a pool, so a delete here would leave no audit entry
+
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
         if change:
@@ -103,6 +110,9 @@ class ResourceAdmin(ResourceBulkActions, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         extra_context = {"diagnosis_rule": DiagnosisRule.from_settings().sentence(), **(extra_context or {})}
         return super().changelist_view(request, extra_context)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # no service deletes a resource (quarantine it), so a delete would leave no audit entry
 
     def get_readonly_fields(self, request, obj=None):
         # The pool and key of an existing resource are its identity in every timeline row.

@@ -1,11 +1,39 @@
 """The console's forms for pools and resources: they parse what an operator typed; the services
 decide what it may change."""
 
+import json
+
 from django import forms
+from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
-from retryops.jsonsafe import UnstorableValue, refuse_unstorable
+from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
+
+
+class StorableJSONField(forms.JSONField):
+    """forms.JSONField that answers JSON it cannot read or show back with a field error instead of
+    a server error: nesting past Python's recursion limit (json.loads raises RecursionError, which
+    Django does not catch), and, when the page comes back with an error, a lone surrogate, which
+    Django shows as itself (ensure_ascii=False) and no UTF-8 page can hold."""
+
+    def to_python(self, value):
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError("nested too deeply to store", code="invalid") from None
+
+    def bound_data(self, data, initial):
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)
+
+    def prepare_value(self, value):
+        shown = super().prepare_value(value)
+        if isinstance(value, InvalidJSONInput) or not check_text(shown):
+            return shown
+        return json.dumps(value, cls=self.encoder)  # escaped: \ud800, \u0000
 
 
 def storable_json_object(value, *, name: str) -> dict:
@@ -26,6 +54,7 @@ class ResourceForm(forms.ModelForm):
     class Meta:
         model = Resource
         fields = ["pool", "key", "label", "attributes"]
+        field_classes = {"attributes": StorableJSONField}
 
     def clean_attributes(self):
         return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")

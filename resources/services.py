@@ -100,9 +100,11 @@ def _json(value: dict | None, *, field: str) -> str:
         raise InvalidInput(f"{field} must be a JSON object, got {type(value).__name__}", field=field)
     try:
         refuse_unstorable(value or {}, name=field)
+        return json.dumps(value or {}, cls=DjangoJSONEncoder)
     except UnstorableValue as exc:
         raise InvalidInput(str(exc), field=field, path=exc.path) from None
-    return json.dumps(value or {}, cls=DjangoJSONEncoder)
+    except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
+        raise InvalidInput(f"{field} is nested too deeply to store", field=field) from None
 
 
 def _lease_seconds(value: int | None) -> int | None:
@@ -388,6 +390,24 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
         current.save(update_fields=[*_LEASE_FIELDS, "probe_after"])
         _event(current, EventKind.PROBE_CLAIMED, actor=holder, reason=current.quarantine_reason,
                lease_token=current.lease_token)
+    return current
+
+
+def postpone_probe(*, resource: Resource | int, actor: str, reason: str, now: datetime | None = None) -> Resource:
+    """A probe that could not be started (no task to repeat, its flow or policy gone): the next
+    one waits another cooldown, so the quarantined resources due after this one are probed
+    meanwhile instead of queueing behind it. Nothing changes if the resource is no longer due
+    (probed, released or postponed since)."""
+    actor, reason = _actor(actor), _reason(reason, required=True)
+    now = now or timezone.now()
+    with transaction.atomic():
+        current = lock_resource(resource)
+        if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
+            return current
+        cooldown = max(current.probation_cooldown_seconds, 1)
+        current.probe_after = now + timezone.timedelta(seconds=cooldown)
+        current.save(update_fields=["probe_after"])
+        _event(current, EventKind.QUARANTINED, actor=actor, reason=f"{reason}; next probe after {cooldown} s")
     return current
 
 

@@ -11,7 +11,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from resources.admin import edited_fields, storable_json_object
+from resources.admin import StorableJSONField, edited_fields, storable_json_object
 from scheduling import services
 from scheduling.admin_console import TaskConsole
 from scheduling.choices import TaskState
@@ -117,7 +117,7 @@ class AttemptAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
-class PatternListField(forms.JSONField):
+class PatternListField(StorableJSONField):
     widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
 
 
@@ -192,6 +192,7 @@ class BatchConfigForm(forms.ModelForm):
         model = BatchConfig
         fields = "__all__"
         exclude = ["last_tick_at", "last_error"]  # the ticks' own
+        field_classes = {"payload": StorableJSONField}
 
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.

@@ -109,6 +109,11 @@ class Task(models.Model):
         Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="pinned_tasks", db_index=False
     )
     held_lease_token = models.UUIDField(null=True, blank=True)
+    # The business instance this task runs again (an operator's retry of a finished task's
+    # payload): always the first task of the instance, so that every run of it is one query away
+    # and the instance is run again only while no run of it is live or has succeeded.
+    repeats = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="repeated_by",
+                                db_index=False)
     rq_job_id = models.CharField(max_length=100, blank=True)
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True)
@@ -143,6 +148,8 @@ class Task(models.Model):
             # Running tasks, whose attempts the dispatcher checks for lost workers.
             models.Index(fields=["id"], condition=Q(state=TaskState.RUNNING), name="task_running_idx"),
             models.Index(fields=["state", "-id"], name="task_state_idx"),
+            # retry_resource: the runs of a business instance (its first task's repeats).
+            models.Index(fields=["repeats"], condition=Q(repeats__isnull=False), name="task_repeats_idx"),
             # The failed-first batch tick: is a waiting task's retry meant for this resource?
             models.Index(fields=["pinned_resource"], condition=Q(state__in=WAITING_STATES),
                          name="task_waiting_pinned_idx"),

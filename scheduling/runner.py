@@ -47,14 +47,16 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
     except Exception as exc:  # a flow's failure is data, whatever its type
         error, result = exc, None
     else:
-        error, result = None, _storable(result)
+        error = None
     finally:
         heartbeat.stop()
     duration = time.monotonic() - began
     if error is not None:
-        return _record_failure(started.attempt, _storable_error(error), duration)
+        return _record_failure(started.attempt, error, duration)
     try:
-        return finish_attempt(attempt=started.attempt, result=result, duration=duration)
+        # Made storable in here: a result that even make_storable cannot read (its repr raises, or
+        # it nests past the recursion limit) is a success all the same.
+        return finish_attempt(attempt=started.attempt, result=_storable(result), duration=duration)
     except Exception as exc:
         # A success left `running` would be re-run by the dispatcher once its lease ran out, side
         # effects and all. The flow did succeed: record that, with a note in place of the result.
@@ -78,12 +80,13 @@ def _storable(result):
 
 
 def _record_failure(attempt: Attempt, error: Exception, duration: float) -> Attempt | None:
-    """Record the flow's failure. If that write fails too (a value nobody foresaw, a trigger), the
+    """Record the flow's failure. If that write fails too (a value nobody foresaw, a trigger, an
+    error whose str() raises), the
     attempt still ends failed, with a message saying why its error is missing: left `running`, it
     would wait for its lease to run out and be retried as a lost worker's, its failure never
     counted against the resource or judged by the policy."""
     try:
-        return finish_attempt(attempt=attempt, error=error, duration=duration)
+        return finish_attempt(attempt=attempt, error=_storable_error(error), duration=duration)
     except Exception as exc:
         log.exception("task %s attempt %s: its error could not be stored; recording the failure without it",
                       attempt.task_id, attempt.number)

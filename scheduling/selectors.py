@@ -51,9 +51,11 @@ def tasks_of_resource(resource: Resource | int) -> QuerySet[Task]:
 
 
 def last_task_on(resource: Resource | int) -> Task | None:
-    """The last task that ran an attempt on the resource: whose flow, payload and policy an
-    operator retry or a probation probe repeats."""
-    return Task.objects.filter(attempts__resource_id=_resource_id(resource)).order_by("-id").first()
+    """The task whose attempt ran on the resource last: whose flow, payload and policy an operator
+    retry or a probation probe repeats. By the attempt (attempt_resource_history_idx), not by the
+    task: an older task's retry often runs on a resource after newer tasks have."""
+    attempt = Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task").order_by("-id").first()
+    return attempt.task if attempt else None
 
 
 def live_task_on(resource: Resource | int) -> Task | None:

@@ -3,17 +3,21 @@
 import logging
 from datetime import datetime
 
+from django.db import transaction
+
 from resources import services as pool
 from resources.choices import FailureCategory
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.selectors import due_for_probe
 from retryops.errors import DomainError
+from retryops.jsonsafe import clean_text
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
 from scheduling.selectors import last_task_on
 from scheduling.services.failures import close_failed, end_failed
+from scheduling.services.operator_retry import instance_to_run_again
 from scheduling.services.tasks import start_task
 
 log = logging.getLogger(__name__)
@@ -48,18 +52,34 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
 
 def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]:
     """Start one probe task for every quarantined resource whose probation cooldown is over,
-    with the flow, payload and policy of the last task that ran on it."""
+    with the flow, payload and policy of the last task that ran on it, as a run of that task's
+    business instance (Task.repeats). A resource whose probe cannot start is postponed."""
     probes = []
     for resource in due_for_probe(now=now, limit=limit):
         last = last_task_on(resource)
-        if last is None:
-            continue
         try:
-            probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
-                                     policy=last.policy, created_by="probation", resource=resource, probe=True,
-                                     audit=False))  # the system's own start
-        except DomainError as exc:  # taken meanwhile, its flow or policy gone: the others still get theirs
-            log.warning("no probe for resource %s (last task %s): %s", resource.pk, last.pk, exc)
-        except Exception:  # one bad row must not stop the rest
-            log.exception("no probe for resource %s (last task %s)", resource.pk, last.pk)
+            if last is None:
+                raise LookupError("no task has run on it to repeat as its probe")
+            with transaction.atomic():
+                # The probe runs the last task's business instance again: only while no run of it
+                # is live or has succeeded (an operator's retry of it on another resource).
+                repeats = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")
+                probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
+                                         policy=last.policy, created_by="probation", resource=resource, probe=True,
+                                         audit=False, repeats=repeats))  # the system's own start
+        except (DomainError, LookupError) as exc:  # taken meanwhile, its flow or policy gone
+            log.warning("no probe for resource %s (last task %s): %s", resource.pk, last and last.pk, exc)
+            _postpone(resource, f"no probe could start: {exc}")
+        except Exception as exc:  # one bad row must not stop the rest
+            log.exception("no probe for resource %s (last task %s)", resource.pk, last and last.pk)
+            _postpone(resource, f"no probe could start: {type(exc).__name__}: {exc}")
     return probes
+
+
+def _postpone(resource, reason: str) -> None:
+    """Mark the row: left due, a probe that cannot start stays first in line on every pass, and
+    `limit` of them keep every other quarantined resource from its probe."""
+    try:
+        pool.postpone_probe(resource=resource.pk, actor="probation", reason=clean_text(reason))
+    except Exception:  # one bad row must not stop the rest
+        log.exception("could not postpone the probe of resource %s", resource.pk)

@@ -4,7 +4,9 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
+from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from resources import services as pool
@@ -117,21 +119,47 @@ _LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, 
 def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     """Enqueue again every waiting task that has no live RQ job (Redis flushed, failed over, or
     down when the task started), or that is overdue by more than OVERDUE_GRACE while its job is
-    not on a queue. Returns the ids of the tasks it enqueued. A task that cannot be enqueued is
-    logged and skipped."""
+    not on a queue. Looks at waiting tasks `limit` at a time, earliest due first, and goes on to
+    the next page while the last one looked at is overdue: a backlog of queued tasks ahead must
+    not hide an overdue one whose job will never run, and tasks not due yet (with their jobs
+    scheduled, the bulk of them) are read one page a pass. Returns the ids of the tasks it
+    enqueued. A task that cannot be enqueued is logged and skipped."""
     import django_rq
 
     limit = whole_number(limit, field="limit", error=BadInput)
-    waiting = list(
-        Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at").values_list(
-            "pk", "attempt_count", "next_run_at", "rq_job_id")[:limit]
-    )
-    if not waiting:
-        return []
+    redis = django_rq.get_connection(FLOW_QUEUE)
+    waiting = Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at", "pk")
+    enqueued, after = [], None
+    while True:
+        page = waiting if after is None else waiting.filter(
+            Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
+        rows = list(page.values_list("pk", "attempt_count", "next_run_at", "rq_job_id")[:limit])
+        overdue_before = timezone.now() - OVERDUE_GRACE
+        enqueued += _wake_lost(rows, redis, overdue_before)
+        if len(rows) < limit or rows[-1][2] > overdue_before:
+            return enqueued
+        after = (rows[-1][2], rows[-1][0])
+
+
+def _job_statuses(job_ids: list[str], redis) -> dict[str, str]:
+    """The status of each job RQ can read. A hash it cannot read (rq#1575: a heartbeat landing
+    after a result_ttl=0 job was deleted leaves one with no data) counts as no job, and must not
+    hide the others: one pipelined read, then one by one when that one fails."""
+    try:
+        jobs = Job.fetch_many(job_ids, connection=redis)
+    except NoSuchJobError:
+        jobs = []
+        for job_id in job_ids:
+            try:
+                jobs.append(Job.fetch(job_id, connection=redis))
+            except NoSuchJobError:
+                jobs.append(None)
+    return {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
+
+
+def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    jobs = Job.fetch_many(job_ids, connection=django_rq.get_connection(FLOW_QUEUE)) if job_ids else []
-    status_of = {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
-    overdue_before = timezone.now() - OVERDUE_GRACE
+    status_of = _job_statuses(job_ids, redis) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)

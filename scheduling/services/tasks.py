@@ -121,7 +121,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
                policy: RetryPolicy | str | None = None, resource: Resource | int | None = None,
                strict: bool = True, reserve: bool = False, claim_now: bool = False,
                idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False,
-               audit: bool = True) -> Task:
+               audit: bool = True, repeats: Task | None = None) -> Task:
     """Write a task and enqueue its first attempt once the transaction commits.
 
     `resource` names the resource to run on (strict by default; a task that names none is never
@@ -132,7 +132,8 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     its TASK_START audit entry unless `audit` is False: the system's own starts (batches, probes)
     and starts that are part of another action (retry_resource records its own entry) pass False.
     The caller says so rather than the audit channel, because run_batches and dispatch_tasks
-    start the system's tasks from a command, and an operator's retry comes through any channel."""
+    start the system's tasks from a command, and an operator's retry comes through any channel.
+    `repeats` is the first task of the business instance this one runs again (retry_resource)."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -158,7 +159,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
-                            reserve=reserve, claim_now=claim_now, audit=audit)
+                            reserve=reserve, claim_now=claim_now, audit=audit, repeats=repeats)
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
         existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -168,7 +169,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
 
 
 def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
-                 deadline, now, probe, reserve, claim_now, audit) -> Task:
+                 deadline, now, probe, reserve, claim_now, audit, repeats) -> Task:
     with transaction.atomic():
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
@@ -179,7 +180,7 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
             requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
-            next_run_at=max(run_at or now, now), deadline_at=deadline,
+            next_run_at=max(run_at or now, now), deadline_at=deadline, repeats=repeats,
         )
         # A lease taken now must last until the first attempt is due, and then some.
         lease_seconds = math.ceil((task.next_run_at - now).total_seconds()) + target_pool.lease_seconds

@@ -267,6 +267,8 @@ def test_a_probation_probe_records_no_start(alice, instant_policy):
     pool_services.release(resource=alice.pk, lease_token=started.attempt.lease_token, outcome=Outcome.FAILURE,
                           error="risk control", probation_seconds=60,
                           classification=Classification(FailureCategory.NON_RETRYABLE, None, "risk control"))
+    # A quarantining failure ends its task; a probe would not repeat a task still running.
+    Task.objects.filter(pk=task.pk).update(state="dead", finished_at=timezone.now(), held_lease_token=None)
     Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now() - timedelta(seconds=1))  # cooled down
 
     with acting_as(actor="ops", channel="command"):

@@ -144,6 +144,30 @@ def test_attributes_postgresql_cannot_store_are_refused_with_the_field_named(sta
     assert Resource.objects.get(pk=alice.pk).attributes == {}
 
 
+@pytest.mark.parametrize("typed, named", [
+    ('{"\\ud800": 1}', "contains a lone surrogate"),
+    ('{"note": "a\\udc00b"}', "contains a lone surrogate"),
+    ("[" * 5000 + "]" * 5000, "nested too deeply"),
+])
+def test_attributes_the_page_cannot_show_back_are_refused_with_the_field_named_not_a_server_error(staff, alice, typed,
+                                                                                                 named):
+    page = staff.get(change_url(alice))
+    response = staff.post(change_url(alice), submitted(page, attributes=typed))
+    assert response.status_code == 200
+    assert named in " ".join(response.context["adminform"].form.errors["attributes"])
+    assert Resource.objects.get(pk=alice.pk).attributes == {}
+
+
+@pytest.mark.parametrize("model", ["resource", "resourcepool"])
+def test_pools_and_resources_are_not_deleted_in_the_admin_without_an_audit_entry(staff, pool, model):
+    obj = pool if model == "resourcepool" else ResourceFactory(pool=ResourcePoolFactory(name="spare"), key="never-used")
+
+    response = staff.post(reverse(f"admin:resources_{model}_delete", args=[obj.pk]), {"post": "yes"})
+
+    assert response.status_code == 403
+    assert type(obj).objects.filter(pk=obj.pk).exists()
+
+
 def test_empty_attributes_are_stored_as_an_empty_object(staff, alice):
     page = staff.get(change_url(alice))
     staff.post(change_url(alice), submitted(page, attributes=""))

@@ -466,6 +466,18 @@ def test_a_stale_probe_failing_on_a_resource_no_longer_quarantined_records_an_or
     assert kinds(row)[-1] == EventKind.RELEASED_FAILURE
 
 
+
+def test_postponing_the_probe_of_a_resource_already_on_probe_changes_nothing(alice):
+    probe = probe_lease(alice)
+    events = kinds(fresh(alice))
+
+    services.postpone_probe(resource=alice, actor="probation", reason="no probe could start: flow gone")
+
+    row = fresh(alice)
+    assert (row.state, row.lease_token, row.probe_after) == (ResourceState.IN_USE, probe.lease_token, None)
+    assert kinds(row) == events
+
+
 # the sweeper counts failures of leases that were used, and only those
 
 
@@ -561,6 +573,14 @@ def test_a_label_longer_than_its_column_is_bad_input(pool):
 def test_attributes_json_cannot_hold_are_bad_input(pool):
     with bad_input("attributes"):
         services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"limit": float("nan")}}])
+
+
+def test_attributes_nested_deeper_than_can_be_checked_are_bad_input(pool):
+    import json
+
+    deep = json.loads("[" * 700 + "]" * 700)  # json.loads reads it; checking it would recurse past the limit
+    with bad_input("attributes"):
+        services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"deep": deep}}])
 
 
 def test_a_taken_pool_name_is_bad_input(pool):

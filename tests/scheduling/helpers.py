@@ -86,6 +86,36 @@ def refused_result(context):
     return {"refuse_me": True}
 
 
+class Unreadable:
+    """A value nothing can print: its repr() raises."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+@flow("unreadable_result")
+def unreadable_result(context):
+    """Returns what neither JSON nor repr() can render."""
+    calls.append((context.task_id, context.attempt))
+    return {"thing": Unreadable()}
+
+
+class UnreadableError(TimeoutError):
+    """A failure whose message cannot be read: str() raises."""
+
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+@flow("unreadable_error")
+def unreadable_error(context):
+    """Fails on its first attempt with an error whose str() raises, then succeeds."""
+    calls.append((context.task_id, context.attempt))
+    if context.attempt == 1:
+        raise UnreadableError()
+    return {"ok": True}
+
+
 class CountingWorker(SimpleWorker):
     """A burst worker that counts the jobs it executes: each is one delivery of a wake-up."""
 

@@ -134,11 +134,45 @@ def test_a_batch_payload_run_batches_could_not_use_is_refused_with_the_field_nam
     assert not BatchConfig.objects.exists()
 
 
+@pytest.mark.parametrize("field, typed, named", [
+    ("payload", '{"\\ud800": 1}', "contains a lone surrogate"),
+    ("payload", "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ("retryable_error_patterns", '["a\\ud800"]', "contains a lone surrogate"),
+])
+def test_batch_json_the_page_cannot_show_back_is_refused_with_the_field_named_not_a_server_error(staff, batch_form,
+                                                                                                field, typed, named):
+    response = staff.post(reverse("admin:scheduling_batchconfig_add"), {**batch_form, field: typed})
+    assert response.status_code == 200
+    assert named in errors(response, field)
+    assert not BatchConfig.objects.exists()
+
+
+def test_policy_patterns_the_page_cannot_show_back_are_refused_with_the_field_named_not_a_server_error(staff, db):
+    response = staff.post(reverse("admin:scheduling_retrypolicy_add"),
+                          {**POLICY_FORM, "retryable_error_patterns": '["time\\ud800out"]'})
+    assert response.status_code == 200
+    assert "contains a lone surrogate" in errors(response, "retryable_error_patterns")
+    assert not RetryPolicy.objects.exists()
+
+
 @pytest.mark.parametrize("field, typed", [("name", "b\x00"), ("flow", "demo\x00")])
 def test_a_nul_character_in_a_batch_config_name_or_flow_is_refused(staff, batch_form, field, typed):
     response = staff.post(reverse("admin:scheduling_batchconfig_add"), {**batch_form, field: typed})
     assert errors(response, field)
     assert not BatchConfig.objects.exists()
+
+
+def test_a_batch_config_is_disabled_in_the_admin_not_deleted_without_an_audit_entry(staff, batch_form):
+    from audit.models import AuditEntry
+
+    staff.post(reverse("admin:scheduling_batchconfig_add"), batch_form)
+    config = BatchConfig.objects.get(name="b")
+    entries = AuditEntry.objects.count()
+
+    response = staff.post(reverse("admin:scheduling_batchconfig_delete", args=[config.pk]), {"post": "yes"})
+
+    assert response.status_code == 403
+    assert BatchConfig.objects.filter(pk=config.pk).exists() and AuditEntry.objects.count() == entries
 
 
 def test_a_batch_tick_during_an_admin_edit_keeps_its_time(staff, batch_form):

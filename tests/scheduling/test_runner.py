@@ -65,6 +65,24 @@ def test_text_no_column_holds_in_an_error_message_is_stored_and_the_task_retried
     assert first.resource.last_failure_reason == "TimeoutError: upstream said \ufffd slow"
 
 
+def test_a_flow_result_that_cannot_even_be_printed_keeps_the_success_and_runs_the_flow_once(
+        redis_conn, alice, instant_policy):
+    task = run_once("unreadable_result", alice.pool)
+    assert helpers.calls == [(task.pk, 1)]
+    assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 1)
+    assert task.result["value"] is None and "no repr" in task.result["storage_note"]
+    assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_a_flow_error_that_cannot_be_printed_still_ends_the_attempt_failed(redis_conn, alice, instant_policy):
+    task = run_once("unreadable_error", alice.pool)
+    first = Attempt.objects.get(task=task, number=1)
+    assert (first.outcome, first.error_class) == (AttemptOutcome.FAILED, "UnreadableError")
+    assert "could not be stored" in first.error_message and "no str" in first.error_message
+    assert helpers.calls == [(task.pk, 1), (task.pk, 2)]
+    assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
+
+
 @contextmanager
 def refusing_trigger(table, condition, message):
     """A trigger that makes PostgreSQL refuse an UPDATE of `table` whose new row meets `condition`:

@@ -38,6 +38,22 @@ def test_last_task_on_is_the_last_that_ran_there(redis_conn, pool, alice, instan
     assert selectors.last_task_on(alice) == last
 
 
+def test_last_task_on_is_the_one_whose_attempt_ran_there_last_not_the_newest_task(redis_conn, pool, alice):
+    from tests.factories import RetryPolicyFactory
+
+    RetryPolicyFactory(name="moves", max_attempts=2, initial_delay_seconds=120, max_delay_seconds=120,
+                       same_resource_on_retry=False)
+    older = start(pool, policy="moves", payload={"script": ["TimeoutError: slow"]})
+    work()  # its first attempt fails on alice; its retry waits two minutes
+    pool_services.reset(resource=alice, actor="ops")
+    start(pool, policy="moves")
+    work()  # a newer task runs on alice meanwhile
+    services.run_task_now(task=older, actor="ops")
+    work()  # then the older task's retry runs there, last
+
+    assert selectors.last_task_on(alice) == older
+
+
 def test_live_task_on_finds_a_waiting_task_pinned_to_the_resource(redis_conn, pool, alice, bob, instant_policy):
     task = start(pool, resource=alice, run_at=timezone.now() + timedelta(hours=1))
     assert (selectors.live_task_on(alice), selectors.live_task_on(bob)) == (task, None)

@@ -13,8 +13,8 @@ from resources.models import Resource, ResourceEvent
 from resources.selectors import when
 from retryops.errors import DomainError
 from scheduling import services
-from scheduling.choices import TaskState
-from scheduling.models import Task
+from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.models import Attempt, Task
 from tests.factories import RetryPolicyFactory
 from tests.scheduling.helpers import work
 
@@ -142,19 +142,124 @@ def test_retry_resource_refused_by_a_running_attempt_names_the_holder_and_until_
         f"attempt 1; a retry now would run it twice: wait for that attempt to end")
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
-def test_retry_resource_goes_ahead_when_the_waiting_task_moved_on_to_another_resource(redis_conn, pool, alice,
-                                                                                    named):
+def moved_on(pool, alice, *, named):
+    """Order 42, not strict, failed on alice and waiting to retry on another resource."""
     RetryPolicyFactory(name="moves", initial_delay_seconds=120, max_delay_seconds=120, same_resource_on_retry=False)
-    task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
+    task = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow", "ok"]},
                                resource=alice if named else None, strict=False, created_by="shop", policy="moves")
     work()
     task.refresh_from_db()
     assert (task.state, task.resource_id, task.pinned_resource_id) == (TaskState.RETRYING, alice.pk, None)
+    return task
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
+def test_retry_resource_with_a_flow_goes_ahead_when_the_waiting_task_moved_on_to_another_resource(
+        redis_conn, pool, alice, named):
+    task = moved_on(pool, alice, named=named)
+
+    again = services.retry_resource(resource=alice, actor="ops:carol", flow="demo", policy="moves")
+
+    assert again.pk != task.pk and again.pinned_resource_id == alice.pk and again.payload == {}
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named_not_strict"])
+def test_retry_resource_refuses_to_copy_the_payload_of_a_task_that_moved_on_and_still_waits(redis_conn, pool, alice,
+                                                                                          named):
+    task = moved_on(pool, alice, named=named)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", task.pk)
+    assert "has moved on to another resource" in str(refused.value)
+    assert Task.objects.count() == 1
+
+
+def test_retry_resource_repeats_the_task_that_failed_there_last_not_a_newer_one_that_succeeded(redis_conn, pool,
+                                                                                               alice):
+    RetryPolicyFactory(name="moves", max_attempts=2, initial_delay_seconds=120, max_delay_seconds=120,
+                       same_resource_on_retry=False)
+    older = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow"]},
+                                created_by="shop", policy="moves")
+    work()  # order 42 fails on alice and waits two minutes to retry
+    pool_services.reset(resource=alice, actor="ops")
+    services.start_task(flow="demo", pool_name=pool, payload={"order": 43}, created_by="shop", policy="moves")
+    work()  # order 43 succeeds on alice meanwhile
+    services.run_task_now(task=older, actor="ops")
+    work()  # order 42's last attempt fails there: it is dead, alice failed
+    assert Task.objects.get(pk=older.pk).state == TaskState.DEAD
 
     again = services.retry_resource(resource=alice, actor="ops:carol")
 
-    assert again.pk != task.pk and again.pinned_resource_id == alice.pk
+    assert again.payload["order"] == 42  # not order 43 a second time
+
+
+def test_retry_resource_refuses_to_copy_a_task_that_succeeded_on_another_resource_after_failing_there(redis_conn, pool,
+                                                                                                     alice, bob):
+    RetryPolicyFactory(name="elsewhere", initial_delay_seconds=0, retryable_error_patterns=[
+        {"pattern": "captcha", "action": "retry_other_resource"}])
+    task = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["DemoFlowError: captcha", "ok"]},
+                               created_by="shop", policy="elsewhere")
+    work()
+    first, second = Attempt.objects.filter(task=task).order_by("number")
+    assert (first.outcome, second.outcome, Task.objects.get(pk=task.pk).state) == (
+        AttemptOutcome.FAILED, AttemptOutcome.SUCCEEDED, TaskState.SUCCEEDED)
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=first.resource, actor="ops:carol")
+
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": task.pk})
+    assert "succeeded already" in str(refused.value)
+    assert Task.objects.count() == 1
+
+
+def died_on_alice_and_bob(pool, alice, bob):
+    """Order 42: failed on one resource (captcha: try another), then on the other, and died; it is
+    the last task on both."""
+    RetryPolicyFactory(name="elsewhere", max_attempts=2, initial_delay_seconds=0, retryable_error_patterns=[
+        {"pattern": "captcha", "action": "retry_other_resource"}])
+    task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="elsewhere",
+                               payload={"order": 42, "script": ["DemoFlowError: captcha", "TimeoutError: slow", "ok"]})
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
+    assert {a.resource_id for a in Attempt.objects.filter(task=task)} == {alice.pk, bob.pk}
+    return task
+
+
+def test_retry_resource_refuses_a_second_copy_of_a_dead_task_while_the_first_copy_waits(redis_conn, pool, alice, bob):
+    died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol")
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=bob, actor="ops:dave")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", first.pk)
+    assert Task.objects.count() == 2
+
+
+def test_retry_resource_refuses_a_second_copy_of_a_dead_task_whose_first_copy_succeeded(redis_conn, pool, alice, bob,
+                                                                                        instant_policy):
+    died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol", policy="instant")  # three attempts this time
+    work()
+    assert Task.objects.get(pk=first.pk).state == TaskState.SUCCEEDED
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=bob, actor="ops:dave")
+
+    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": first.pk})
+    assert Task.objects.count() == 2
+
+
+def test_retry_resource_given_the_last_tasks_flow_and_payload_is_refused_like_a_copy(redis_conn, pool, alice, bob):
+    dead = died_on_alice_and_bob(pool, alice, bob)
+    first = services.retry_resource(resource=alice, actor="ops:carol")
+
+    with pytest.raises(DomainError) as refused:  # as the console's retry form sends it, prefilled
+        services.retry_resource(resource=bob, actor="ops:dave", flow=dead.flow, payload=dict(dead.payload))
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", first.pk)
 
 
 @pytest.mark.parametrize("value", ["abc", True, 1.5, 2**70])

@@ -10,7 +10,7 @@ from resources.models import Resource, ResourceEvent
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
-from tests.factories import RetryPolicyFactory
+from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,3 +94,55 @@ def test_a_probe_whose_lease_runs_out_leaves_the_quarantine_standing(redis_conn,
     work()  # the probe finds its lease gone and the resource quarantined: it ends, never retried
     assert Task.objects.get(pk=probe.pk).state == TaskState.DEAD
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.QUARANTINED
+
+
+def test_a_probe_that_cannot_start_is_postponed_so_the_resources_due_after_it_get_theirs(redis_conn, pool,
+                                                                                         probation_policy):
+    # One resource at a time in the pool, so each task is quarantined on the one just added.
+    ResourceFactory(pool=pool, key="stuck@x")
+    stuck = quarantined_by(pool, "DemoFlowError: blocked by risk control")
+    ResourceFactory(pool=pool, key="waiting@x")
+    waiting = quarantined_by(pool, "DemoFlowError: blocked by risk control")
+    Task.objects.filter(resource=stuck).update(flow="renamed-away")  # its flow is gone from the settings
+    Resource.objects.filter(pk=stuck.pk).update(probe_after=later(-60))
+    Resource.objects.filter(pk=waiting.pk).update(probe_after=later(-30))
+
+    assert services.start_probes(limit=1) == []  # the stuck one is first in line and cannot start...
+    [probe] = services.start_probes(limit=1)  # ...and no longer keeps the next one from its probe
+
+    assert probe.pinned_resource_id == waiting.pk
+    row = Resource.objects.get(pk=stuck.pk)
+    assert (row.state, row.probe_after > later(590)) == (ResourceState.QUARANTINED, True)
+    event = ResourceEvent.objects.filter(resource=stuck).latest("id")
+    assert event.kind == EventKind.QUARANTINED and "renamed-away" in event.reason and "next probe after" in event.reason
+
+
+def test_no_probe_repeats_a_business_instance_that_succeeded_since_on_another_resource(redis_conn, pool,
+                                                                                    instant_policy):
+    from resources.choices import ResourceState as States
+    from tests.scheduling.helpers import work as run_all
+
+    RetryPolicyFactory(name="elsewhere", max_attempts=2, initial_delay_seconds=0, probation_cooldown_seconds=600,
+                       retryable_error_patterns=[{"pattern": "captcha", "action": "retry_other_resource"}],
+                       non_retryable_error_patterns=[{"pattern": "risk control", "action": "quarantine",
+                                                      "probation": True}])
+    ResourceFactory(pool=pool, key="first@x")
+    ResourceFactory(pool=pool, key="second@x")
+    # Order 42 fails on one account (captcha: try another), then dies on the other (risk control).
+    order = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="elsewhere",
+                                payload={"order": 42, "script": ["DemoFlowError: captcha", "DemoFlowError: risk control"]})
+    run_all()
+    assert Task.objects.get(pk=order.pk).state == TaskState.DEAD
+    quarantined = Resource.objects.get(pool=pool, state=States.QUARANTINED)
+    failed = Resource.objects.get(pool=pool, state=States.FAILED)
+    # An operator runs order 42 again on the account it failed on first, and it succeeds there.
+    copy = services.retry_resource(resource=failed, actor="ops:carol", policy="instant")
+    Task.objects.filter(pk=copy.pk).update(payload={"order": 42})  # the demo script is per attempt: drop it
+    run_all()
+    assert Task.objects.get(pk=copy.pk).state == TaskState.SUCCEEDED
+    Resource.objects.filter(pk=quarantined.pk).update(probe_after=later(-1))
+
+    assert services.start_probes() == []  # a probe would run order 42 a second time
+
+    event = ResourceEvent.objects.filter(resource=quarantined).latest("id")
+    assert f"task {copy.pk}" in event.reason and "next probe after" in event.reason

@@ -118,6 +118,32 @@ def test_an_overdue_task_whose_job_started_on_a_worker_that_died_is_woken(redis_
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
 
 
+def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_page(redis_conn, pool, alice,
+                                                                                 default_policy):
+    task = start(alice, ["TimeoutError: slow", "ok"], policy="default")
+    work()
+    # A backlog due before it, every one with its job queued (a burst nobody has run yet)...
+    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="default",
+                                   audit=False).pk for _ in range(3)]
+    Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
+    # ...and its retry's job stuck in the scheduled registry (its scheduler died with its worker).
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))
+
+    assert services.dispatch_waiting(limit=2) == [task.pk]
+
+
+def test_a_job_hash_rq_cannot_read_does_not_stop_the_dispatch_of_other_tasks(redis_conn, alice, bob, instant_policy):
+    # What a heartbeat landing after a result_ttl=0 job was deleted leaves behind (rq#1575).
+    husk = lose_redis_wakeup(redis_conn, Task.objects.get(pk=start(alice).pk))
+    redis_conn.hset(f"rq:job:{husk.rq_job_id}", "last_heartbeat", "2026-01-02T03:04:05.000000Z")
+    lost = Task.objects.get(pk=start(bob).pk)
+    redis_conn.delete(f"rq:job:{lost.rq_job_id}")  # Redis lost this one's job
+
+    assert sorted(services.dispatch_waiting()) == sorted([husk.pk, lost.pk])
+
+    work()
+    assert Task.objects.filter(pk__in=[husk.pk, lost.pk], state=TaskState.SUCCEEDED).count() == 2
+
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True])
 def test_a_dispatch_limit_that_is_not_a_positive_whole_number_is_bad_input(redis_conn, limit):
