@@ -79,6 +79,15 @@ class WorkOrderForm(forms.ModelForm):
         model = WorkOrder
         fields = ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            # "Changed" means changed from what the page showed, not from the row at save time: a
+            # service may have written a field since (acknowledge sets the assignee), and the
+            # page's stale value must not be written back over it.
+            for field in self.fields.values():
+                field.show_hidden_initial = True
+
 
 @admin.register(WorkOrder)
 class WorkOrderAdmin(WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):

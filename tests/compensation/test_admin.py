@@ -136,3 +136,14 @@ def test_with_the_dlq_inspector_off_a_bulk_replay_cannot_be_cancelled(admin_clie
     response = admin_client.post(reverse("admin:compensation_bulkreplay_cancel", args=[bulk.pk]))
     assert response.status_code == 403
     assert BulkReplay.objects.get(pk=bulk.pk).state == "running"
+
+
+def test_saving_a_work_order_page_keeps_an_assignee_a_service_set_since_it_was_shown(admin_client, letters):
+    order = letters[0].work_order
+    shown = {"assignee": "", "runbook": "", "notes": "", "resolution": ""}
+    services.acknowledge_work_order(work_order=order, actor="oncall:dave")  # sets the assignee meanwhile
+    url = reverse("admin:compensation_workorder_change", args=[order.pk])
+    posted = {**shown, "notes": "called upstream", **{f"initial-{name}": value for name, value in shown.items()}}
+    assert admin_client.post(url, posted).status_code == 302
+    row = WorkOrder.objects.get(pk=order.pk)
+    assert (row.assignee, row.notes) == ("oncall:dave", "called upstream")
