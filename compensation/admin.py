@@ -25,6 +25,7 @@ from compensation.flags import dlq_inspector_on
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.selectors import sla_of
 from compensation.services.escalation import CLOCKS
+from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
 
@@ -79,18 +80,9 @@ class WorkOrderForm(forms.ModelForm):
         model = WorkOrder
         fields = ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution"]
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.instance.pk:
-            # "Changed" means changed from what the page showed, not from the row at save time: a
-            # service may have written a field since (acknowledge sets the assignee), and the
-            # page's stale value must not be written back over it.
-            for field in self.fields.values():
-                field.show_hidden_initial = True
-
 
 @admin.register(WorkOrder)
-class WorkOrderAdmin(WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):
+class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):
     form = WorkOrderForm
     list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
                     "acknowledged_at", "compensated_at")

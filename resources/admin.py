@@ -56,9 +56,32 @@ TIMELINE_PAGE_SIZE = 50
 
 def edited_fields(form) -> dict:
     """Only what the operator typed in, for a service that writes just those fields: the row may
-    have changed since the admin read it (a claim, a release, a sweep, a tick), and writing the
-    whole form back would put the old values back."""
+    have changed since the admin read it (a claim, a release, a sweep, a tick, another operator),
+    and writing the whole form back would put the old values back. With EditsWhatThePageShowed
+    "typed in" means changed from what the page showed."""
     return {name: form.cleaned_data[name] for name in form.changed_data if name in form.fields}
+
+
+class EditsWhatThePageShowed:
+    """Mixed into a ModelAdmin whose change page saves through edited_fields. Django's
+    changed_data compares the post with the row as it is when the post arrives, so a value the
+    page showed before someone else changed it counts as typed in and is written back over the
+    change. Each field carries a hidden copy of the value the page showed, and the comparison is
+    with that."""
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is None:
+            return form
+
+        class ShownForm(form):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                for field in self.fields.values():
+                    field.show_hidden_initial = True
+
+        ShownForm.__name__ = form.__name__
+        return ShownForm
 
 
 def badge(text, colour: str, title: str = ""):
@@ -66,7 +89,7 @@ def badge(text, colour: str, title: str = ""):
 
 
 @admin.register(ResourcePool)
-class ResourcePoolAdmin(admin.ModelAdmin):
+class ResourcePoolAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
     list_display = ("name", "resource_noun", "lease_seconds", "consume_on_success", "created_at")
     search_fields = ("name",)
     readonly_fields = ("created_at",)
@@ -86,7 +109,7 @@ class ResourcePoolAdmin(admin.ModelAdmin):
 
 
 @admin.register(Resource)
-class ResourceAdmin(ResourceBulkActions, admin.ModelAdmin):
+class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmin):
     form = ResourceForm
     change_form_template = "admin/resources/resource/change_form.html"
     list_display = (

@@ -11,7 +11,12 @@ from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from resources.admin import StorableJSONField, edited_fields, storable_json_object
+from resources.admin import (
+    EditsWhatThePageShowed,
+    StorableJSONField,
+    edited_fields,
+    storable_json_object,
+)
 from scheduling import services
 from scheduling.admin_console import TaskConsole
 from scheduling.choices import TaskState
@@ -219,7 +224,7 @@ class BatchConfigForm(forms.ModelForm):
 
 
 @admin.register(BatchConfig)
-class BatchConfigAdmin(admin.ModelAdmin):
+class BatchConfigAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
     form = BatchConfigForm
     list_display = ("name", "pool", "flow", "policy", "enabled", "tasks_per_tick", "retry_failed_first",
                     "recent_window_seconds", "last_tick_at")

@@ -258,3 +258,25 @@ def test_every_resource_model_has_a_readable_name(model, claimed_alice):
 def test_a_resource_event_says_what_happened_to_which_resource(claimed_alice):
     event = ResourceEvent.objects.get(resource=claimed_alice)
     assert str(event) == f"claimed of resource {claimed_alice.pk} by task 812"
+
+
+def test_a_label_another_operator_changed_after_the_page_was_shown_is_kept(staff, alice):
+    page = staff.get(change_url(alice))
+    services.change_resource(resource=alice.pk, actor="ops:erin", label="Alice (VIP)")
+
+    response = staff.post(change_url(alice), submitted(page, attributes='{"tier": "gold"}'))
+
+    assert response.status_code == 302
+    row = Resource.objects.get(pk=alice.pk)
+    assert (row.label, row.attributes) == ("Alice (VIP)", {"tier": "gold"})
+
+
+def test_a_pool_setting_changed_after_the_page_was_shown_is_kept(staff, pool):
+    url = reverse("admin:resources_resourcepool_change", args=[pool.pk])
+    page = staff.get(url)
+    services.change_pool(pool=pool.pk, actor="ops:erin", lease_seconds=900)
+
+    staff.post(url, submitted(page, description="EU accounts"))
+
+    row = ResourcePool.objects.get(pk=pool.pk)
+    assert (row.description, row.lease_seconds) == ("EU accounts", 900)
