@@ -32,6 +32,7 @@ from compensation.services.common import actor_name
 from compensation.services.replay import replay_dead_letter
 from resources.choices import FailureCategory
 from retryops.errors import DomainError
+from retryops.inputs import flag, whole_number
 
 MAX_DAYS = 36500
 MAX_BATCH = 10000
@@ -57,7 +58,7 @@ def parse_states(states) -> tuple[str, ...]:
     """States as a list or as "resolved,discarded"; an unknown one is refused by name."""
     if isinstance(states, str):
         states = [s.strip() for s in states.split(",") if s.strip()]
-    if not isinstance(states, (list, tuple, set)) or not states:
+    if not isinstance(states, (list, tuple, set)) or not states or not all(isinstance(s, str) for s in states):
         raise BadInput(f"state must name dead-letter states ({', '.join(DeadLetterState.values)}), got {states!r}",
                        field="state")
     unknown = sorted(str(s) for s in set(states) - set(DeadLetterState.values))
@@ -71,10 +72,7 @@ def parse_states(states) -> tuple[str, ...]:
 
 
 def _days(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DAYS:
-        raise BadInput(f"older_than_days must be a whole number of days from 0 to {MAX_DAYS}, got {value!r}",
-                       field="older_than_days")
-    return value
+    return whole_number(value, field="older_than_days", minimum=0, maximum=MAX_DAYS, error=BadInput)
 
 
 def _conditions(older_than_days, states) -> tuple[tuple[str, ...], datetime]:
@@ -156,9 +154,10 @@ def cleanup_dead_letters(*, older_than_days: int, states, actor: str, archive: I
     actor = actor_name(actor)
     states, cutoff = _conditions(older_than_days, states)
     queryset = DeadLetter.objects.filter(state__in=states, died_at__lt=cutoff)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
-        raise BadInput(f"batch_size must be a whole number from 1 to {MAX_BATCH}, got {batch_size!r}",
-                       field="batch_size")
+    batch_size = whole_number(batch_size, field="batch_size", maximum=MAX_BATCH, error=BadInput)
+    # Flags, not truth values: purge="no" must not purge.
+    purge, replay_retryable, dry_run = (flag(value, field=name, error=BadInput) for name, value in (
+        ("purge", purge), ("replay_retryable", replay_retryable), ("dry_run", dry_run)))
     if not (archive or purge or replay_retryable):
         raise BadInput("say what to do: archive to a file, purge, or replay the retryable ones", field="purge")
     result = Cleanup(dry_run=dry_run)

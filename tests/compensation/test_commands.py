@@ -58,7 +58,7 @@ def test_cleanup_keeps_what_is_younger_than_the_age(old_letters):
 
 
 def test_cleanup_with_a_negative_age_names_the_option(old_letters):
-    with pytest.raises(CommandError, match="--older-than-days: older_than_days must be a whole number of days"):
+    with pytest.raises(CommandError, match="--older-than-days: older_than_days must be a whole number from 0"):
         cleanup("--older-than-days", "-1", "--purge")
     assert DeadLetter.objects.count() == 6
 

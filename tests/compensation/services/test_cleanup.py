@@ -15,6 +15,7 @@ from django.utils import timezone
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState
+from compensation.errors import BadInput
 from compensation.models import DeadLetter
 from tests.compensation.conftest import dead_tasks
 
@@ -122,3 +123,15 @@ def test_a_dead_letter_being_replayed_while_the_clean_up_runs_is_not_purged(pool
 def test_no_table_points_at_dead_letters_so_a_bare_delete_leaves_nothing_dangling():
     # The purge deletes in SQL, without Django's collector: a model pointing here would need its rows handled.
     assert DeadLetter._meta.related_objects == ()
+
+
+@pytest.mark.parametrize("option", ["purge", "dry_run", "replay_retryable"])
+def test_a_cleanup_flag_sent_as_text_is_refused_naming_it(option):
+    arguments = {"purge": True, option: "no"}
+    with pytest.raises(BadInput, match=f"{option} must be true or false"):
+        services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", **arguments)
+
+
+def test_a_state_that_is_not_text_is_refused_naming_the_field():
+    with pytest.raises(BadInput, match="state must name dead-letter states"):
+        services.parse_states([["open"]])
