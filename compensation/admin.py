@@ -22,9 +22,8 @@ from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.admin_work_orders import WorkOrderConsole
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
-from compensation.selectors import sla_of
-from compensation.services.escalation import CLOCKS
+from compensation.models import SLA_CLOCKS, BulkReplay, DeadLetter, WorkOrder
+from compensation.selectors import breached_clocks
 from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
@@ -120,8 +119,8 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
     def sla(self, order):
         """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
         each ran out: a marked breach stays shown after the work order moved on."""
-        marked = {clock: at for clock in CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
-        clocks = list(dict.fromkeys([*marked, *sla_of(order).breached]))
+        marked = {clock: at for clock in SLA_CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
+        clocks = breached_clocks(order)
         if not clocks:
             return format_html('<span style="color:{}">{}</span>', "#447e36", gettext("ok"))
         since = {clock: gettext(" (since %(at)s)") % {"at": date_format(timezone.localtime(at), "SHORT_DATETIME_FORMAT")}

@@ -17,6 +17,9 @@ from scheduling.models import Task
 
 # Where a work order's SLA clocks start: its first dead letter, or its opening for one opened by hand.
 SLA_START = Coalesce(F("first_dead_at"), F("created_at"))
+# The SLA clocks, in the order they stop; each has a RETRYOPS_SLA_<CLOCK>_SECONDS limit and a
+# <clock>_breached_at field that escalation marks.
+SLA_CLOCKS = ("notice", "acknowledge", "compensate")
 
 
 class WorkOrder(models.Model):

@@ -10,7 +10,7 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.utils import timezone
 
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
-from compensation.models import SLA_START, DeadLetter, WorkOrder
+from compensation.models import SLA_CLOCKS, SLA_START, DeadLetter, WorkOrder
 from compensation.notifications_models import Notification
 from compensation.runbook_models import RunbookRun
 
@@ -51,9 +51,7 @@ def sla_of(order: WorkOrder, *, now: datetime | None = None) -> Sla:
 
 def sla_limits() -> dict[str, int]:
     """Each SLA clock's limit in seconds, in the order the clocks stop."""
-    return {"notice": settings.RETRYOPS_SLA_NOTICE_SECONDS,
-            "acknowledge": settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS,
-            "compensate": settings.RETRYOPS_SLA_COMPENSATE_SECONDS}
+    return {clock: getattr(settings, f"RETRYOPS_SLA_{clock.upper()}_SECONDS") for clock in SLA_CLOCKS}
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,6 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
 
 
 # The SLA clocks, in the order a work order runs through them.
-SLA_CLOCKS = ("notice", "acknowledge", "compensate")
 
 
 def breached_clocks(order: WorkOrder, *, now: datetime | None = None) -> tuple[str, ...]:
@@ -211,8 +208,7 @@ def breached_clocks(order: WorkOrder, *, now: datetime | None = None) -> tuple[s
 def _past_sla(now: datetime) -> dict[str, Q]:
     """Per clock, breached_clocks as a condition on live work orders annotated with `sla_start`
     (a live work order has no compensated_at, and a step not taken yet runs to `now`)."""
-    notice, acknowledge, compensate = (timedelta(seconds=getattr(settings, f"RETRYOPS_SLA_{clock.upper()}_SECONDS"))
-                                       for clock in SLA_CLOCKS)
+    notice, acknowledge, compensate = (timedelta(seconds=limit) for limit in sla_limits().values())
     return {
         "notice": Q(notice_breached_at__isnull=False) | Q(created_at__gt=F("sla_start") + notice),
         "acknowledge": Q(acknowledge_breached_at__isnull=False) | Q(acknowledged_at__gt=F("sla_start") + acknowledge)

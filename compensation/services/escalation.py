@@ -40,7 +40,7 @@ from compensation.choices import (
     WorkOrderState,
 )
 from compensation.errors import BadInput
-from compensation.models import SLA_START, DeadLetter, WorkOrder
+from compensation.models import SLA_CLOCKS, SLA_START, DeadLetter, WorkOrder
 from compensation.notifications import (
     queue_notification,
     send_after_commit,
@@ -52,6 +52,7 @@ from compensation.notifications_models import (
     NotificationState,
 )
 from compensation.notifiers import NOTIFIERS
+from compensation.selectors import sla_limits
 from compensation.services.dead_letters import CONSUMER, collect_dead_letters
 from compensation.services.work_orders import join_work_order
 from retryops.inputs import flag, record_id
@@ -62,7 +63,6 @@ from scheduling.services.events import MAX_CLAIM
 log = logging.getLogger(__name__)
 
 STEPS = ("dead_letters", "work_orders", "notifications", "breaches")
-CLOCKS = ("notice", "acknowledge", "compensate")
 # Rows one run takes per step at most; the next run goes on where it stopped. Keeps one run
 # (and the periodic queue it shares with the dead-letter consumer) short after an outage.
 BATCH = 500
@@ -83,7 +83,7 @@ class Escalation:
     orphans: int = 0  # open dead letters given a work order
     work_orders: int = 0  # the work orders they joined or opened
     resent: int = 0  # failed notifications queued again
-    breaches: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLOCKS, 0))
+    breaches: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SLA_CLOCKS, 0))
     failures: list[str] = field(default_factory=list)
     dry_run: bool = False
     steps: tuple[str, ...] = STEPS
@@ -216,7 +216,7 @@ def _resend_failed(result: Escalation, *, now: datetime, dry_run: bool) -> None:
 # 4. SLA breaches.
 
 def _limit(clock: str) -> timedelta:
-    return timedelta(seconds=getattr(settings, f"RETRYOPS_SLA_{clock.upper()}_SECONDS"))
+    return timedelta(seconds=sla_limits()[clock])
 
 
 def _deadline(limit: timedelta):
@@ -228,8 +228,8 @@ def breached_work_orders(clock: str, *, now: datetime) -> QuerySet[WorkOrder]:
     (when it ran out). notice: no trigger page was sent (on any channel) by the deadline;
     acknowledge: still open; compensate: still live. A work order that ended is not paged about
     (its incident is resolved). The live ones are few: work_order_live_idx."""
-    if clock not in CLOCKS:
-        raise BadInput(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}", field="clock")
+    if clock not in SLA_CLOCKS:
+        raise BadInput(f"clock must be one of {', '.join(SLA_CLOCKS)}, got {clock!r}", field="clock")
     limit = _limit(clock)
     orders = (WorkOrder.objects.filter(state__in=WORK_ORDER_LIVE, **{f"{clock}_breached_at__isnull": True})
               .annotate(sla_start=SLA_START).filter(sla_start__lt=now - limit)
@@ -291,7 +291,7 @@ def mark_breach(*, work_order: int, clock: str, now: datetime | None = None) -> 
 
 
 def _mark_breaches(result: Escalation, *, now: datetime, dry_run: bool) -> None:
-    for clock in CLOCKS:
+    for clock in SLA_CLOCKS:
         orders = breached_work_orders(clock, now=now)
         if dry_run:
             result.breaches[clock] = orders.count()
