@@ -17,14 +17,17 @@ runs in a child process of its own, because Django holds one database per proces
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django  # noqa: E402
+from common import (  # noqa: E402
+    page_sizes_in_children,
+    print_page_table,
+    setup_django,
+    superuser_client,
+    time_pages,
+)
 
 POOLS = 5
 TARGET_P95_MS = 300
@@ -133,22 +136,14 @@ def build(size: int, events_per_resource: int, failing: int) -> None:
 
 
 def measure(size: int, repeat: int) -> list[dict]:
-    from django.conf import settings
     from django.contrib import admin
     from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.test import Client, RequestFactory
-    from django.test.utils import CaptureQueriesContext
+    from django.test import RequestFactory
     from django.urls import reverse
 
     from resources.models import Resource, ResourcePool
 
-    # The test Client's host. Not setup_test_environment(): it instruments every template render.
-    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    user, _ = get_user_model().objects.get_or_create(username="bench-admin", defaults={
-        "is_staff": True, "is_superuser": True})
-    client = Client()
-    client.force_login(user)
+    client = superuser_client("bench-admin")
     changelist = reverse("admin:resources_resource_changelist")
     # A busy resource: the one with the most failures (its timeline is as long as any).
     resource = Resource.objects.order_by("-failure_count", "id").first()
@@ -156,29 +151,18 @@ def measure(size: int, repeat: int) -> list[dict]:
     # Columns by name, numbered as the admin numbers them for `o`: a subclass (scheduling's) adds
     # columns before them.
     request = RequestFactory().get(changelist)
-    request.user = user
+    request.user = get_user_model().objects.get(username="bench-admin")
     model_admin = admin.site._registry[Resource]
     shown = ["action_checkbox"] * bool(model_admin.get_actions(request)) + list(model_admin.get_list_display(request))
     columns = {name: n for n, name in enumerate(shown)}
-    rows = []
+    pages = []
     for label, query in PAGES:
         if query.startswith("resource"):
             url = reverse("admin:resources_resource_change", args=[resource.pk]) + query[len("resource"):]
         else:
             url = changelist + query.format(pool_id=pool.pk, **columns)
-        assert client.get(url).status_code == 200, url  # warm-up: connections, templates, caches
-        times, queries = [], 0
-        for _ in range(repeat):
-            with CaptureQueriesContext(connection) as captured:
-                started = time.perf_counter()
-                response = client.get(url)
-                times.append((time.perf_counter() - started) * 1000)
-            assert response.status_code == 200, (url, response.status_code)
-            queries = len(captured.captured_queries)
-        times.sort()
-        rows.append({"page": label, "p50": statistics.median(times),
-                     "p95": times[max(0, round(0.95 * len(times)) - 1)], "queries": queries})
-    return rows
+        pages.append((label, url))
+    return time_pages(client, pages, repeat)
 
 
 def child(size: int, repeat: int, events_per_resource: int, failing: int) -> None:
@@ -204,26 +188,12 @@ def main() -> None:
         child(args.child, args.repeat, args.events_per_resource, args.failing)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = {}
-    for size in sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(size), "--repeat", str(args.repeat),
-                              "--events-per-resource", str(args.events_per_resource), "--failing", str(args.failing)],
-                             check=True, stdout=subprocess.PIPE, text=True).stdout
-        results[size] = {row["page"]: row for row in json.loads(out.strip().splitlines()[-1])}
+    results = page_sizes_in_children(__file__, sizes, ["--repeat", str(args.repeat), "--events-per-resource",
+                                                       str(args.events_per_resource), "--failing", str(args.failing)])
     print(f"server time per request (ms) and queries, {args.repeat} requests per page after a warm-up, "
           f"{args.failing}% of the resources failing, {args.events_per_resource} timeline events each; "
           f"target p95 < {TARGET_P95_MS} ms")
-    print(f"{'page':30}" + "".join(f"{f'{s:,} resources':>28}" for s in sizes))
-    print(f"{'':30}" + "".join(f"{'p50':>10}{'p95':>10}{'queries':>8}" for _ in sizes))
-    worst = 0.0
-    for label, _ in PAGES:
-        line = f"{label:30}"
-        for size in sizes:
-            row = results[size][label]
-            worst = max(worst, row["p95"])
-            line += f"{row['p50']:>10.1f}{row['p95']:>10.1f}{row['queries']:>8}"
-        print(line)
-    print(f"worst p95 {worst:.1f} ms (target < {TARGET_P95_MS} ms)")
+    print_page_table(results, [label for label, _ in PAGES], "resources", TARGET_P95_MS)
 
 
 if __name__ == "__main__":

@@ -39,3 +39,75 @@ def setup_django(suffix: str = "_bench") -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+
+
+def superuser_client(username: str):
+    """A Django test Client logged in as a superuser, for timing admin pages in-process. Not
+    setup_test_environment(): it instruments every template render."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    user, _ = get_user_model().objects.get_or_create(username=username, defaults={
+        "is_staff": True, "is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def time_pages(client, pages: list[tuple[str, str]], repeat: int) -> list[dict]:
+    """Server time per request (ms, p50 and p95) and queries per request of each (label, url),
+    after one warm-up request (connections, templates, caches)."""
+    import statistics
+    import time
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rows = []
+    for label, url in pages:
+        assert client.get(url).status_code == 200, url
+        times, queries = [], 0
+        for _ in range(repeat):
+            with CaptureQueriesContext(connection) as captured:
+                started = time.perf_counter()
+                response = client.get(url)
+                times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (url, response.status_code)
+            queries = len(captured.captured_queries)
+        times.sort()
+        rows.append({"page": label, "p50": statistics.median(times),
+                     "p95": times[max(0, round(0.95 * len(times)) - 1)], "queries": queries})
+    return rows
+
+
+def page_sizes_in_children(script: str, sizes: list[int], args: list[str]) -> dict[int, dict[str, dict]]:
+    """Run `script --child SIZE ARGS` per size, each in a fresh process (its own database and
+    caches), and read the time_pages rows it prints last, by page label."""
+    import json
+    import subprocess
+
+    results = {}
+    for size in sizes:
+        out = subprocess.run([sys.executable, script, "--child", str(size), *args], check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        results[size] = {row["page"]: row for row in json.loads(out.strip().splitlines()[-1])}
+    return results
+
+
+def print_page_table(results: dict[int, dict[str, dict]], labels: list[str], noun: str, target_p95_ms: float) -> None:
+    """The time_pages rows of every size side by side, and the worst p95 beside the target."""
+    sizes = list(results)
+    width = max(len(label) for label in labels) + 2
+    print(f"{'page':{width}}" + "".join(f"{f'{s:,} {noun}':>28}" for s in sizes))
+    print(f"{'':{width}}" + "".join(f"{'p50':>10}{'p95':>10}{'queries':>8}" for _ in sizes))
+    worst = 0.0
+    for label in labels:
+        line = f"{label:{width}}"
+        for size in sizes:
+            row = results[size][label]
+            worst = max(worst, row["p95"])
+            line += f"{row['p50']:>10.1f}{row['p95']:>10.1f}{row['queries']:>8}"
+        print(line)
+    print(f"worst p95 {worst:.1f} ms (target < {target_p95_ms} ms)")

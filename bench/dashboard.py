@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/dashboard.py [--sizes 10000,1000000] [--repeat 30] [--days 7]
 
-For each size, a database of its own (`retryops_dash<size>_d<days>_bench` beside the app's
+For each size, a database of its own (`retryops_bench_dash<size>_d<days>` beside the app's
 `retryops`, see bench/common.py; built once and kept, `DROP DATABASE` removes it) holds that
 many attempts of about two thirds as many tasks, spread evenly over the last `--days` days, with
 one resource per ten attempts (100,000 for 1,000,000) in 5 pools. Of the tasks, 60% succeed at
@@ -24,16 +24,17 @@ per process.
 
 import argparse
 import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django  # noqa: E402
+from common import (  # noqa: E402
+    page_sizes_in_children,
+    print_page_table,
+    setup_django,
+    superuser_client,
+    time_pages,
+)
 
 POOLS = 5
 TARGET_P95_MS = 300
@@ -205,45 +206,14 @@ def build(size: int, days: int) -> None:
 
 
 def measure(repeat: int) -> list[dict]:
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
     from django.urls import reverse
 
-    # The test Client's host. Not setup_test_environment(): it instruments every template render.
-    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
-    user, _ = get_user_model().objects.get_or_create(username="bench-dash", defaults={
-        "is_staff": True, "is_superuser": True})
-    client = Client()
-    client.force_login(user)
-    rows = []
-    for label, name in PAGES:
-        url = reverse(name)
-        assert client.get(url).status_code == 200, url  # warm-up: connections, templates, caches
-        times, queries = [], 0
-        for _ in range(repeat):
-            with CaptureQueriesContext(connection) as captured:
-                started = time.perf_counter()
-                response = client.get(url)
-                times.append((time.perf_counter() - started) * 1000)
-            assert response.status_code == 200, (url, response.status_code)
-            queries = len(captured.captured_queries)
-        times.sort()
-        rows.append({"page": label, "p50": statistics.median(times),
-                     "p95": times[max(0, round(0.95 * len(times)) - 1)], "queries": queries})
-    return rows
+    return time_pages(superuser_client("bench-dash"), [(label, reverse(name)) for label, name in PAGES], repeat)
 
 
 def child(size: int, repeat: int, days: int) -> None:
-    from retryops import devservices
-
-    # Each size in a database of its own, named as bench/common.py names it after this URL:
-    # retryops_dash10000_d7_bench, retryops_dash1000000_d7_bench.
-    app = urlsplit(devservices.database_url(create=False))
-    os.environ["DATABASE_URL"] = urlunsplit(app._replace(path=f"{app.path.rstrip('/')}_dash{size}_d{days}"))
-    setup_django()
+    # Each size in a database of its own: retryops_bench_dash10000_d7, retryops_bench_dash1000000_d7.
+    setup_django(suffix=f"_bench_dash{size}_d{days}")
     from django.conf import settings
 
     settings.DEBUG = False
@@ -263,24 +233,10 @@ def main() -> None:
         child(args.child, args.repeat, args.days)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = {}
-    for size in sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(size), "--repeat", str(args.repeat),
-                              "--days", str(args.days)], check=True, stdout=subprocess.PIPE, text=True).stdout
-        results[size] = {row["page"]: row for row in json.loads(out.strip().splitlines()[-1])}
+    results = page_sizes_in_children(__file__, sizes, ["--repeat", str(args.repeat), "--days", str(args.days)])
     print(f"server time per request (ms) and queries, {args.repeat} requests per page after a warm-up, "
           f"attempts spread over {args.days} days; target p95 < {TARGET_P95_MS} ms")
-    print(f"{'page':32}" + "".join(f"{f'{s:,} attempts':>28}" for s in sizes))
-    print(f"{'':32}" + "".join(f"{'p50':>10}{'p95':>10}{'queries':>8}" for _ in sizes))
-    worst = 0.0
-    for label, _ in PAGES:
-        line = f"{label:32}"
-        for size in sizes:
-            row = results[size][label]
-            worst = max(worst, row["p95"])
-            line += f"{row['p50']:>10.1f}{row['p95']:>10.1f}{row['queries']:>8}"
-        print(line)
-    print(f"worst p95 {worst:.1f} ms (target < {TARGET_P95_MS} ms)")
+    print_page_table(results, [label for label, _ in PAGES], "attempts", TARGET_P95_MS)
 
 
 if __name__ == "__main__":
