@@ -15,9 +15,10 @@ from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from resources.selectors import describe_unavailability
 from retryops.inputs import flag
+from scheduling.errors import BadInput as SchedulingBadInput
 from scheduling.errors import TaskLive
 from scheduling.models import Task
-from scheduling.services import retry_resource, start_task
+from scheduling.services import instance_to_run_again, retry_resource, start_task
 
 
 def _refuse_unusable(letter: DeadLetter) -> Resource:
@@ -58,20 +59,29 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
                 kind="dead_letter", id=letter.pk, from_state=letter.state, to_state=DeadLetterState.REPLAYING,
                 replay_task_id=letter.replay_task_id)
         dead = Task.objects.select_related("policy", "pool").get(pk=letter.task_id)
-        if any_resource:
-            task = start_task(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy,
-                              created_by=actor, audit=False)
-        else:
-            resource = _refuse_unusable(letter)
-            try:
-                task = retry_resource(resource=resource, actor=actor, flow=dead.flow, payload=dead.payload,
-                                      policy=dead.policy, audit=False)
-            except ResourceUnavailable as exc:
-                raise ReplayRefused(f"cannot replay {letter}: {exc}", reason=exc.reason, dead_letter_id=letter.pk,
-                                    resource_id=resource.pk) from None
-            except TaskLive as exc:
-                raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="task_live", dead_letter_id=letter.pk,
-                                    **exc.details) from None
+        try:
+            if any_resource:
+                # The same business instance as an operator's retry of it: refused while a run of
+                # it is live or has succeeded, wherever that run was started from.
+                repeats = instance_to_run_again(dead, str(letter))
+                task = start_task(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy,
+                                  created_by=actor, audit=False, repeats=repeats)
+            else:
+                resource = _refuse_unusable(letter)
+                try:
+                    task = retry_resource(resource=resource, actor=actor, flow=dead.flow, payload=dead.payload,
+                                          policy=dead.policy, audit=False)
+                except ResourceUnavailable as exc:
+                    raise ReplayRefused(f"cannot replay {letter}: {exc}", reason=exc.reason,
+                                        dead_letter_id=letter.pk, resource_id=resource.pk) from None
+        except TaskLive as exc:
+            raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="task_live", dead_letter_id=letter.pk,
+                                **exc.details) from None
+        except SchedulingBadInput as exc:
+            if exc.details.get("field") != "payload" or "task_id" not in exc.details:
+                raise
+            raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="succeeded", dead_letter_id=letter.pk,
+                                task_id=exc.details["task_id"]) from None
         before = {"state": letter.state, "replay_task": letter.replay_task_id}
         letter.state, letter.replay_task, letter.replay_count = DeadLetterState.REPLAYING, task, letter.replay_count + 1
         letter.save(update_fields=["state", "replay_task", "replay_count", "updated_at"])

@@ -168,3 +168,29 @@ def test_the_resource_retry_command_still_audits_its_retry(letter, alice):
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True))[before:] == ["resource.retry"]
 
 
+
+
+def run_again_by_an_operator(letter, alice) -> Task:
+    """The dead task's business instance started again by an operator's retry of its resource."""
+    return scheduling.retry_resource(resource=alice, actor="ops:erin")
+
+
+@pytest.mark.parametrize("any_resource", [False, True])
+def test_a_replay_while_an_operator_retry_of_the_same_order_waits_is_refused(letter, alice, any_resource):
+    again = run_again_by_an_operator(letter, alice)
+    with pytest.raises(ReplayRefused) as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+    assert refused.value.details["reason"] == "task_live"
+    assert Task.objects.filter(payload=letter.task.payload).exclude(pk__in=[letter.task_id, again.pk]).count() == 0
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
+
+
+@pytest.mark.parametrize("any_resource", [False, True])
+def test_a_replay_of_an_order_that_succeeded_since_is_refused_saying_so(letter, alice, any_resource):
+    upstream["broken"] = False
+    run_again_by_an_operator(letter, alice)
+    work()
+    with pytest.raises(ReplayRefused) as refused:
+        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+    assert refused.value.details["reason"] == "succeeded"
+    assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
