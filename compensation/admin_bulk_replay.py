@@ -30,6 +30,7 @@ from compensation.models import BulkReplay
 from compensation.services.bulk_replay import (
     FILTER_FIELDS,
     MAX_RATE,
+    MIN_RATE,
     bulk_replay_preview,
     cancel_bulk_replay,
     start_bulk_replay,
@@ -56,8 +57,8 @@ class BulkReplayForm(forms.Form):
                                           help_text="Dead letters that died at or after this time.")
     died_before = forms.SplitDateTimeField(required=False, widget=AdminSplitDateTime,
                                            help_text="Dead letters that died before this time.")
-    rate = forms.FloatField(widget=forms.NumberInput(attrs={"min": 0, "max": MAX_RATE, "step": "any"}),
-                            help_text=f"Replays per second, at most {MAX_RATE}.")
+    rate = forms.FloatField(widget=forms.NumberInput(attrs={"min": MIN_RATE, "max": MAX_RATE, "step": "any"}),
+                            help_text=f"Replays per second, from {MIN_RATE} to {MAX_RATE}.")
     any_resource = forms.BooleanField(required=False, label="On any resource of the pool",
                                       help_text="Otherwise each dead letter is replayed on its own resource.")
 
