@@ -37,6 +37,9 @@ MIDDLEWARE = [
     # Serves /static/ from the app itself, also with DEBUG off (the default), so the admin is styled.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The console speaks the browser's language (Accept-Language), or the one chosen in its switcher
+    # (a cookie); LANGUAGE_CODE when neither names one of LANGUAGES.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -108,7 +111,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-LANGUAGE_CODE = "en-us"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LANGUAGE_CODE = env_str("LANGUAGE_CODE", "en")
+# Each app keeps its catalogue in <app>/locale; the project's templates and retryops/ keep theirs here.
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = env_str("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True

@@ -1,9 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 
 from compensation import dashboard
 
+admin.site.site_header = _("RetryOps console")
+admin.site.site_title = _("RetryOps")
+
 urlpatterns = [
+    # The console's language switcher posts here (templates/admin/base_site.html).
+    path("i18n/", include("django.conf.urls.i18n")),
     path("admin/rq/", include("django_rq.urls")),
     # The ops dashboard's fragment, which the admin index's panel fetches (templates/admin/index.html).
     path("admin/dashboard/", admin.site.admin_view(dashboard.fragment), name="ops_dashboard"),
