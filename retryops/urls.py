@@ -6,6 +6,8 @@ from compensation import dashboard
 
 admin.site.site_header = _("RetryOps console")
 admin.site.site_title = _("RetryOps")
+# The console is the whole site: no "View site" link to a page that does not exist.
+admin.site.site_url = None
 
 urlpatterns = [
     # The console's language switcher posts here (templates/admin/base_site.html).

@@ -141,3 +141,17 @@ def test_a_browser_asking_for_chinese_gets_the_console_in_chinese(screens, carol
     screens.shot(page, "resources in Chinese")
     headers = page.locator("#result_list thead th:not(.action-checkbox-column)").all_inner_texts()
     assert headers and all(CHINESE.search(h) for h in headers), headers
+
+
+def test_an_operator_switches_the_console_to_chinese_and_it_stays_chinese(page, shot, carol):
+    log_in(page)  # the browser asks for English
+    page.locator("#language-switcher-select").select_option("zh-hans")
+    page.wait_for_url("**/admin/")
+    shot("switched to Chinese")
+    expect(page.locator("#site-name")).to_have_text("RetryOps 控制台")
+    expect(page.locator("#content h1")).to_have_text("站点管理")
+
+    open_resources(page)
+    shot("resources still in Chinese")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    expect(page.locator("#language-switcher-select")).to_have_value("zh-hans")
