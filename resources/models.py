@@ -144,6 +144,10 @@ class Resource(models.Model):
             # The console's list: newest failure first (never-failed last) and "failed in the last
             # hour / day"; the same index read backwards sorts oldest first (never-failed first).
             models.Index(F("last_failure_at").desc(nulls_last=True), name="resource_last_failure_idx"),
+            # The console's diagnosis filters: failing resources, newest failure first, without
+            # stepping over the many that failed once and have succeeded since.
+            models.Index(F("last_failure_at").desc(nulls_last=True), condition=Q(consecutive_failures__gt=0),
+                         name="resource_failing_recent_idx"),
             # The console's list sorted by failure count.
             models.Index(fields=["failure_count"], name="resource_failure_count_idx"),
             # The diagnosis: did another resource of the pool succeed since a moment.
