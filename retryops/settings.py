@@ -110,6 +110,9 @@ RQ_QUEUES = {
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
 RQ = {"COMMIT_MODE": "on_db_commit"}
+# django-rq's pages are mounted once, at /admin/rq/, behind the console's permissions (retryops/rq_dashboard.py),
+# not a second time, staff-only, as an admin model.
+RQ_SHOW_ADMIN_LINK = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
