@@ -21,8 +21,8 @@ class Migration(migrations.Migration):
     dependencies = [
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
-        ("audit", "0003_stream_message"),
-        ("resources", "0003_console"),
+        ("audit", "0004_verbose_names"),
+        ("resources", "0005_verbose_names"),
         ("scheduling", "0006_task_repeats"),
         ("compensation", "0006_console_permissions"),
     ]
