@@ -2,7 +2,7 @@ import uuid
 
 import django_rq
 import pytest
-from django.utils import timezone, translation
+from django.utils import timezone
 from rq import SimpleWorker
 
 from scheduling.choices import TaskEventKind, TaskState
@@ -27,14 +27,6 @@ def _upstream_broken():
     upstream["broken"] = True
     yield
     upstream["broken"] = True
-
-
-@pytest.fixture(autouse=True)
-def _default_language():
-    """A request in Chinese (Accept-Language) leaves zh-hans active in the thread after it (the
-    LocaleMiddleware activates, nothing deactivates): the next test starts in the default language."""
-    yield
-    translation.deactivate()
 
 
 def work_periodic():
