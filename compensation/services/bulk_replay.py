@@ -178,9 +178,9 @@ def _step(bulk_id: int) -> bool:
             bulk.save(update_fields=["state", "finished_at", "heartbeat_at"])
             return False
         try:
-            # A refusal is kept on the bulk replay (last_error): stored text is English, whatever
-            # the language of whoever runs this slice.
-            with translation.override("en"):
+            # A refusal is kept on the bulk replay (last_error): stored text is English whatever
+            # the language of whoever runs this slice (as retryops.language.in_stored_language).
+            with translation.override(None):
                 replay_dead_letter(dead_letter=letter.pk, actor=bulk.requested_by, any_resource=bulk.any_resource,
                                    reason=f"{bulk}")
             bulk.done += 1

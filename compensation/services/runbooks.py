@@ -206,9 +206,9 @@ def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
                             input=run.input, token=run.token, requested_by=run.requested_by,
                             approved_by=run.approved_by, actor=actor)
     try:
-        # Its result and error are kept on the run: stored text is English, whatever the
-        # language of the operator who runs it.
-        with translation.override("en"):
+        # Its result and error are kept on the run: stored text is English whatever the language
+        # of the operator who runs it (as retryops.language.in_stored_language does for jobs).
+        with translation.override(None):
             result, error = step.function()(context), ""
     except Exception as exc:  # the action's failure is its outcome, kept on the run
         result, error = None, _error_text(exc)
