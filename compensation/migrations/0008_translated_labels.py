@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('compensation', '0006_console_permissions'),
+        ('compensation', '0007_console_groups'),
         ('resources', '0003_console'),
         ('scheduling', '0006_task_repeats'),
     ]
