@@ -34,6 +34,7 @@ from compensation.selectors import breached_clocks
 from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
+from scheduling.admin_filters import FlowFilter
 
 # compensation.admin_bulk_replay imports it by this name.
 _run = run_each
@@ -66,7 +67,7 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at",
                     work_order_shown, "replay_shown")
-    list_filter = ("state", "flow", "error_category", "pool")
+    list_filter = ("state", FlowFilter, "error_category", "pool")
     list_select_related = ("resource", "work_order")
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
