@@ -268,6 +268,9 @@ class TaskConsole:
         if obj is not None:
             waiting = obj.state in WAITING_STATES
             context.update(
+                # The page's heading and breadcrumb, in the reader's language (str(task) is what
+                # audit entries store, so it stays as it is).
+                subtitle=gettext("task %(task)s") % {"task": obj.pk},
                 console_cancel_url=reverse("admin:scheduling_task_cancel", args=[obj.pk])
                 if waiting and self.has_cancel_task_permission(request) else "",
                 console_run_now_url=reverse("admin:scheduling_task_run_now", args=[obj.pk])

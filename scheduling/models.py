@@ -3,13 +3,16 @@
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
+from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
 from scheduling.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
     AttemptOutcome,
     Backoff,
+    PatternAction,
     TaskEventKind,
     TaskState,
 )
@@ -98,7 +101,7 @@ class Task(models.Model):
                                    help_text=_("A probation probe of a quarantined resource."))
     policy = models.ForeignKey(RetryPolicy, verbose_name=_("retry policy"), on_delete=models.PROTECT,
                                related_name="tasks", db_index=False)
-    attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
+    attempt_count = models.PositiveIntegerField(pgettext_lazy("how many", "attempts"), default=0)
     next_run_at = models.DateTimeField(_("next run at"), null=True, blank=True)
     deadline_at = models.DateTimeField(_("deadline"), null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, unique=True)
@@ -125,7 +128,8 @@ class Task(models.Model):
     result = models.JSONField(_("result"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     last_error_signature = models.CharField(_("last error signature"), max_length=500, blank=True)
-    last_error_category = models.CharField(_("last error category"), max_length=20, blank=True)
+    last_error_category = models.CharField(_("last error category"), max_length=20, blank=True,
+                                           choices=FailureCategory.choices)
 
     class Meta:
         verbose_name = _("task")
@@ -194,8 +198,9 @@ class Attempt(models.Model):
     error_class = models.CharField(_("error class"), max_length=200, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
     error_signature = models.CharField(_("error signature"), max_length=500, blank=True)
-    category = models.CharField(_("error category"), max_length=20, blank=True)
-    action = models.CharField(_("action"), max_length=30, blank=True)
+    # Choices only so that pages show their labels; the values are the classification's.
+    category = models.CharField(_("error category"), max_length=20, blank=True, choices=FailureCategory.choices)
+    action = models.CharField(_("action"), max_length=30, blank=True, choices=PatternAction.choices)
     duration_ms = models.PositiveIntegerField(_("duration (ms)"), null=True, blank=True)
 
     class Meta:
@@ -247,7 +252,7 @@ class TaskEvent(models.Model):
 
     task = models.ForeignKey(Task, verbose_name=_("task"), on_delete=models.CASCADE, related_name="events")
     kind = models.CharField(_("kind"), max_length=40, choices=TaskEventKind.choices)
-    attempt_number = models.PositiveIntegerField(_("attempt"), null=True, blank=True)
+    attempt_number = models.PositiveIntegerField(pgettext_lazy("which one", "attempt"), null=True, blank=True)
     details = models.JSONField(_("details"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     # The writing transaction's id: claim_task_events compares it with the oldest transaction still

@@ -3,6 +3,7 @@ failure's text tells a policy to do."""
 
 import math
 import random
+import re
 from dataclasses import dataclass
 
 from django.utils.translation import gettext as _
@@ -88,9 +89,12 @@ def clean_patterns(field: str, entries) -> list[dict]:
             raise BadPolicy(_("%(field)s.probation must be true or false, got %(value)r") % {
                 "field": where, "value": probation}, field=where)
         try:
-            compile_patterns((entry["pattern"],))
-        except ValueError as exc:
-            raise BadPolicy(f"{where}: {exc}", field=where) from None
+            # Compiled as compile_patterns will when the policy is used; the regex module's own
+            # reason is quoted as it says it.
+            re.compile(entry["pattern"], re.IGNORECASE)
+        except re.error as exc:
+            raise BadPolicy(_("%(field)s: invalid error pattern %(pattern)r: %(reason)s") % {
+                "field": where, "pattern": entry["pattern"], "reason": exc}, field=where) from None
         cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
     return cleaned
 

@@ -61,3 +61,11 @@ def test_a_cancel_from_the_chinese_task_list_stores_its_reason_untranslated(caro
 
     assert AuditEntry.objects.get(action="task.cancel").reason == "cancelled from the task list"
     assert waiting_order.events.get(kind="task.cancelled").details["reason"] == "cancelled from the task list"
+
+
+def test_a_tasks_page_names_the_task_and_its_attempts_classification_in_chinese(carol, waiting_order):
+    page = carol.get(reverse("admin:scheduling_task_change", args=[waiting_order.pk]), **ZH).content.decode()
+
+    assert f"<h2>任务 {waiting_order.pk}</h2>" in page
+    assert f"&rsaquo; 任务 {waiting_order.pk}\n</div>" in page  # the breadcrumb
+    assert "可重试" in page and "在同一资源上重试" in page  # the failed attempt's category and action
