@@ -1,13 +1,8 @@
 """RQ jobs: thin wrappers that load ids and call one service. They import the services inside
-their bodies, because the queueing module imports this one to name the job it enqueues.
-
-Each runs untranslated (whatever LANGUAGE_CODE says): what a worker writes (an attempt's error, a
-batch config's last_error, a probe's postponement) is stored, and stored text stays in the one
-language that error signatures and searches expect; the console translates when it shows it."""
+their bodies, because the queueing module imports this one to name the job it enqueues."""
 
 import logging
 
-from django.utils import translation
 from rq import get_current_job
 
 from retryops.language import in_stored_language
@@ -21,9 +16,8 @@ def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None)
 
     job = get_current_job()
     worker = (getattr(job, "worker_name", "") or "") if job else ""
-    with translation.override(None):
-        attempt = run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
-                              rq_job_id=job.id if job else "")
+    attempt = run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
+                          rq_job_id=job.id if job else "")
     return attempt.outcome if attempt else "skipped"
 
 
@@ -32,8 +26,7 @@ def dispatch_job():
     """Periodic: one dispatcher pass (see scheduling.services.recovery.run_dispatcher)."""
     from scheduling.services import run_dispatcher
 
-    with translation.override(None):
-        return run_dispatcher()
+    return run_dispatcher()
 
 
 @in_stored_language
@@ -41,5 +34,4 @@ def batch_tick_job():
     """Periodic: one tick of every enabled batch config."""
     from scheduling.services import run_batches
 
-    with translation.override(None):
-        return run_batches()
+    return run_batches()

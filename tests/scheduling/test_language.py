@@ -1,6 +1,6 @@
 """Scheduling's sentences in Chinese: a service's refusal is translated when it is raised for a
-Chinese reader, and background work (jobs, periodic commands) stores its text untranslated
-whatever language is active, so stored errors keep one language for signatures and searches."""
+Chinese reader, and background work (the batch job, the periodic commands: in_stored_language)
+stores its text untranslated whatever language is active."""
 
 from io import StringIO
 

@@ -1,7 +1,7 @@
-from django.core.management.base import no_translations
 from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
+from retryops.language import in_stored_language
 from scheduling import services
 
 
@@ -10,7 +10,7 @@ class Command(AuditedCommand):
              "every waiting task that has no live RQ job. The database is the source of truth; this makes Redis "
              "match it.")
 
-    @no_translations  # what it records (a probe's postponement, a task's note) is stored, so untranslated
+    @in_stored_language  # as the periodic job does: what the run records is stored
     def handle(self, *args, **options):
         counts = services.run_dispatcher()
         self.stdout.write(self.style.SUCCESS(

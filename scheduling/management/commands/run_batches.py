@@ -1,7 +1,7 @@
-from django.core.management.base import no_translations
 from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
+from retryops.language import in_stored_language
 from scheduling import services
 
 
@@ -9,7 +9,7 @@ class Command(AuditedCommand):
     help = _("Run one tick of every enabled batch config (what the periodic batch job does). A config that fails "
              "is named on stderr and recorded on the config (last_error); the others tick all the same.")
 
-    @no_translations  # the error a config's tick records (last_error) is stored, so untranslated
+    @in_stored_language  # as the periodic job does: what the run records is stored
     def handle(self, *args, **options):
         ticks = services.run_batches()
         for name, started in ticks.started.items():
