@@ -247,8 +247,8 @@ class TaskConsole:
             else:
                 succeeded.append(gettext("task %(task)s") % {"task": task.pk})
         if succeeded:
-            self.message_user(request, done % {"count": len(succeeded), "tasks": pgettext("list separator", ", ").join(succeeded)},
-                              messages.SUCCESS)
+            tasks = pgettext("list separator", ", ").join(succeeded)
+            self.message_user(request, done % {"count": len(succeeded), "tasks": tasks}, messages.SUCCESS)
 
     @admin.action(description=_("Cancel selected waiting tasks"), permissions=["cancel_task"])
     def cancel_selected(self, request, queryset):
