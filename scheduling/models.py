@@ -101,7 +101,7 @@ class Task(models.Model):
                                    help_text=_("A probation probe of a quarantined resource."))
     policy = models.ForeignKey(RetryPolicy, verbose_name=_("retry policy"), on_delete=models.PROTECT,
                                related_name="tasks", db_index=False)
-    attempt_count = models.PositiveIntegerField(pgettext_lazy("how many", "attempts"), default=0)
+    attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
     next_run_at = models.DateTimeField(_("next run at"), null=True, blank=True)
     deadline_at = models.DateTimeField(_("deadline"), null=True, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, unique=True)
@@ -205,7 +205,8 @@ class Attempt(models.Model):
 
     class Meta:
         verbose_name = _("attempt")
-        verbose_name_plural = _("attempts")
+        # "attempts" alone is a count (Task.attempt_count, a notification's attempts).
+        verbose_name_plural = pgettext_lazy("the records", "attempts")
         ordering = ["task_id", "number"]
         constraints = [
             # A job delivered twice cannot record the same attempt twice, so it cannot run the flow twice.
