@@ -20,6 +20,7 @@ from resources.admin import (
 )
 from scheduling import services
 from scheduling.admin_console import TaskConsole
+from scheduling.admin_filters import FlowFilter
 from scheduling.choices import TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import (
@@ -84,7 +85,7 @@ TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run_
 @admin.register(Task)
 class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run_at", "short_error")
-    list_filter = ("state", "flow", "pool")
+    list_filter = ("state", FlowFilter, "pool")
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
