@@ -40,6 +40,7 @@ _STATE_FIELDS = (
     "last_failure_category", "last_failure_at", "last_failure_signature", "last_success_at", "quarantine_reason",
     "quarantined_at", "probe_after", "probation_cooldown_seconds", "created_at",
 )
+from retryops.display import short_time
 
 STATE_COLOURS = {
     ResourceState.AVAILABLE: "#2e7d32", ResourceState.IN_USE: "#1565c0", ResourceState.DONE: "#616161",
@@ -182,11 +183,11 @@ class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmi
 
     @admin.display(description=_("last failure"), ordering="last_failure_at")
     def failed_at(self, resource):
-        return resource.last_failure_at
+        return short_time(resource.last_failure_at)
 
     @admin.display(description=_("last success"), ordering="last_success_at")
     def succeeded_at(self, resource):
-        return resource.last_success_at
+        return short_time(resource.last_success_at)
 
     @admin.display(description=_("diagnosis"))
     def diagnosis_badge(self, resource):

@@ -102,12 +102,18 @@ def test_an_operator_replays_a_dead_letter_from_the_dead_letter_list(page, shot,
     page.locator("select[name=action]").select_option(label="Replay on the same resource")
     shot("replay chosen")
     page.get_by_role("button", name="Go").click()
-    expect(page.locator(".messagelist .success")).to_have_text("Replaying 1")
-    shot("replaying")
+    expect(page.locator(".messagelist .success")).to_contain_text(f"Replaying dead letter {letter.pk} as task ")
     letter.refresh_from_db()
     assert letter.state == DeadLetterState.REPLAYING and letter.replay_task is not None
+    expect(page.locator(".messagelist .success")).to_have_text(
+        f"Replaying dead letter {letter.pk} as task {letter.replay_task_id}.")
+    shot("replaying")
     expect(row).to_contain_text("Replaying")
     expect(row).to_contain_text(str(letter.replay_task))
+
+    page.locator(".messagelist .success").get_by_role("link", name=f"task {letter.replay_task_id}").click()
+    page.wait_for_url(f"**/admin/scheduling/task/{letter.replay_task_id}/change/")
+    shot("the replay's task")
 
 
 # The dashboard panel on the admin index (not the index's <body class="dashboard">, which every
