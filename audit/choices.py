@@ -14,7 +14,9 @@ class AuditAction(models.TextChoices):
     """Every operator action the audit log knows, as "<noun>.<verb>". One list, so the admin can
     filter by action without a DISTINCT over the table, and a typo fails in the first test that
     records it. The field itself carries no choices: adding an action here needs no migration.
-    Workers' routine claims and releases are not here: they belong to the resource timeline."""
+    Workers' routine claims and releases are not here: they belong to the resource timeline; the
+    API's claims, releases and heartbeats are (resource.claim, .release, .heartbeat), because an
+    external system's every change is audited under its client's name."""
 
     # resources
     POOL_CREATE = "pool.create", "Pool created"
@@ -25,6 +27,9 @@ class AuditAction(models.TextChoices):
     RESOURCE_QUARANTINE = "resource.quarantine", "Resource quarantined"
     RESOURCE_UNQUARANTINE = "resource.unquarantine", "Resource released from quarantine"
     RESOURCE_RETRY = "resource.retry", "Resource retried (strict task)"
+    RESOURCE_CLAIM = "resource.claim", "Resource claimed (API)"
+    RESOURCE_RELEASE = "resource.release", "Resource released (API)"
+    RESOURCE_HEARTBEAT = "resource.heartbeat", "Resource lease extended (API)"
     # scheduling
     TASK_START = "task.start", "Task started"
     TASK_CANCEL = "task.cancel", "Task cancelled"
@@ -49,3 +54,13 @@ class AuditAction(models.TextChoices):
     RUNBOOK_APPROVE = "runbook.approve", "Runbook action approved"
     RUNBOOK_REJECT = "runbook.reject", "Runbook action rejected"
     NOTIFICATION_RESEND = "notification.resend", "Notifications sent again"
+    # the REST API's clients
+    API_CLIENT_CREATE = "api_client.create", "API client created"
+    API_CLIENT_REVOKE = "api_client.revoke", "API client revoked"
+
+
+class IdempotencyState(models.TextChoices):
+    """Where the first request sent with an Idempotency-Key is: being processed, or answered."""
+
+    IN_PROGRESS = "in_progress", "In progress"
+    DONE = "done", "Done"
