@@ -115,18 +115,24 @@ def describe_unavailability(resource: Resource) -> ResourceUnavailable:
     which a retry gets past, never as a reason to give up."""
     name = f"{resource.pool.resource_noun} {resource.key}"
     state = resource.state
+    facts = {}
     if state == ResourceState.IN_USE:
         message, reason = f"{name} is in use by {resource.lease_holder} until {when(resource.leased_until)}", "in_use"
+        facts = {"holder": resource.lease_holder, "until": _iso(resource.leased_until)}
     elif state == ResourceState.QUARANTINED:
         message = f"{name} is quarantined since {when(resource.quarantined_at)}: {resource.quarantine_reason}"
-        reason = "quarantined"
+        reason, facts = "quarantined", {"since": _iso(resource.quarantined_at)}
     elif state == ResourceState.DONE:
         message = f"{name} was consumed by a successful run at {when(resource.last_success_at)} and is done"
-        reason = "done"
+        reason, facts = "done", {"since": _iso(resource.last_success_at)}
     else:
         message = f"{name} was taken and freed again while this claim ran; try again"
         reason = "in_use"
-    return ResourceUnavailable(message, reason=reason, resource_id=resource.pk)
+    return ResourceUnavailable(message, reason=reason, resource_id=resource.pk, **facts)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
 
 
 def pool_state_counts(*, pool: ResourcePool | int | str | None = None) -> dict[int, dict[str, int]]:
@@ -182,6 +188,12 @@ def describe_lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> L
     else:
         now = f"it is now {resource.get_state_display().lower()}"
     return LeaseMismatch(f"{sentence}; {now}", why=why, resource_id=resource_id, lease_token=str(lease_token))
+
+
+def failed_since(queryset: QuerySet[Resource], since: datetime) -> QuerySet[Resource]:
+    """The resources of `queryset` whose latest failure was at `since` or later
+    (resource_last_failure_idx): the console's "last failure" filter and the API's failed_since."""
+    return queryset.filter(last_failure_at__gte=since)
 
 
 def recently_failed(*, pool: ResourcePool | int | str, since: datetime) -> QuerySet[Resource]:

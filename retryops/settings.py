@@ -269,7 +269,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "retryops.api.pagination.CursorPage",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["retryops.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "retryops.api.schema.ApiSchema",
     "EXCEPTION_HANDLER": "retryops.api.errors.exception_handler",
     # NaN and Infinity in a body are bad input, never a value a column cannot hold.

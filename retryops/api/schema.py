@@ -48,9 +48,17 @@ def error_response(status: int, description: str | None = None) -> OpenApiRespon
 
 class ApiSchema(AutoSchema):
     """AutoSchema with the errors an operation can answer, in the one shape: 429 if throttled; 401 and
-    403 unless the endpoint is public; 404 with an id in the path or a body; 400 with a body or a
-    query; 409 and 422 for a POST (idempotency, and the services' refusals). A view adds more in
-    `error_statuses`."""
+    403 unless the endpoint is public; 404 with an id in the path or a body; 400 with a body, a
+    query or a path parameter; 409 and 422 for a POST (idempotency, and the services' refusals). A
+    view adds more in `error_statuses`."""
+
+    def get_request_serializer(self):
+        # An action view names what it parses and what it answers (input_serializer,
+        # output_serializer) instead of one serializer_class for both.
+        return getattr(self.view, "input_serializer", None) or super().get_request_serializer()
+
+    def get_response_serializers(self):
+        return getattr(self.view, "output_serializer", None) or super().get_response_serializers()
 
     def _is_public(self) -> bool:
         permissions = self.view.get_permissions()
@@ -62,7 +70,9 @@ class ApiSchema(AutoSchema):
             statuses |= {401, 403}
         if "{" in self.path or self.method in WRITE_METHODS:
             statuses.add(404)
-        if self.method in WRITE_METHODS or self._get_filter_parameters() or self._get_pagination_parameters() or \
+        # A malformed path parameter (a NUL in a key) is bad input too.
+        if "{" in self.path or self.method in WRITE_METHODS or self._get_filter_parameters() or \
+                self._get_pagination_parameters() or \
                 any(isinstance(p, OpenApiParameter) and p.location == OpenApiParameter.QUERY
                     for p in self.get_override_parameters()):
             statuses.add(400)
