@@ -311,5 +311,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One name for a set of choices several fields share.
-    "ENUM_NAME_OVERRIDES": {"ServerStateEnum": "retryops.api.views.SERVER_STATES"},
+    "ENUM_NAME_OVERRIDES": {
+        "ServerStateEnum": "retryops.api.views.SERVER_STATES",
+        "ResourceStateEnum": "resources.choices.ResourceState",
+        "TaskStateEnum": "scheduling.choices.TaskState",
+    },
 }

@@ -19,6 +19,7 @@ urlpatterns = [
     # The REST API: its own endpoints (schema, docs, health), then each app's.
     path("api/", include("retryops.api.urls")),
     path("api/", include("resources.api.urls")),
+    path("api/", include("scheduling.api.urls")),
 ]
 
 # An unknown /api/ path answers in the API's error shape (with DEBUG off; retryops.api.views).
