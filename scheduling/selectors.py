@@ -293,7 +293,7 @@ def retry_history(*, resource: Resource | int, before: tuple[int | None, int | N
     its order in time; a page is exact however many rows arrive meanwhile (those come on no page:
     they are newer than the first)."""
     limit = whole_number(limit, field="limit", maximum=1000, error=BadInput)
-    current = get_resource(resource_id=_resource_id(resource))
+    current = resource if isinstance(resource, Resource) else get_resource(resource_id=_resource_id(resource))
     attempt_below, event_below = (record_id(bound, field="cursor", error=BadInput) if bound is not None else None
                                   for bound in before)
     attempts = Attempt.objects.filter(resource_id=current.pk).order_by("-id")
