@@ -3,7 +3,6 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from resources.api.serializers import ResourceSerializer
 from retryops.api.fields import Flag, JsonObject, Text
 from scheduling.choices import WAITING_STATES
 from scheduling.models import Task
@@ -84,8 +83,16 @@ class TotalsSerializer(serializers.Serializer):
         return LastFailureSerializer(resource).data if resource.last_failure_at else None
 
 
+class HistoryResourceSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    pool = serializers.CharField()
+    key = serializers.CharField()
+
+
 class RetryHistorySerializer(serializers.Serializer):
-    totals = TotalsSerializer(source="resource")
-    resource = ResourceSerializer()
+    """The shape of a retry history page (the view renders it without a serializer per entry)."""
+
+    totals = TotalsSerializer()
+    resource = HistoryResourceSerializer()
     next = serializers.CharField(allow_null=True, help_text="The next (older) page's URL; null on the last page.")
-    results = HistoryEntrySerializer(many=True, source="entries")
+    results = HistoryEntrySerializer(many=True)

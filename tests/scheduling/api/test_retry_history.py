@@ -90,3 +90,13 @@ def test_a_viewer_reads_the_history(viewer_api, alice):
 
 def test_the_history_of_an_unknown_resource_is_404(api, db):
     assert api.get("/api/resources/424242/retry_history").status_code == 404
+
+
+def test_a_page_has_exactly_the_fields_its_schema_documents(api, alice):
+    from scheduling.api.serializers import HistoryEntrySerializer, RetryHistorySerializer, TotalsSerializer
+
+    fail_on(alice)
+    body = history(api, f"/api/resources/{alice.pk}/retry_history")
+    assert set(body) == set(RetryHistorySerializer().fields)
+    assert set(body["totals"]) == set(TotalsSerializer().fields)
+    assert {frozenset(entry) for entry in body["results"]} == {frozenset(HistoryEntrySerializer().fields)}
