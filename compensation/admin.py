@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from compensation import services
@@ -34,9 +34,7 @@ from compensation.selectors import breached_clocks
 from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
 from scheduling.admin import ReadOnlyAdmin
-
-# compensation.admin_bulk_replay imports it by this name.
-_run = run_each
+from scheduling.admin_filters import FlowFilter
 
 
 class DlqInspectorPage:
@@ -66,7 +64,7 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at",
                     work_order_shown, "replay_shown")
-    list_filter = ("state", "flow", "error_category", "pool")
+    list_filter = ("state", FlowFilter, "error_category", "pool")
     list_select_related = ("resource", "work_order")
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
@@ -199,35 +197,57 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
 
     @admin.action(description=_("Acknowledge"), permissions=["change"])
     def acknowledge(self, request, queryset):
-        run_each(self, request, queryset, gettext("acknowledged"),
-                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor))
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor),
+                 done=work_orders_done("acknowledged"))
 
     @admin.action(description=_("Start compensation"), permissions=["change"])
     def start(self, request, queryset):
-        run_each(self, request, queryset, gettext("started"),
-                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor))
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor),
+                 done=work_orders_done("started"))
 
     @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
                   permissions=["change"])
     def compensate(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset, gettext("compensated"),
+        run_each(self, request, queryset,
                  lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
-                                                                      resolution=resolutions.get(pk, "")))
+                                                                  resolution=resolutions.get(pk, "")),
+                 done=work_orders_done("compensated"))
 
     @admin.action(description=_("Close"), permissions=["change"])
     def close(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset, gettext("closed"),
+        run_each(self, request, queryset,
                  lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
-                                                             resolution=resolutions.get(pk, "")))
+                                                             resolution=resolutions.get(pk, "")),
+                 done=work_orders_done("closed"))
 
     @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
     def cancel(self, request, queryset):
         # The reason is kept (audit entry, resolution): in English, like all stored text.
-        run_each(self, request, queryset, gettext("cancelled"),
+        run_each(self, request, queryset,
                  lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
-                                                              reason=f"cancelled in the admin by {actor}"))
+                                                              reason=f"cancelled in the admin by {actor}"),
+                 done=work_orders_done("cancelled"))
+
+
+# What a list action on work orders says it did.
+WORK_ORDERS_DONE = {
+    "acknowledged": ngettext_lazy("Acknowledged %(count)d work order.", "Acknowledged %(count)d work orders.",
+                                  "count"),
+    "started": ngettext_lazy("Started compensating %(count)d work order.",
+                             "Started compensating %(count)d work orders.", "count"),
+    "compensated": ngettext_lazy("Marked %(count)d work order compensated.",
+                                 "Marked %(count)d work orders compensated.", "count"),
+    "closed": ngettext_lazy("Closed %(count)d work order.", "Closed %(count)d work orders.", "count"),
+    "cancelled": ngettext_lazy("Cancelled %(count)d work order.", "Cancelled %(count)d work orders.", "count"),
+}
+
+
+def work_orders_done(transition: str):
+    return lambda changed: WORK_ORDERS_DONE[transition] % {"count": len(changed)}
 
 
 @admin.register(BulkReplay)

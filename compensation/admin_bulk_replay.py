@@ -26,6 +26,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
+from compensation.admin_console import run_each
 from compensation.choices import BulkReplayState
 from compensation.errors import BulkReplayRunning
 from compensation.flags import dlq_inspector_on
@@ -242,8 +243,7 @@ class BulkReplayConsole:
 
     @admin.action(description=_("Cancel (the replays they started go on)"), permissions=["cancel"])
     def cancel(self, request, queryset):
-        # Imported here: compensation.admin imports this module to build its ModelAdmins.
-        from compensation.admin import _run
-
-        _run(self, request, queryset, gettext("cancelled"),
-             lambda pk, actor: cancel_bulk_replay(bulk_replay=pk, actor=actor))
+        run_each(self, request, queryset, lambda pk, actor: cancel_bulk_replay(bulk_replay=pk, actor=actor),
+                 done=lambda cancelled: ngettext("Cancelled %(count)d bulk replay; the replays it started go on.",
+                                                 "Cancelled %(count)d bulk replays; the replays they started go on.",
+                                                 len(cancelled)) % {"count": len(cancelled)})

@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 from django.contrib import admin, messages
 from django.db import models
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
@@ -17,25 +17,40 @@ from retryops.errors import DomainError
 REFUSALS_SHOWN = 5
 
 
-def run_each(modeladmin, request, queryset, verb: str, call) -> None:
-    """Call one service per selected row (each its own transaction); report how many did and why
-    the others did not. `verb` says what was done ("discarded"), `call(pk, actor)` does it."""
-    done, refused = 0, []
+def run_each(modeladmin, request, queryset, call, *, done) -> None:
+    """Call one service per selected row (each its own transaction); report what was done and why
+    the others were not. `call(pk, actor)` does it and returns what it changed; `done(results)`
+    says what was done, in a sentence of its own (never a verb glued to a count)."""
+    results, refused = [], []
     for pk in queryset.values_list("pk", flat=True):
         try:
-            call(pk, request.user.get_username())
-            done += 1
+            results.append(call(pk, request.user.get_username()))
         except DomainError as exc:
             refused.append(gettext("#%(id)s: %(reason)s") % {"id": pk, "reason": exc})
-    if done:
-        modeladmin.message_user(request, gettext("%(verb)s %(count)d") % {"verb": verb, "count": done},
-                                messages.SUCCESS)
+    if results:
+        modeladmin.message_user(request, done(results), messages.SUCCESS)
     if refused:
         shown = pgettext("between refusals", "; ").join(refused[:REFUSALS_SHOWN])
         if len(refused) > REFUSALS_SHOWN:
             shown += gettext("; and %(count)d more") % {"count": len(refused) - REFUSALS_SHOWN}
         modeladmin.message_user(request, gettext("%(count)d refused: %(refusals)s") % {
             "count": len(refused), "refusals": shown}, messages.ERROR)
+
+
+def replays_started(letters) -> str:
+    """Which dead letter is replayed by which new task, each task linked, so the operator can
+    follow the replay instead of looking for it."""
+    shown = format_html_join(
+        pgettext("between replays", ", "), "{}",
+        ((format_html(gettext("{letter} as {task}"), letter=letter.display_name,
+                      task=format_html('<a href="{}">{}</a>',
+                                       reverse("admin:scheduling_task_change", args=[letter.replay_task_id]),
+                                       gettext("task %(id)s") % {"id": letter.replay_task_id})),)
+         for letter in letters[:REFUSALS_SHOWN]))
+    more = len(letters) - REFUSALS_SHOWN
+    if more > 0:
+        shown = format_html("{}{}", shown, gettext("; and %(count)d more") % {"count": more})
+    return format_html(gettext("Replaying {replays}."), replays=shown)
 
 
 @admin.display(description=_("work order"), ordering="work_order")

@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation import services
 from compensation.admin_bulk_replay import bulk_replay_like_these
-from compensation.admin_console import audit_url, run_each
+from compensation.admin_console import audit_url, replays_started, run_each
 from compensation.choices import DeadLetterState
 from compensation.flags import dlq_inspector_on
 from compensation.forms import ReasonForm, ReplayForm
@@ -44,7 +44,7 @@ SETTLE = {
             "Discard these %(count)d dead letters? Nothing replays them; they are kept until the clean-up purges "
             "them.", "count"),
         "confirm": ngettext_lazy("Yes, discard it", "Yes, discard them", "count"),
-        "done": _("discarded"),
+        "done": ngettext_lazy("Discarded %(count)d dead letter.", "Discarded %(count)d dead letters.", "count"),
         "done_one": _("Discarded %(letter)s."),
     },
     "resolve": {
@@ -55,7 +55,8 @@ SETTLE = {
             "Mark these %(count)d dead letters resolved? Say how they were taken care of outside a replay.",
             "count"),
         "confirm": ngettext_lazy("Yes, mark it resolved", "Yes, mark them resolved", "count"),
-        "done": _("resolved"),
+        "done": ngettext_lazy("Marked %(count)d dead letter resolved.", "Marked %(count)d dead letters resolved.",
+                              "count"),
         "done_one": _("Marked %(letter)s resolved."),
     },
 }
@@ -138,13 +139,14 @@ class DeadLetterConsole:
 
     @admin.action(description=_("Replay on the same resource"), permissions=["replay"])
     def replay(self, request, queryset):
-        run_each(self, request, queryset, gettext("replaying"),
-                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor))
+        run_each(self, request, queryset, lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor),
+                 done=replays_started)
 
     @admin.action(description=_("Replay on any resource of the pool"), permissions=["replay"])
     def replay_on_any_resource(self, request, queryset):
-        run_each(self, request, queryset, gettext("replaying"),
-                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=True))
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=True),
+                 done=replays_started)
 
     @admin.action(description=_("Discard (asks for a reason)"), permissions=["discard"])
     def discard(self, request, queryset):
@@ -161,8 +163,9 @@ class DeadLetterConsole:
         form = ReasonForm(request.POST if request.POST.get("post") == "yes" else None)
         if form.is_bound and form.is_valid():
             reason = form.cleaned_data["reason"]
-            run_each(self, request, queryset, str(words["done"]),
-                     lambda pk, actor: words["call"](dead_letter=pk, actor=actor, reason=reason))
+            run_each(self, request, queryset,
+                     lambda pk, actor: words["call"](dead_letter=pk, actor=actor, reason=reason),
+                     done=lambda settled: words["done"] % {"count": len(settled)})
             return None
         count = queryset.count()
         context = self._context(

@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.admin import (
@@ -19,6 +20,7 @@ from resources.admin import (
 )
 from scheduling import services
 from scheduling.admin_console import TaskConsole
+from scheduling.admin_filters import FlowFilter
 from scheduling.choices import TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import (
@@ -70,7 +72,7 @@ class TaskEventInline(admin.TabularInline):
     extra = max_num = 0
     can_delete = False
 
-    @admin.display(description="details")
+    @admin.display(description=_("details"))
     def event_details(self, event):
         return _lines((key, _shown(value)) for key, value in event.details.items())
 
@@ -83,7 +85,7 @@ TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run_
 @admin.register(Task)
 class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run_at", "short_error")
-    list_filter = ("state", "flow", "pool")
+    list_filter = ("state", FlowFilter, "pool")
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
@@ -100,17 +102,17 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
         return [(None, {"fields": summary}),
                 (_("Request and history"), {"fields": [f for f in fields if f not in summary]})]
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def short_error(self, task):
         # A succeeded task's last error is history; its attempts keep it.
         return "" if task.state == TaskState.SUCCEEDED else truncatechars(task.last_error, 80)
 
-    @admin.display(description="strict")
+    @admin.display(description=_("strict"))
     def strict_mode(self, task):
         # Strict means "only on the requested resource"; without one there is nothing to be strict about.
         if task.requested_resource_id is None:
-            return "n/a (no resource requested)"
-        return "yes" if task.strict else "no"
+            return gettext("n/a (no resource requested)")
+        return gettext("yes") if task.strict else gettext("no")
 
 
 @admin.register(Attempt)
@@ -126,9 +128,17 @@ class PatternListField(StorableJSONField):
     widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
 
 
+def _label(model, field: str):
+    return model._meta.get_field(field).verbose_name
+
+
 class RetryPolicyForm(forms.ModelForm):
-    retryable_error_patterns = PatternListField(required=False, help_text='["regex", {"pattern": "…", "action": "retry_other_resource"}]')
-    non_retryable_error_patterns = PatternListField(required=False)
+    # A declared field takes no label from the model field it replaces: named here.
+    retryable_error_patterns = PatternListField(
+        required=False, label=_label(RetryPolicy, "retryable_error_patterns"),
+        help_text=_('["regex", {"pattern": "…", "action": "retry_other_resource"}]'))
+    non_retryable_error_patterns = PatternListField(required=False,
+                                                    label=_label(RetryPolicy, "non_retryable_error_patterns"))
 
     class Meta:
         model = RetryPolicy
@@ -158,7 +168,7 @@ class RetryPolicyChangeInline(admin.TabularInline):
     extra = max_num = 0
     can_delete = False
 
-    @admin.display(description="changed fields")
+    @admin.display(description=_("changed fields"))
     def diff(self, change):
         # In the form's order: jsonb keeps keys sorted by length, which reads as no order at all.
         keys = sorted((k for k in change.after if change.before.get(k) != change.after.get(k)), key=_form_position)
@@ -191,7 +201,8 @@ class RetryPolicyAdmin(admin.ModelAdmin):
 
 
 class BatchConfigForm(forms.ModelForm):
-    retryable_error_patterns = PatternListField(required=False, help_text='["timeout", "HTTP 5\\\\d\\\\d"]')
+    retryable_error_patterns = PatternListField(required=False, label=_label(BatchConfig, "retryable_error_patterns"),
+                                                help_text='["timeout", "HTTP 5\\\\d\\\\d"]')
 
     class Meta:
         model = BatchConfig
@@ -206,7 +217,7 @@ class BatchConfigForm(forms.ModelForm):
     def clean_retryable_error_patterns(self):
         patterns = self.cleaned_data.get("retryable_error_patterns") or []
         if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            raise forms.ValidationError("a list of regexes, as strings")
+            raise forms.ValidationError(_("a list of regexes, as strings"))
         try:
             clean_patterns("retryable_error_patterns", patterns)
         except BadPolicy as exc:

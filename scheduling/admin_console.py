@@ -23,7 +23,7 @@ from django.template.loader import select_template
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.admin import ResourceAdmin
@@ -169,11 +169,11 @@ class TaskConsole:
             return None
         noun, key = resource.pool.resource_noun, resource.key
         if data["strict"]:
-            text = gettext("Started %(task)s (%(flow)s) on %(noun)s %(key)s, strict.")
+            text = gettext("Started task %(task)s (%(flow)s) on %(noun)s %(key)s, strict.")
         else:
-            text = gettext("Started %(task)s (%(flow)s), asking for %(noun)s %(key)s; it may run on another "
+            text = gettext("Started task %(task)s (%(flow)s), asking for %(noun)s %(key)s; it may run on another "
                            "resource of the pool.")
-        self.message_user(request, text % {"task": task, "flow": task.flow, "noun": noun, "key": key},
+        self.message_user(request, text % {"task": task.pk, "flow": task.flow, "noun": noun, "key": key},
                           messages.SUCCESS)
         return task
 
@@ -196,20 +196,20 @@ class TaskConsole:
             raise PermissionDenied
         return self._confirmed(request, task_id, verb=gettext("Cancel"), confirm=gettext("Yes, cancel it"),
                                with_reason=True,
-                               question=gettext("Cancel %(task)s? It never runs again, and a resource it holds goes "
-                                                "back to the pool."),
+                               question=gettext("Cancel task %(task)s? It never runs again, and a resource it holds "
+                                                "goes back to the pool."),
                                call=lambda task, reason: services.cancel_task(task=task.pk, actor=_actor(request),
                                                                               reason=reason),
-                               done=gettext("Cancelled %(task)s."))
+                               done=gettext("Cancelled task %(task)s."))
 
     def run_now_view(self, request, task_id: int):
         if not self.has_run_task_now_permission(request):
             raise PermissionDenied
         return self._confirmed(request, task_id, verb=gettext("Run now"), confirm=gettext("Yes, run it now"),
                                with_reason=False,
-                               question=gettext("Run the next attempt of %(task)s now instead of at %(when)s?"),
+                               question=gettext("Run the next attempt of task %(task)s now instead of at %(when)s?"),
                                call=lambda task, reason: services.run_task_now(task=task.pk, actor=_actor(request)),
-                               done=gettext("%(task)s runs now."))
+                               done=gettext("Task %(task)s runs now."))
 
     def _confirmed(self, request, task_id, *, verb, confirm, with_reason, question, call, done):
         """A confirmation page (GET) and the service call (POST), back on the task's page."""
@@ -224,11 +224,11 @@ class TaskConsole:
             except DomainError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
-                self.message_user(request, done % {"task": task}, messages.SUCCESS)
+                self.message_user(request, done % {"task": task.pk}, messages.SUCCESS)
             return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
-        context = self._context(request, f"{verb}: {task}", task=task, form=form, with_reason=with_reason,
-                                verb=verb, confirm=confirm,
-                                question=question % {"task": task, "when": when(task.next_run_at)})
+        title = gettext("%(verb)s: task %(task)s") % {"verb": verb, "task": task.pk}
+        context = self._context(request, title, task=task, form=form, with_reason=with_reason, verb=verb,
+                                confirm=confirm, question=question % {"task": task.pk, "when": when(task.next_run_at)})
         return TemplateResponse(request, "admin/scheduling/task/action_confirmation.html", context)
 
     def _each(self, request, queryset, call, done: str) -> None:
@@ -242,18 +242,20 @@ class TaskConsole:
                 self.message_user(request, str(exc), messages.ERROR)  # the services name the task
             except Exception as exc:
                 log.exception("console action on %s failed", task)
-                self.message_user(request, f"{task}: {type(exc).__name__}: {exc}", messages.ERROR)
+                self.message_user(request, gettext("task %(task)s: %(error)s") % {
+                    "task": task.pk, "error": f"{type(exc).__name__}: {exc}"}, messages.ERROR)
             else:
-                succeeded.append(str(task))
+                succeeded.append(gettext("task %(task)s") % {"task": task.pk})
         if succeeded:
-            self.message_user(request, done % {"count": len(succeeded), "tasks": ", ".join(succeeded)},
-                              messages.SUCCESS)
+            tasks = pgettext("list separator", ", ").join(succeeded)
+            self.message_user(request, done % {"count": len(succeeded), "tasks": tasks}, messages.SUCCESS)
 
     @admin.action(description=_("Cancel selected waiting tasks"), permissions=["cancel_task"])
     def cancel_selected(self, request, queryset):
         actor = _actor(request)
+        # The reason is stored (audit entry, task event): untranslated, as all stored text.
         self._each(request, queryset, lambda task: services.cancel_task(
-            task=task.pk, actor=actor, reason=gettext("cancelled from the task list")),
+            task=task.pk, actor=actor, reason="cancelled from the task list"),
             gettext("Cancelled %(count)d: %(tasks)s."))
 
     @admin.action(description=_("Run selected waiting tasks now"), permissions=["run_task_now"])
@@ -266,6 +268,9 @@ class TaskConsole:
         if obj is not None:
             waiting = obj.state in WAITING_STATES
             context.update(
+                # The page's heading and breadcrumb, in the reader's language (str(task) is what
+                # audit entries store, so it stays as it is).
+                subtitle=gettext("task %(task)s") % {"task": obj.pk},
                 console_cancel_url=reverse("admin:scheduling_task_cancel", args=[obj.pk])
                 if waiting and self.has_cancel_task_permission(request) else "",
                 console_run_now_url=reverse("admin:scheduling_task_run_now", args=[obj.pk])
@@ -332,9 +337,10 @@ class ResourceConsoleAdmin(ResourceAdmin):
             rows = [{"resource": resource, "last": last.get(resource.pk),
                      "warning": quarantine_warning(resource) if resource.state == ResourceState.QUARANTINED else ""}
                     for resource in resources]
-            context = {**self.admin_site.each_context(request), "opts": self.model._meta,
-                       "title": gettext("Retry %(count)d resources?") % {"count": len(rows)}, "rows": rows,
-                       "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+            title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
+                "count": len(rows)}
+            context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
+                       "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
             return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
         started, actor = [], _actor(request)
         for resource in resources:
@@ -348,10 +354,10 @@ class ResourceConsoleAdmin(ResourceAdmin):
                 self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
                     "key": resource.key, "reason": f"{type(exc).__name__}: {exc}"}, messages.ERROR)
             else:
-                started.append(f"{resource.key} → {task}")
+                started.append(gettext("%(key)s → task %(task)s") % {"key": resource.key, "task": task.pk})
         if started:
             self.message_user(request, gettext("Retried %(count)d, strict: %(started)s.") % {
-                "count": len(started), "started": "; ".join(started)}, messages.SUCCESS)
+                "count": len(started), "started": pgettext("list separator", "; ").join(started)}, messages.SUCCESS)
 
 
 admin.site.unregister(Resource)

@@ -1,14 +1,15 @@
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class TaskState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    SCHEDULED = "scheduled", "Scheduled"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    RETRYING = "retrying", "Retrying"
-    DEAD = "dead", "Dead"
-    CANCELLED = "cancelled", "Cancelled"
+    PENDING = "pending", _("Pending")
+    SCHEDULED = "scheduled", _("Scheduled")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    RETRYING = "retrying", _("Retrying")
+    DEAD = "dead", _("Dead")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 # States in which a task waits for a job to run its next attempt: the dispatcher's work.
@@ -17,29 +18,29 @@ TERMINAL_STATES = (TaskState.SUCCEEDED, TaskState.DEAD, TaskState.CANCELLED)
 
 
 class AttemptOutcome(models.TextChoices):
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    ABANDONED = "abandoned", "Abandoned (worker lost)"
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    ABANDONED = "abandoned", _("Abandoned (worker lost)")
 
 
 class Backoff(models.TextChoices):
-    FIXED = "fixed", "Fixed"
-    EXPONENTIAL = "exponential", "Exponential"
-    EXPONENTIAL_JITTER = "exponential_jitter", "Exponential with full jitter"
+    FIXED = "fixed", _("Fixed")
+    EXPONENTIAL = "exponential", _("Exponential")
+    EXPONENTIAL_JITTER = "exponential_jitter", _("Exponential with full jitter")
 
 
 class PatternAction(models.TextChoices):
-    RETRY_SAME_RESOURCE = "retry_same_resource", "Retry on the same resource"
-    RETRY_OTHER_RESOURCE = "retry_other_resource", "Retry on another resource"
-    QUARANTINE = "quarantine", "Quarantine the resource"
-    DEAD_LETTER = "dead_letter", "Dead-letter at once"
+    RETRY_SAME_RESOURCE = "retry_same_resource", _("Retry on the same resource")
+    RETRY_OTHER_RESOURCE = "retry_other_resource", _("Retry on another resource")
+    QUARANTINE = "quarantine", _("Quarantine the resource")
+    DEAD_LETTER = "dead_letter", _("Dead-letter at once")
 
 
 class TaskEventKind(models.TextChoices):
-    EXECUTION_FAILED = "task.execution.failed", "Execution failed"
-    RETRY_SCHEDULED = "task.retry.scheduled", "Retry scheduled"
-    RETRY_SUCCEEDED = "task.retry.succeeded", "Retry succeeded"
-    DEAD = "task.dead", "Dead"
-    CANCELLED = "task.cancelled", "Cancelled"
-    RUN_NOW = "task.run_now", "Run now (operator)"
+    EXECUTION_FAILED = "task.execution.failed", _("Execution failed")
+    RETRY_SCHEDULED = "task.retry.scheduled", _("Retry scheduled")
+    RETRY_SUCCEEDED = "task.retry.succeeded", _("Retry succeeded")
+    DEAD = "task.dead", _("Dead")
+    CANCELLED = "task.cancelled", _("Cancelled")
+    RUN_NOW = "task.run_now", _("Run now (operator)")

@@ -1,8 +1,17 @@
 """Domain errors of tasks and flows. Each has a stable `code` for machines, a sentence for people,
 and `details` naming what was wrong (the field, the path in a payload, the task and its state)."""
 
+from django.utils.translation import ngettext
+
 from retryops import errors
 from retryops.errors import DomainError
+
+
+def too_long(field: str, length: int, limit: int) -> str:
+    """The refusal of a text longer than its column holds, in the reader's language."""
+    return ngettext("%(field)s is %(length)d character long; at most %(limit)d fit",
+                    "%(field)s is %(length)d characters long; at most %(limit)d fit",
+                    length) % {"field": field, "length": length, "limit": limit}
 
 
 class SchedulingError(DomainError):

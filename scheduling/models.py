@@ -3,13 +3,16 @@
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
+from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
 from scheduling.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
     AttemptOutcome,
     Backoff,
+    PatternAction,
     TaskEventKind,
     TaskState,
 )
@@ -18,27 +21,28 @@ from scheduling.choices import (
 class RetryPolicy(models.Model):
     """How a failed task comes back: how often, after how long, on which resource."""
 
-    name = models.SlugField(max_length=100, unique=True)
-    description = models.TextField(blank=True)
-    max_attempts = models.PositiveIntegerField(default=5)
-    backoff = models.CharField(max_length=30, choices=Backoff.choices, default=Backoff.EXPONENTIAL)
-    initial_delay_seconds = models.FloatField(default=120.0)
-    multiplier = models.FloatField(default=2.0)
-    max_delay_seconds = models.FloatField(default=3600.0)
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    description = models.TextField(_("description"), blank=True)
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=5)
+    backoff = models.CharField(_("backoff"), max_length=30, choices=Backoff.choices, default=Backoff.EXPONENTIAL)
+    initial_delay_seconds = models.FloatField(_("initial delay (seconds)"), default=120.0)
+    multiplier = models.FloatField(_("multiplier"), default=2.0)
+    max_delay_seconds = models.FloatField(_("max delay (seconds)"), default=3600.0)
     # Lists of {"pattern": regex, "action": PatternAction, "probation": bool}; see policies.py.
-    retryable_error_patterns = models.JSONField(default=list, blank=True)
-    non_retryable_error_patterns = models.JSONField(default=list, blank=True)
-    same_resource_on_retry = models.BooleanField(default=True)
+    retryable_error_patterns = models.JSONField(_("retryable error patterns"), default=list, blank=True)
+    non_retryable_error_patterns = models.JSONField(_("non-retryable error patterns"), default=list, blank=True)
+    same_resource_on_retry = models.BooleanField(_("same resource on retry"), default=True)
     deadline_seconds = models.FloatField(
-        null=True, blank=True, help_text="No retry is scheduled later than this after the task was created."
-    )
+        _("deadline (seconds)"), null=True, blank=True,
+        help_text=_("No retry is scheduled later than this after the task was created."))
     probation_cooldown_seconds = models.PositiveIntegerField(
-        default=1800, help_text="Wait before the probe of a resource quarantined for a probationary reason."
-    )
-    updated_at = models.DateTimeField(auto_now=True)
+        _("probation cooldown (seconds)"), default=1800,
+        help_text=_("Wait before the probe of a resource quarantined for a probationary reason."))
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
-        verbose_name_plural = "retry policies"
+        verbose_name = _("retry policy")
+        verbose_name_plural = _("retry policies")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="policy_max_attempts_positive"),
@@ -59,13 +63,16 @@ class RetryPolicy(models.Model):
 class RetryPolicyChange(models.Model):
     """Who changed a policy, when, and what it was before and after."""
 
-    policy = models.ForeignKey(RetryPolicy, on_delete=models.CASCADE, related_name="changes")
-    changed_by = models.CharField(max_length=200)
-    changed_at = models.DateTimeField(auto_now_add=True)
-    before = models.JSONField(default=dict)
-    after = models.JSONField(default=dict)
+    policy = models.ForeignKey(RetryPolicy, verbose_name=_("retry policy"), on_delete=models.CASCADE,
+                               related_name="changes")
+    changed_by = models.CharField(_("changed by"), max_length=200)
+    changed_at = models.DateTimeField(_("changed at"), auto_now_add=True)
+    before = models.JSONField(_("before"), default=dict)
+    after = models.JSONField(_("after"), default=dict)
 
     class Meta:
+        verbose_name = _("retry policy change")
+        verbose_name_plural = _("retry policy changes")
         ordering = ["-id"]
 
     def __str__(self) -> str:
@@ -76,51 +83,57 @@ class RetryPolicyChange(models.Model):
 class Task(models.Model):
     """One business instance: a flow run with one resource of a pool, retried until it succeeds or dies."""
 
-    flow = models.CharField(max_length=100)
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="tasks")
-    payload = models.JSONField(default=dict, blank=True)
-    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.PENDING)
+    flow = models.CharField(_("flow"), max_length=100)
+    pool = models.ForeignKey(ResourcePool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="tasks")
+    payload = models.JSONField(_("payload"), default=dict, blank=True)
+    state = models.CharField(_("state"), max_length=20, choices=TaskState.choices, default=TaskState.PENDING)
     # Task rows change state twice per attempt and every index is rewritten each time, so the
     # foreign keys below carry no index unless a query needs one (resource history goes through
     # Attempt, which is indexed by resource).
     requested_resource = models.ForeignKey(
-        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="requested_by_tasks", db_index=False
-    )
+        Resource, verbose_name=_("requested resource"), null=True, blank=True, on_delete=models.PROTECT,
+        related_name="requested_by_tasks", db_index=False)
     # Strict only means something for a task that named its resource; a task that did not may
     # always fall back to another one (task_strict_names_a_resource).
-    strict = models.BooleanField(default=True, help_text="A named resource that cannot be had fails the attempt.")
-    is_probe = models.BooleanField(default=False, help_text="A probation probe of a quarantined resource.")
-    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="tasks", db_index=False)
-    attempt_count = models.PositiveIntegerField(default=0)
-    next_run_at = models.DateTimeField(null=True, blank=True)
-    deadline_at = models.DateTimeField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=200, unique=True)
-    created_by = models.CharField(max_length=200)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    strict = models.BooleanField(_("strict"), default=True,
+                                 help_text=_("A named resource that cannot be had fails the attempt."))
+    is_probe = models.BooleanField(_("probe"), default=False,
+                                   help_text=_("A probation probe of a quarantined resource."))
+    policy = models.ForeignKey(RetryPolicy, verbose_name=_("retry policy"), on_delete=models.PROTECT,
+                               related_name="tasks", db_index=False)
+    attempt_count = models.PositiveIntegerField(_("attempts"), default=0)
+    next_run_at = models.DateTimeField(_("next run at"), null=True, blank=True)
+    deadline_at = models.DateTimeField(_("deadline"), null=True, blank=True)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=200, unique=True)
+    created_by = models.CharField(_("created by"), max_length=200)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 
     # The resource of the latest attempt, and the lease the task holds on it between attempts
     # (same-resource retry, operator retry, scheduler pick). The lease lives on the resource row.
-    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks",
-                                 db_index=False)
+    resource = models.ForeignKey(Resource, verbose_name=_("resource"), null=True, blank=True,
+                                 on_delete=models.PROTECT, related_name="tasks", db_index=False)
     # The resource the next attempt must run on (the requested one, or the same one after a
     # retryable failure); empty: any resource of the pool.
     pinned_resource = models.ForeignKey(
-        Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="pinned_tasks", db_index=False
-    )
-    held_lease_token = models.UUIDField(null=True, blank=True)
+        Resource, verbose_name=_("pinned resource"), null=True, blank=True, on_delete=models.PROTECT,
+        related_name="pinned_tasks", db_index=False)
+    held_lease_token = models.UUIDField(_("held lease token"), null=True, blank=True)
     # The business instance this task runs again (an operator's retry of a finished task's
     # payload): always the first task of the instance, so that every run of it is one query away
     # and the instance is run again only while no run of it is live or has succeeded.
-    repeats = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="repeated_by",
-                                db_index=False)
-    rq_job_id = models.CharField(max_length=100, blank=True)
-    result = models.JSONField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    last_error_signature = models.CharField(max_length=500, blank=True)
-    last_error_category = models.CharField(max_length=20, blank=True)
+    repeats = models.ForeignKey("self", verbose_name=_("runs again"), null=True, blank=True,
+                                on_delete=models.PROTECT, related_name="repeated_by", db_index=False)
+    rq_job_id = models.CharField(_("RQ job id"), max_length=100, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    last_error_signature = models.CharField(_("last error signature"), max_length=500, blank=True)
+    last_error_category = models.CharField(_("last error category"), max_length=20, blank=True,
+                                           choices=FailureCategory.choices)
 
     class Meta:
+        verbose_name = _("task")
+        verbose_name_plural = _("tasks")
         ordering = ["-id"]
         # The operator console's actions on tasks (scheduling.admin_console checks them on the server).
         permissions = [
@@ -175,25 +188,32 @@ class Attempt(models.Model):
     """One execution of a task: what a resource's retry history shows."""
 
     # Indexed through attempt_number_unique_per_task and attempt_resource_history_idx.
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False)
-    number = models.PositiveIntegerField()
-    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.PROTECT, related_name="attempts",
-                                 db_index=False)
-    lease_token = models.UUIDField(null=True, blank=True)
-    worker = models.CharField(max_length=200, blank=True)
-    rq_job_id = models.CharField(max_length=100, blank=True)
-    started_at = models.DateTimeField()
-    scheduled_for = models.DateTimeField(null=True, blank=True, help_text="The next_run_at this attempt was due at.")
-    finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, default=AttemptOutcome.RUNNING)
-    error_class = models.CharField(max_length=200, blank=True)
-    error_message = models.TextField(blank=True)
-    error_signature = models.CharField(max_length=500, blank=True)
-    category = models.CharField(max_length=20, blank=True)
-    action = models.CharField(max_length=30, blank=True)
-    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    task = models.ForeignKey(Task, verbose_name=_("task"), on_delete=models.CASCADE, related_name="attempts",
+                             db_index=False)
+    number = models.PositiveIntegerField(_("number"))
+    resource = models.ForeignKey(Resource, verbose_name=_("resource"), null=True, blank=True,
+                                 on_delete=models.PROTECT, related_name="attempts", db_index=False)
+    lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
+    worker = models.CharField(_("worker"), max_length=200, blank=True)
+    rq_job_id = models.CharField(_("RQ job id"), max_length=100, blank=True)
+    started_at = models.DateTimeField(_("started at"))
+    scheduled_for = models.DateTimeField(_("scheduled for"), null=True, blank=True,
+                                         help_text=_("When this attempt was due."))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=20, choices=AttemptOutcome.choices,
+                               default=AttemptOutcome.RUNNING)
+    error_class = models.CharField(_("error class"), max_length=200, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    error_signature = models.CharField(_("error signature"), max_length=500, blank=True)
+    # Choices only so that pages show their labels; the values are the classification's.
+    category = models.CharField(_("error category"), max_length=20, blank=True, choices=FailureCategory.choices)
+    action = models.CharField(_("action"), max_length=30, blank=True, choices=PatternAction.choices)
+    duration_ms = models.PositiveIntegerField(_("duration (ms)"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("attempt")
+        # "attempts" alone is a count (Task.attempt_count, a notification's attempts).
+        verbose_name_plural = pgettext_lazy("the records", "attempts")
         ordering = ["task_id", "number"]
         constraints = [
             # A job delivered twice cannot record the same attempt twice, so it cannot run the flow twice.
@@ -238,18 +258,20 @@ class TransactionIdField(models.Field):
 class TaskEvent(models.Model):
     """task.execution.failed, task.retry.scheduled, task.retry.succeeded, task.dead: rows to count and alert on."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=40, choices=TaskEventKind.choices)
-    attempt_number = models.PositiveIntegerField(null=True, blank=True)
-    details = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    task = models.ForeignKey(Task, verbose_name=_("task"), on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(_("kind"), max_length=40, choices=TaskEventKind.choices)
+    attempt_number = models.PositiveIntegerField(pgettext_lazy("which one", "attempt"), null=True, blank=True)
+    details = models.JSONField(_("details"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     # The writing transaction's id: claim_task_events compares it with the oldest transaction still
     # running to know which events can no longer be joined by an earlier one (see its comments).
     xid = TransactionIdField(
-        db_default=models.Func(function="pg_current_xact_id", output_field=TransactionIdField()), editable=False
-    )
+        _("transaction id"), db_default=models.Func(function="pg_current_xact_id", output_field=TransactionIdField()),
+        editable=False)
 
     class Meta:
+        verbose_name = _("task event")
+        verbose_name_plural = _("task events")
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["kind", "created_at"], name="task_event_kind_time_idx"),
@@ -272,11 +294,14 @@ class TaskEventDelivery(models.Model):
     written by claim_task_events in the consumer's own transaction, so a consumer that crashes
     before it commits leaves the event for its next claim."""
 
-    consumer = models.CharField(max_length=100)
-    event = models.ForeignKey(TaskEvent, on_delete=models.CASCADE, related_name="deliveries")
-    delivered_at = models.DateTimeField(auto_now_add=True)
+    consumer = models.CharField(_("consumer"), max_length=100)
+    event = models.ForeignKey(TaskEvent, verbose_name=_("event"), on_delete=models.CASCADE,
+                              related_name="deliveries")
+    delivered_at = models.DateTimeField(_("delivered at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("task event delivery")
+        verbose_name_plural = _("task event deliveries")
         ordering = ["id"]
         constraints = [
             # Also the anti-join of claim_task_events: "has this consumer seen this event?"
@@ -291,13 +316,15 @@ class TaskEventWatermark(models.Model):
     """How far one consumer has got through one kind of task event: every event of `kind` written
     by a transaction whose id is below `below_xid` is processed, so its claims look only above."""
 
-    consumer = models.CharField(max_length=100)
-    kind = models.CharField(max_length=40, choices=TaskEventKind.choices)
+    consumer = models.CharField(_("consumer"), max_length=100)
+    kind = models.CharField(_("kind"), max_length=40, choices=TaskEventKind.choices)
     # Moved only forward, by claim_task_events in the consumer's transaction (0: nothing yet).
-    below_xid = TransactionIdField()
-    advanced_at = models.DateTimeField(auto_now=True)
+    below_xid = TransactionIdField(_("below transaction"))
+    advanced_at = models.DateTimeField(_("advanced at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("task event watermark")
+        verbose_name_plural = _("task event watermarks")
         ordering = ["consumer", "kind"]
         constraints = [
             models.UniqueConstraint(fields=["consumer", "kind"], name="task_event_watermark_once"),
@@ -311,24 +338,31 @@ class TaskEventWatermark(models.Model):
 class BatchConfig(models.Model):
     """Automatic scheduling: start this many tasks of a flow on a pool at every tick."""
 
-    name = models.SlugField(max_length=100, unique=True)
-    pool = models.ForeignKey(ResourcePool, on_delete=models.CASCADE, related_name="batch_configs")
-    flow = models.CharField(max_length=100)
-    policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="batch_configs")
-    payload = models.JSONField(default=dict, blank=True, help_text="The payload of every task this config starts.")
-    enabled = models.BooleanField(default=True)
-    tasks_per_tick = models.PositiveIntegerField(default=10)
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    pool = models.ForeignKey(ResourcePool, verbose_name=_("pool"), on_delete=models.CASCADE,
+                             related_name="batch_configs")
+    flow = models.CharField(_("flow"), max_length=100)
+    policy = models.ForeignKey(RetryPolicy, verbose_name=_("retry policy"), on_delete=models.PROTECT,
+                               related_name="batch_configs")
+    payload = models.JSONField(_("payload"), default=dict, blank=True,
+                               help_text=_("The payload of every task this config starts."))
+    enabled = models.BooleanField(_("enabled"), default=True)
+    tasks_per_tick = models.PositiveIntegerField(_("tasks per tick"), default=10)
     retry_failed_first = models.BooleanField(
-        default=False, help_text="Reclaim recently failed, retryable resources before taking fresh ones."
-    )
-    recent_window_seconds = models.PositiveIntegerField(default=3600)
+        _("retry failed first"), default=False,
+        help_text=_("Reclaim recently failed, retryable resources before taking fresh ones."))
+    recent_window_seconds = models.PositiveIntegerField(_("recent window (seconds)"), default=3600)
     retryable_error_patterns = models.JSONField(
-        default=list, blank=True, help_text="Regexes; a failed resource is reclaimed only if its last failure matches one. Empty: any retryable failure."
-    )
-    last_tick_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True, help_text="Why the last tick failed; empty after a good one.")
+        _("retryable error patterns"), default=list, blank=True,
+        help_text=_("Regexes; a failed resource is reclaimed only if its last failure matches one. Empty: any "
+                    "retryable failure."))
+    last_tick_at = models.DateTimeField(_("last tick at"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True,
+                                  help_text=_("Why the last tick failed; empty after a good one."))
 
     class Meta:
+        verbose_name = _("batch config")
+        verbose_name_plural = _("batch configs")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(tasks_per_tick__gte=1), name="batch_tasks_per_tick_positive"),

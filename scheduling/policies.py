@@ -3,14 +3,17 @@ failure's text tells a policy to do."""
 
 import math
 import random
+import re
 from dataclasses import dataclass
+
+from django.utils.translation import gettext as _
 
 from resources.choices import FailureCategory
 from resources.classification import Classification, compile_patterns, error_text
 from resources.services import MAX_PROBATION_SECONDS
 from retryops.jsonsafe import check_text
 from scheduling.choices import Backoff, PatternAction
-from scheduling.errors import BadPolicy
+from scheduling.errors import BadPolicy, too_long
 
 REQUIRED_FIELDS = (
     "name", "max_attempts", "backoff", "initial_delay_seconds", "multiplier", "max_delay_seconds",
@@ -37,50 +40,61 @@ MAX_NAME_LENGTH = 100
 def _number(data: dict, field: str, *, minimum: float, maximum: float, integer: bool = False) -> float | int:
     value = data[field]
     kinds = (int,) if integer else (int, float)
+    names = {"field": field, "value": value, "minimum": minimum, "maximum": maximum}
     if isinstance(value, bool) or not isinstance(value, kinds):
-        raise BadPolicy(f"{field} must be {'a whole number' if integer else 'a number'}, got {value!r}", field=field)
+        raise BadPolicy((_("%(field)s must be a whole number, got %(value)r") if integer else
+                         _("%(field)s must be a number, got %(value)r")) % names, field=field)
     # NaN passes every comparison, infinity every lower bound; both reach timedelta() later.
     if not math.isfinite(value):
-        raise BadPolicy(f"{field} must be a finite number, got {value!r}", field=field)
+        raise BadPolicy(_("%(field)s must be a finite number, got %(value)r") % names, field=field)
     if value < minimum:
-        raise BadPolicy(f"{field} must be at least {minimum:g}, got {value!r}", field=field)
+        raise BadPolicy(_("%(field)s must be at least %(minimum)g, got %(value)r") % names, field=field)
     if value > maximum:
-        raise BadPolicy(f"{field} must be at most {maximum:g}, got {value!r}", field=field)
+        raise BadPolicy(_("%(field)s must be at most %(maximum)g, got %(value)r") % names, field=field)
     return value
 
 
 def _text(field: str, value: str) -> str:
     problem = check_text(value)
     if problem:
-        raise BadPolicy(f"{field} {problem}, which PostgreSQL cannot store", field=field)
+        raise BadPolicy(_("%(field)s %(problem)s, which PostgreSQL cannot store") % {
+            "field": field, "problem": problem}, field=field)
     return value
 
 
 def clean_patterns(field: str, entries) -> list[dict]:
     """Normalise a pattern list to [{"pattern", "action", "probation"}]; a bad entry or regex names itself."""
     if not isinstance(entries, list):
-        raise BadPolicy(f"{field} must be a list of regexes or {{pattern, action}} entries, got {entries!r}", field=field)
+        raise BadPolicy(_("%(field)s must be a list of regexes or {pattern, action} entries, got %(value)r") % {
+            "field": field, "value": entries}, field=field)
     cleaned = []
     for n, entry in enumerate(entries):
         where = f"{field}[{n}]"
         if isinstance(entry, str):
             entry = {"pattern": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("pattern"), str) or not entry["pattern"]:
-            raise BadPolicy(f"{where} must be a regex or a mapping with a 'pattern' string, got {entry!r}", field=where)
+            raise BadPolicy(_("%(field)s must be a regex or a mapping with a 'pattern' string, got %(value)r") % {
+                "field": where, "value": entry}, field=where)
         _text(where, entry["pattern"])
         unknown = set(entry) - {"pattern", "action", "probation"}
         if unknown:
-            raise BadPolicy(f"{where} has unknown keys: {', '.join(sorted(unknown))}", field=where)
+            raise BadPolicy(_("%(field)s has unknown keys: %(keys)s") % {
+                "field": where, "keys": ", ".join(sorted(unknown))}, field=where)
         action = entry.get("action", DEFAULT_ACTION[field])
         if action not in PatternAction.values:
-            raise BadPolicy(f"{where}.action must be one of {', '.join(PatternAction.values)}, got {action!r}", field=where)
+            raise BadPolicy(_("%(field)s.action must be one of %(choices)s, got %(value)r") % {
+                "field": where, "choices": ", ".join(PatternAction.values), "value": action}, field=where)
         probation = entry.get("probation", False)
         if not isinstance(probation, bool):
-            raise BadPolicy(f"{where}.probation must be true or false, got {probation!r}", field=where)
+            raise BadPolicy(_("%(field)s.probation must be true or false, got %(value)r") % {
+                "field": where, "value": probation}, field=where)
         try:
-            compile_patterns((entry["pattern"],))
-        except ValueError as exc:
-            raise BadPolicy(f"{where}: {exc}", field=where) from None
+            # Compiled as compile_patterns will when the policy is used; the regex module's own
+            # reason is quoted as it says it.
+            re.compile(entry["pattern"], re.IGNORECASE)
+        except re.error as exc:
+            raise BadPolicy(_("%(field)s: invalid error pattern %(pattern)r: %(reason)s") % {
+                "field": where, "pattern": entry["pattern"], "reason": exc}, field=where) from None
         cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
     return cleaned
 
@@ -88,22 +102,23 @@ def clean_patterns(field: str, entries) -> list[dict]:
 def clean_policy(data) -> dict:
     """Validate one policy definition and return the model's field values."""
     if not isinstance(data, dict):
-        raise BadPolicy(f"a policy must be a mapping of fields, got {data!r}")
+        raise BadPolicy(_("a policy must be a mapping of fields, got %(value)r") % {"value": data})
     for field in REQUIRED_FIELDS:
         if field not in data:
-            raise BadPolicy(f"missing field {field!r}", field=field)
+            raise BadPolicy(_("missing field %(field)r") % {"field": field}, field=field)
     unknown = set(data) - set(REQUIRED_FIELDS) - set(OPTIONAL_FIELDS)
     if unknown:
-        raise BadPolicy(f"unknown fields: {', '.join(sorted(map(str, unknown)))}")
+        raise BadPolicy(_("unknown fields: %(fields)s") % {"fields": ", ".join(sorted(map(str, unknown)))})
     if not isinstance(data["name"], str) or not data["name"].strip():
-        raise BadPolicy(f"name must be a non-empty string, got {data['name']!r}", field="name")
+        raise BadPolicy(_("name must be a non-empty string, got %(value)r") % {"value": data["name"]}, field="name")
     if len(data["name"].strip()) > MAX_NAME_LENGTH:
-        raise BadPolicy(f"name is {len(data['name'].strip())} characters long; at most {MAX_NAME_LENGTH} fit",
-                        field="name")
+        raise BadPolicy(too_long("name", len(data["name"].strip()), MAX_NAME_LENGTH), field="name")
     if data["backoff"] not in Backoff.values:
-        raise BadPolicy(f"backoff must be one of {', '.join(Backoff.values)}, got {data['backoff']!r}", field="backoff")
+        raise BadPolicy(_("backoff must be one of %(choices)s, got %(value)r") % {
+            "choices": ", ".join(Backoff.values), "value": data["backoff"]}, field="backoff")
     if not isinstance(data["same_resource_on_retry"], bool):
-        raise BadPolicy(f"same_resource_on_retry must be true or false, got {data['same_resource_on_retry']!r}", field="same_resource_on_retry")
+        raise BadPolicy(_("same_resource_on_retry must be true or false, got %(value)r") % {
+            "value": data["same_resource_on_retry"]}, field="same_resource_on_retry")
     cleaned = {
         "name": _text("name", data["name"].strip()),
         "description": _text("description", str(data.get("description") or "")),
@@ -120,7 +135,7 @@ def clean_policy(data) -> dict:
         cleaned["probation_cooldown_seconds"] = _number(data, "probation_cooldown_seconds", minimum=1,
                                                             maximum=MAX_PROBATION_COOLDOWN_SECONDS, integer=True)
     if cleaned["max_delay_seconds"] < cleaned["initial_delay_seconds"]:
-        raise BadPolicy("max_delay_seconds must be at least initial_delay_seconds", field="max_delay_seconds")
+        raise BadPolicy(_("max_delay_seconds must be at least initial_delay_seconds"), field="max_delay_seconds")
     if data.get("deadline_seconds") is not None:
         cleaned["deadline_seconds"] = float(_number(data, "deadline_seconds", minimum=1, maximum=MAX_DELAY_SECONDS))
     for field in ("retryable_error_patterns", "non_retryable_error_patterns"):

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import TruncHour
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from resources.choices import EventKind
 from resources.classification import compile_patterns
@@ -37,12 +38,12 @@ def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
         return policy
     name = policy or getattr(settings, "RETRYOPS_DEFAULT_POLICY", "default")
     if not isinstance(name, str) or check_text(name):
-        raise BadInput(f"policy must be a policy's name, got {name!r}", field="policy")
+        raise BadInput(_("policy must be a policy's name, got %(value)r") % {"value": name}, field="policy")
     try:
         return RetryPolicy.objects.get(name=name)
     except RetryPolicy.DoesNotExist:
-        raise UnknownPolicy(f"no retry policy {name!r}; load them with manage.py load_retry_policies",
-                            policy=name) from None
+        raise UnknownPolicy(_("no retry policy %(name)r; load them with manage.py load_retry_policies") % {
+            "name": name}, policy=name) from None
 
 
 def tasks_of_resource(resource: Resource | int) -> QuerySet[Task]:
@@ -128,7 +129,7 @@ def get_task(task: Task | int) -> Task:
     task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
     found = Task.objects.select_related("pool", "policy").filter(pk=task_id).first()
     if found is None:
-        raise TaskNotFound(f"no task with id {task_id}", task_id=task_id)
+        raise TaskNotFound(_("no task with id %(id)s") % {"id": task_id}, task_id=task_id)
     return found
 
 
@@ -156,7 +157,8 @@ def resource_keys(*, pool: int, prefix: str, limit: int = 20) -> list[str]:
     pool = record_id(pool, field="pool", error=BadInput)
     limit = whole_number(limit, field="limit", error=BadInput)
     if not isinstance(prefix, str) or check_text(prefix):
-        raise BadInput(f"prefix must be text a column can hold, got {prefix!r}", field="prefix")
+        raise BadInput(_("prefix must be text a column can hold, got %(value)r") % {"value": prefix},
+                       field="prefix")
     return list(Resource.objects.filter(pool_id=pool, key__startswith=prefix).order_by("key")
                 .values_list("key", flat=True)[:limit])
 

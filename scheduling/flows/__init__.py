@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
 
 _registry: dict[str, Callable] = {}
 
@@ -47,10 +48,12 @@ def get_flow(name: str) -> Callable:
         return _registry[name]
     path = getattr(settings, "RETRYOPS_FLOWS", {}).get(name)
     if path is None:
-        raise UnknownFlow(f"unknown flow {name!r}; known flows: {', '.join(known_flows()) or 'none'}")
+        raise UnknownFlow(_("unknown flow %(name)r; known flows: %(flows)s") % {
+            "name": name, "flows": ", ".join(known_flows()) or _("none")})
     try:
         func = import_string(path)
     except ImportError as exc:
-        raise UnknownFlow(f"flow {name!r} points at {path!r}, which cannot be imported: {exc}") from None
+        raise UnknownFlow(_("flow %(name)r points at %(path)r, which cannot be imported: %(error)s") % {
+            "name": name, "path": path, "error": exc}) from None
     _registry[name] = func
     return func

@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -16,7 +18,7 @@ from resources.selectors import get_pool
 from retryops.errors import DomainError
 from retryops.inputs import flag, record_id, whole_number
 from retryops.jsonsafe import clean_text
-from scheduling.errors import BadInput, BadPolicy, FlowNotFound
+from scheduling.errors import BadInput, BadPolicy, FlowNotFound, too_long
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, Task
 from scheduling.policies import clean_patterns
@@ -94,22 +96,22 @@ def _count(value, *, field: str, minimum: int) -> int:
 def _fits(value: str, field: str) -> str:
     limit = BatchConfig._meta.get_field(field).max_length
     if len(value) > limit:
-        raise BadInput(f"{field} is {len(value)} characters long; at most {limit} fit", field=field)
+        raise BadInput(too_long(field, len(value), limit), field=field)
     return value
 
 
 def _batch_name(value) -> str:
-    name = _fits(name_of(value, field="name", what="the batch config"), "name")
+    name = _fits(name_of(value, field="name", what=gettext_lazy("the batch config")), "name")
     try:
         validate_slug(name)
     except ValidationError:
-        raise BadInput(f"batch config name {name!r} must be letters, digits, hyphens or underscores",
-                       field="name") from None
+        raise BadInput(_("batch config name %(name)r must be letters, digits, hyphens or underscores") % {
+            "name": name}, field="name") from None
     return name
 
 
 def _batch_flow(value) -> str:
-    flow = _fits(name_of(value, field="flow", what="a flow"), "flow")
+    flow = _fits(name_of(value, field="flow", what=gettext_lazy("a flow")), "flow")
     try:
         get_flow(flow)
     except UnknownFlow as exc:
@@ -120,7 +122,8 @@ def _batch_flow(value) -> str:
 def _batch_patterns(value) -> list[str]:
     field = "retryable_error_patterns"
     if not isinstance(value, list) or not all(isinstance(pattern, str) for pattern in value):
-        raise BadPolicy(f"{field} must be a list of regexes, as strings, got {value!r}", field=field)
+        raise BadPolicy(_("%(field)s must be a list of regexes, as strings, got %(value)r") % {
+            "field": field, "value": value}, field=field)
     clean_patterns(field, value)
     return value
 
@@ -129,7 +132,7 @@ _BATCH_CHECKS = {
     "name": _batch_name,
     "pool": get_pool,
     "flow": _batch_flow,
-    "policy": lambda value: get_policy(name_of(value, field="policy", what="a retry policy")
+    "policy": lambda value: get_policy(name_of(value, field="policy", what=gettext_lazy("a retry policy"))
                                        if not isinstance(value, models.Model) else value),
     "payload": parse_payload,
     "enabled": lambda value: flag(value, field="enabled", error=BadInput),
@@ -142,10 +145,12 @@ _BATCH_CHECKS = {
 
 def _batch_values(data: dict) -> dict:
     if not isinstance(data, dict):
-        raise BadInput(f"data must be a mapping of batch config fields, got {type(data).__name__}", field="data")
+        raise BadInput(_("data must be a mapping of batch config fields, got %(type)s") % {
+            "type": type(data).__name__}, field="data")
     unknown = sorted(map(str, set(data) - set(BATCH_FIELDS)))
     if unknown:
-        raise BadInput(f"not a field an operator sets on a batch config: {', '.join(unknown)}", field=unknown[0])
+        raise BadInput(_("not a field an operator sets on a batch config: %(fields)s") % {
+            "fields": ", ".join(unknown)}, field=unknown[0])
     return {field: _BATCH_CHECKS[field](value) for field, value in data.items()}
 
 
@@ -159,14 +164,15 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
     the fields of `data` on one, under its row lock and writing only what differs, so a tick
     landing meanwhile keeps its last_tick_at. Records BATCH_CREATE or BATCH_CHANGE with the
     fields before and after; a save that changes nothing records nothing."""
-    actor = name_of(actor, field="actor", what="who saves the batch config")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who saves the batch config"))
     values = _batch_values(data)
     try:
         with transaction.atomic():
             if config is None:
                 missing = [field for field in ("name", "pool", "flow", "policy") if field not in values]
                 if missing:
-                    raise BadInput(f"a new batch config needs {', '.join(missing)}", field=missing[0])
+                    raise BadInput(_("a new batch config needs %(fields)s") % {"fields": ", ".join(missing)},
+                                   field=missing[0])
                 saved = BatchConfig.objects.create(**values)
                 record_audit(action=AuditAction.BATCH_CREATE, target=saved, before=None, actor=actor,
                              after={field: _shown(getattr(saved, field)) for field in BATCH_FIELDS})
@@ -176,7 +182,7 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
             saved = BatchConfig.objects.select_for_update(of=("self",)).select_related("pool", "policy").filter(
                 pk=config_id).first()
             if saved is None:
-                raise BadInput(f"no batch config with id {config_id!r}", field="config")
+                raise BadInput(_("no batch config with id %(id)r") % {"id": config_id}, field="config")
             edited = {field: value for field, value in values.items() if getattr(saved, field) != value}
             if not edited:
                 return saved
@@ -192,4 +198,5 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
         # one that a save running at the same time took first.
         if getattr(exc.__cause__, "sqlstate", None) != "23505":
             raise
-        raise BadInput(f"a batch config named {values.get('name')!r} exists already", field="name") from None
+        raise BadInput(_("a batch config named %(name)r exists already") % {"name": values.get("name")},
+                       field="name") from None

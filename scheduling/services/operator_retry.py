@@ -2,6 +2,8 @@
 
 from django.db import transaction
 from django.db.models import Q
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -20,25 +22,29 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
     # The locked row says whether the task holds the resource and until when: what an operator
     # needs to decide whether to wait, run that task now or cancel it. No row: the task runs the
     # business instance that `last` ran on it, on another resource (see instance_to_run_again).
+    # Whole sentences, one per case, so that each reads naturally once translated.
+    names = {"task": task.pk, "flow": task.flow, "resource": name, "last": last.pk if last else None,
+             "until": when(current.leased_until) if current else "", "attempt": task.attempt_count,
+             "state": task.get_state_display().lower(), "next": when(task.next_run_at)}
     if current is None:
-        where = (f"{task.holder} ({task.flow}), the last task on {name}, has moved on to another resource"
+        where = (_("task %(task)s (%(flow)s), the last task on %(resource)s, has moved on to another resource")
                  if last is None or last.pk == task.pk else
-                 f"{task.holder} ({task.flow}) runs the payload of {last.holder}, the last task on {name}, "
-                 f"on another resource")
+                 _("task %(task)s (%(flow)s) runs the payload of task %(last)s, the last task on %(resource)s, "
+                   "on another resource"))
     elif current.state == ResourceState.IN_USE and current.lease_holder == task.holder:
-        where = f"{name} is in use by {task.holder} ({task.flow}) until {when(current.leased_until)}"
+        where = _("%(resource)s is in use by task %(task)s (%(flow)s) until %(until)s")
     else:
-        where = f"{name} is bound to {task.holder} ({task.flow})"
+        where = _("%(resource)s is bound to task %(task)s (%(flow)s)")
     if task.state == TaskState.RUNNING:
         # Neither run-now nor cancel applies to a running attempt: its side effects are under way.
-        doing = f"it is running attempt {task.attempt_count}"
-        advice = "wait for that attempt to end"
+        doing = _("%(where)s: it is running attempt %(attempt)s; a retry now would run it twice: wait for that "
+                  "attempt to end")
     else:
-        doing = f"it is {task.get_state_display().lower()} and runs next at {when(task.next_run_at)}"
-        advice = "run that task now or cancel it first"
+        doing = _("%(where)s: it is %(state)s and runs next at %(next)s; a retry now would run it twice: run that "
+                  "task now or cancel it first")
     holds = current is not None and current.state == ResourceState.IN_USE and current.lease_holder == task.holder
     return TaskLive(
-        f"{where}: {doing}; a retry now would run it twice: {advice}",
+        doing % {**names, "where": where % names},
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None,
         holder=task.holder, until=current.leased_until.isoformat() if holds else None)
 
@@ -54,10 +60,12 @@ def instance_to_run_again(last: Task, name: str) -> Task:
     run = Task.objects.filter(Q(pk=first.pk) | Q(repeats=first)).exclude(
         state__in=(TaskState.DEAD, TaskState.CANCELLED)).order_by("-id").first()
     if run is not None and run.state == TaskState.SUCCEEDED:
-        who = f"{run.holder} ({run.flow}), the last task on {name}," if run.pk == last.pk else (
-            f"{run.holder} ({run.flow}), a run of the payload of {last.holder}, the last task on {name},")
-        raise BadInput(f"{who} succeeded already: its payload again would run it a second time", field="payload",
-                       task_id=run.pk)
+        names = {"task": run.pk, "flow": run.flow, "last": last.pk, "resource": name}
+        message = _("task %(task)s (%(flow)s), the last task on %(resource)s, succeeded already: its payload again "
+                    "would run it a second time") if run.pk == last.pk else _(
+            "task %(task)s (%(flow)s), a run of the payload of task %(last)s, the last task on %(resource)s, "
+            "succeeded already: its payload again would run it a second time")
+        raise BadInput(message % names, field="payload", task_id=run.pk)
     if run is not None:
         raise _live(run, None, name, last=last)
     return first
@@ -72,7 +80,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     flow and payload (copied or given) would run a business instance that runs elsewhere now or
     has succeeded (BadInput): see instance_to_run_again. With `audit` False it records no
     audit entry: the caller's own action (a dead letter's replay) records one of its own."""
-    actor = name_of(actor, field="actor", what="who asks for the retry")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
         # writes such a task), so no live task can appear between this check and the new task.
@@ -84,7 +92,8 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         last, repeats = last_task_on(current), None
         if flow is None:
             if last is None:
-                raise BadInput(f"no task has run on {name} yet: name the flow", field="flow")
+                raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
+                               field="flow")
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy

@@ -1,6 +1,8 @@
 """Retry policies: saved with a record of each change, loaded from YAML all or none."""
 
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -22,7 +24,7 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
     change row and an audit entry); saving it unchanged records nothing."""
     from scheduling.models import RetryPolicyChange
 
-    actor = name_of(actor, field="actor", what="who changes the policy")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who changes the policy"))
     with transaction.atomic():
         policy = RetryPolicy.objects.select_for_update().filter(name=data["name"]).first()
         before = policy_snapshot(policy) if policy else {}
@@ -54,15 +56,18 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
 
     from scheduling.policies import clean_policy
 
-    actor = name_of(actor, field="actor", what="who loads the policies")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who loads the policies"))
     if not isinstance(text, str):
-        raise BadPolicy(f"{source}: expected the YAML document as text, got {type(text).__name__}", source=source)
+        raise BadPolicy(_("%(source)s: expected the YAML document as text, got %(type)s") % {
+            "source": source, "type": type(text).__name__}, source=source)
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise BadPolicy(f"{source}: not valid YAML: {exc}", source=source) from None
+        raise BadPolicy(_("%(source)s: not valid YAML: %(error)s") % {"source": source, "error": exc},
+                        source=source) from None
     if not isinstance(document, dict) or not isinstance(document.get("policies"), list):
-        raise BadPolicy(f"{source}: expected a mapping with a 'policies' list", source=source)
+        raise BadPolicy(_("%(source)s: expected a mapping with a 'policies' list") % {"source": source},
+                        source=source)
     cleaned, names = [], set()
     for n, entry in enumerate(document["policies"]):
         label = f"policies[{n}]" + (f" ({entry['name']})" if isinstance(entry, dict) and "name" in entry else "")
@@ -71,7 +76,8 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
         except BadPolicy as exc:
             raise BadPolicy(f"{source}: {label}: {exc}", source=source, entry=n, **exc.details) from None
         if data["name"] in names:
-            raise BadPolicy(f"{source}: {label}: policy name {data['name']!r} appears twice", source=source, entry=n)
+            raise BadPolicy(_("%(source)s: %(entry)s: policy name %(name)r appears twice") % {
+                "source": source, "entry": label, "name": data["name"]}, source=source, entry=n)
         names.add(data["name"])
         cleaned.append(data)
     with transaction.atomic():

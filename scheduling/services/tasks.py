@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -24,6 +26,7 @@ from scheduling.errors import (
     FlowNotFound,
     IllegalTaskTransition,
     TaskNotFound,
+    too_long,
 )
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import RetryPolicy, Task
@@ -45,26 +48,30 @@ def parse_payload(payload) -> dict:
         try:
             payload = json.loads(payload)
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise BadPayload(f"payload is not JSON: {exc}", path="payload") from None
+            raise BadPayload(_("payload is not JSON: %(error)s") % {"error": exc}, path="payload") from None
     if payload is None:
         return {}
     if not isinstance(payload, dict):
-        raise BadPayload(f"payload must be a JSON object, got {type(payload).__name__}", path="payload")
+        raise BadPayload(_("payload must be a JSON object, got %(type)s") % {"type": type(payload).__name__},
+                         path="payload")
     try:
         return refuse_unstorable(payload, name="payload")
     except UnstorableValue as exc:
         raise BadPayload(str(exc), path=exc.path) from None
     except RecursionError:
-        raise BadPayload("payload is nested too deeply to store", path="payload") from None
+        raise BadPayload(_("payload is nested too deeply to store"), path="payload") from None
 
 
 def name_of(value, *, field: str, what: str) -> str:
-    """Who or what does something (created_by, actor): a non-empty line of text a column can hold."""
+    """Who or what does something (created_by, actor): a non-empty line of text a column can hold.
+    `what` is said in the refusal: pass it through gettext_lazy."""
     if not isinstance(value, str) or not value.strip():
-        raise BadInput(f"{field} must name {what}, got {value!r}", field=field)
+        raise BadInput(_("%(field)s must name %(what)s, got %(value)r") % {"field": field, "what": what,
+                                                                           "value": value}, field=field)
     problem = check_text(value)
     if problem:
-        raise BadInput(f"{field} {problem}: {value!r}", field=field)
+        raise BadInput(_("%(field)s %(problem)s: %(value)r") % {"field": field, "problem": problem, "value": value},
+                       field=field)
     return value.strip()[:NAME_LENGTH]
 
 
@@ -72,11 +79,10 @@ def _idempotency_key(key) -> str | None:
     if key is None or key == "":
         return None
     if not isinstance(key, str) or check_text(key):
-        raise BadInput(f"idempotency_key must be text a column can hold (no NUL characters, no lone surrogates), "
-                       f"got {key!r}", field="idempotency_key")
+        raise BadInput(_("idempotency_key must be text a column can hold (no NUL characters, no lone surrogates), "
+                         "got %(value)r") % {"value": key}, field="idempotency_key")
     if len(key) > IDEMPOTENCY_KEY_LENGTH:
-        raise BadInput(f"idempotency_key is {len(key)} characters long; at most {IDEMPOTENCY_KEY_LENGTH} fit",
-                       field="idempotency_key")
+        raise BadInput(too_long("idempotency_key", len(key), IDEMPOTENCY_KEY_LENGTH), field="idempotency_key")
     return key
 
 
@@ -84,22 +90,25 @@ def _run_at(run_at, now: datetime) -> datetime | None:
     if run_at is None:
         return None
     if not isinstance(run_at, datetime) or timezone.is_naive(run_at):
-        raise BadInput(f"run_at must be a date and time with a time zone, got {run_at!r}", field="run_at")
+        raise BadInput(_("run_at must be a date and time with a time zone, got %(value)r") % {"value": run_at},
+                       field="run_at")
     if run_at - now > MAX_RUN_AHEAD:
-        raise BadInput(f"run_at {run_at.isoformat()} is more than {MAX_RUN_AHEAD.days} days ahead", field="run_at")
+        raise BadInput(_("run_at %(value)s is more than %(days)s days ahead") % {
+            "value": run_at.isoformat(), "days": MAX_RUN_AHEAD.days}, field="run_at")
     return run_at
 
 
 def _pool_name(pool_name):
     problem = check_text(pool_name) if isinstance(pool_name, str) else None
     if problem:
-        raise BadInput(f"pool_name {problem}: {pool_name!r}", field="pool_name")
+        raise BadInput(_("%(field)s %(problem)s: %(value)r") % {"field": "pool_name", "problem": problem,
+                                                                 "value": pool_name}, field="pool_name")
     return pool_name
 
 
 def _flow(flow) -> str:
     if not isinstance(flow, str) or check_text(flow):
-        raise BadInput(f"flow must be a flow's name, got {flow!r}", field="flow")
+        raise BadInput(_("flow must be a flow's name, got %(value)r") % {"value": flow}, field="flow")
     try:
         get_flow(flow)
     except UnknownFlow as exc:
@@ -113,8 +122,9 @@ def _deadline(policy: RetryPolicy, now: datetime) -> datetime | None:
     try:
         return now + timedelta(seconds=policy.deadline_seconds)
     except OverflowError:
-        raise BadPolicy(f"policy {policy.name}: deadline_seconds {policy.deadline_seconds:g} reaches past the "
-                        f"end of the calendar", field="deadline_seconds", policy=policy.name) from None
+        raise BadPolicy(_("policy %(policy)s: deadline_seconds %(seconds)g reaches past the end of the calendar") % {
+            "policy": policy.name, "seconds": policy.deadline_seconds}, field="deadline_seconds",
+            policy=policy.name) from None
 
 
 def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: str, payload=None,
@@ -137,7 +147,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
-    created_by = name_of(created_by, field="created_by", what="who or what starts the task")
+    created_by = name_of(created_by, field="created_by", what=gettext_lazy("who or what starts the task"))
     idempotency_key = _idempotency_key(idempotency_key)
     run_at = _run_at(run_at, now)
     strict = flag(strict, field="strict", error=BadInput)
@@ -153,8 +163,8 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         pinned = resource if isinstance(resource, Resource) else pool.get_resource(
             resource_id=record_id(resource, field="resource", error=BadInput))
         if pinned.pool_id != target_pool.pk:
-            raise BadInput(f"resource {pinned.key} belongs to pool {pinned.pool.name}, not {target_pool.name}",
-                           field="resource")
+            raise BadInput(_("resource %(key)s belongs to pool %(pool)s, not %(asked)s") % {
+                "key": pinned.key, "pool": pinned.pool.name, "asked": target_pool.name}, field="resource")
     try:
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
@@ -220,14 +230,23 @@ def _locked_task(task: Task | int) -> Task:
     task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
     locked = Task.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=task_id).first()
     if locked is None:
-        raise TaskNotFound(f"no task with id {task_id}", task_id=task_id)
+        raise TaskNotFound(_("no task with id %(id)s") % {"id": task_id}, task_id=task_id)
     return locked
+
+
+# Whole sentences per action, so that each translates as one.
+_NOT_WAITING = {
+    "cancel": gettext_lazy("cannot cancel task %(task)s: it is %(state)s; only pending, scheduled or retrying "
+                           "tasks can be"),
+    "run now": gettext_lazy("cannot run now task %(task)s: it is %(state)s; only pending, scheduled or retrying "
+                            "tasks can be"),
+}
 
 
 def _waiting_or_refuse(task: Task, action: str) -> None:
     if task.state not in WAITING_STATES:
         raise IllegalTaskTransition(
-            f"cannot {action} {task.holder}: it is {task.state}; only pending, scheduled or retrying tasks can be",
+            _NOT_WAITING[action] % {"task": task.pk, "state": task.get_state_display().lower()},
             task_id=task.pk, state=task.state, action=action.replace(" ", "_"))
 
 
@@ -235,9 +254,9 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
     """Cancel a task waiting for its next attempt: it never runs again, and a lease it holds
     (reserved, or held for its retry) goes back unused. A running attempt cannot be cancelled
     (its flow is already doing its side effects): cancel the retry once it has ended."""
-    actor = name_of(actor, field="actor", what="who cancels the task")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who cancels the task"))
     if reason is not None and not isinstance(reason, str):
-        raise BadInput(f"reason must be text, got {type(reason).__name__}", field="reason")
+        raise BadInput(_("reason must be text, got %(type)s") % {"type": type(reason).__name__}, field="reason")
     reason = clean_text(reason.strip()) if reason else ""
     with transaction.atomic():
         # Lock order, as in begin_attempt: the task, then its resource.
@@ -262,7 +281,7 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
 def run_task_now(*, task: Task | int, actor: str) -> Task:
     """Pull a waiting task's next attempt forward to now and enqueue it once this commits. The
     wake-up it had arrives later and finds that attempt already taken."""
-    actor = name_of(actor, field="actor", what="who runs the task")
+    actor = name_of(actor, field="actor", what=gettext_lazy("who runs the task"))
     with transaction.atomic():
         task = _locked_task(task)
         _waiting_or_refuse(task, "run now")

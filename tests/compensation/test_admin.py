@@ -40,7 +40,7 @@ def test_discarding_from_the_admin_goes_through_the_service_with_its_audit_entry
     response = admin_client.post(reverse("admin:compensation_deadletter_changelist"), {
         "action": "discard", "index": 0, "_selected_action": [str(letters[0].pk)], "post": "yes",
         "reason": "test order"}, follow=True)
-    assert said(response) == "discarded 1"
+    assert said(response) == "Discarded 1 dead letter."
     assert DeadLetter.objects.get(pk=letters[0].pk).state == DeadLetterState.DISCARDED
     entry = AuditEntry.objects.get(action="dead_letter.discard")
     assert (entry.actor, entry.channel, entry.reason) == ("admin", "admin", "test order")

@@ -131,7 +131,6 @@ def test_the_dashboard_shows_a_new_failure_without_a_reload(page, shot, carol, a
     assert page.evaluate("window.e2eSamePage === true")
 
 
-@pytest.mark.xfail(strict=True, reason="the zh-Hans catalogue and LocaleMiddleware are not built yet")
 def test_a_browser_asking_for_chinese_gets_the_console_in_chinese(screens, carol, failed_alice):
     page = screens.open(locale="zh-CN")  # Accept-Language: zh-CN, which Django serves as zh-hans
     log_in(page)

@@ -2,6 +2,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
 from audit.management.base import AuditedCommand
@@ -10,12 +11,14 @@ from scheduling import services
 
 
 class Command(AuditedCommand):
-    help = "Load retry policies from YAML (default config/tasks/retry-policies.yaml): all of them, or none."
+    help = _("Load retry policies from YAML (default config/tasks/retry-policies.yaml): all of them, or none.")
 
     def add_arguments(self, parser):
-        parser.add_argument("path", nargs="?", default=str(settings.RETRYOPS_POLICY_FILE))
+        parser.add_argument("path", nargs="?", default=str(settings.RETRYOPS_POLICY_FILE),
+                            help=_("The YAML file to load."))
         parser.add_argument("--only-missing", action="store_true",
-                            help="Add the policies that do not exist yet; leave existing ones (edited in the admin) alone.")
+                            help=_("Add the policies that do not exist yet; leave existing ones (edited in the admin) "
+                                   "alone."))
 
     def handle(self, *args, path, only_missing, **options):
         try:

@@ -1,4 +1,5 @@
 from django.core.management.base import CommandError
+from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
 from audit.management.base import AuditedCommand
@@ -8,16 +9,19 @@ from scheduling import services
 
 
 class Command(AuditedCommand):
-    help = "Start a task: a flow run on a pool's resource (a named one with --key, strict unless --not-strict)."
+    help = _("Start a task: a flow run on a pool's resource (a named one with --key, strict unless --not-strict).")
 
     def add_arguments(self, parser):
-        parser.add_argument("--flow", required=True)
-        parser.add_argument("--pool", required=True)
-        parser.add_argument("--payload", default="{}", help="A JSON object.")
-        parser.add_argument("--key", help="Run on this resource of the pool.")
-        parser.add_argument("--not-strict", action="store_true", help="If the named resource cannot be had, take another.")
-        parser.add_argument("--policy")
-        parser.add_argument("--idempotency-key")
+        parser.add_argument("--flow", required=True, help=_("The flow to run."))
+        parser.add_argument("--pool", required=True, help=_("The name of the pool to take the resource from."))
+        parser.add_argument("--payload", default="{}", help=_("A JSON object."))
+        parser.add_argument("--key", help=_("Run on this resource of the pool."))
+        parser.add_argument("--not-strict", action="store_true",
+                            help=_("If the named resource cannot be had, take another."))
+        parser.add_argument("--policy",
+                            help=_("The retry policy's name; default: the RETRYOPS_DEFAULT_POLICY setting."))
+        parser.add_argument("--idempotency-key",
+                            help=_("Starting again with the same key returns the task it started the first time."))
 
     def handle(self, *args, flow, pool, payload, key, not_strict, policy, idempotency_key, actor=None, **options):
         # The task's created_by is who runs the command: --actor (AuditedCommand's), else the OS user.

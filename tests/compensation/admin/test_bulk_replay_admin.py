@@ -115,7 +115,7 @@ def test_the_cancel_action_cancels_running_bulk_replays_through_the_service(admi
     bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     response = admin_client.post(reverse("admin:compensation_bulkreplay_changelist"),
                                  {"action": "cancel", "index": 0, "_selected_action": [str(bulk.pk)]}, follow=True)
-    assert said(response) == "cancelled 1"
+    assert said(response) == "Cancelled 1 bulk replay; the replays it started go on."
     assert BulkReplay.objects.get(pk=bulk.pk).state == BulkReplayState.CANCELLED
     assert AuditEntry.objects.get(action="bulk_replay.cancel").actor == "admin"
 

@@ -33,7 +33,7 @@ def test_discard_from_the_list_asks_for_a_reason_and_changes_nothing_yet(carol, 
 
 def test_discard_confirmed_with_a_reason_discards_each_with_the_reason_in_its_audit_entry(carol, letters):
     response = act(carol, "discard", letters[:2], post="yes", reason="duplicate orders, refunded by hand")
-    assert said(response) == "discarded 2"
+    assert said(response) == "Discarded 2 dead letters."
     assert states(letters) == ["discarded", "discarded", "open"]
     entries = AuditEntry.objects.filter(action="dead_letter.discard")
     assert {(e.actor, e.reason) for e in entries} == {("carol", "duplicate orders, refunded by hand")}
@@ -110,3 +110,12 @@ def test_a_dead_letter_button_without_the_permission_answers_403_and_changes_not
     assert dave.get(page_url(letters[0], verb)).status_code == 403
     assert dave.post(page_url(letters[0], verb), {"reason": "x"}).status_code == 403
     assert states(letters) == ["open", "open", "open"]
+
+
+def test_replay_from_the_list_names_each_new_task_with_a_link_to_it(carol, letters):
+    response = act(carol, "replay_on_any_resource", letters[:2])
+
+    message = said(response)
+    assert message.startswith("Replaying dead letter")
+    for task_id in DeadLetter.objects.filter(pk__in=[d.pk for d in letters[:2]]).values_list("replay_task", flat=True):
+        assert f'<a href="/admin/scheduling/task/{task_id}/change/">task {task_id}</a>' in message

@@ -118,3 +118,15 @@ def test_list_actions_without_the_permissions_change_nothing(dave, waiting_order
         act(dave, action, [waiting_order])
     assert snapshot(waiting_order) == before and not AuditEntry.objects.filter(
         action__in=["task.cancel", "task.run_now"]).exists()
+
+
+def test_the_task_lists_flow_filter_reads_no_distinct_flows_of_the_table(dave, dead_order, waiting_order):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        page = dave.get(reverse("admin:scheduling_task_changelist"), {"flow": dead_order.flow})
+
+    shown = {task.pk for task in page.context["cl"].result_list}
+    assert dead_order.pk in shown and shown == set(Task.objects.filter(flow=dead_order.flow).values_list("pk", flat=True))
+    assert not [q["sql"] for q in queries if "DISTINCT" in q["sql"] and "scheduling_task" in q["sql"]]
