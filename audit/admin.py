@@ -3,19 +3,23 @@
 import json
 from datetime import timedelta
 
+from django import forms
 from django.apps import apps
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.template.defaultfilters import truncatechars
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from audit import selectors
+from audit import selectors, services
 from audit.choices import AuditAction
-from audit.models import AuditEntry
+from audit.models import ApiClient, AuditEntry
+from retryops.errors import DomainError
 
 # Past this many matches the changelist stops counting: a count(*) of a filtered audit table
 # scans every match on every page view. The last pages beyond it are reached by narrowing the filter.
@@ -152,3 +156,86 @@ class AuditEntryAdmin(admin.ModelAdmin):
     @admin.display(description=_("after"))
     def after_shown(self, entry):
         return _json_block(entry.after)
+
+
+class ApiClientForm(forms.ModelForm):
+    """A new client: its name and service user. The key is made by the service and shown once."""
+
+    class Meta:
+        model = ApiClient
+        fields = ("name", "user")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "user" in self.fields:  # the add page's; an existing client's page shows it read-only
+            self.fields["user"].queryset = get_user_model().objects.filter(is_active=True).order_by("username")
+
+    def clean_name(self):
+        # The form's own unique check skips api_client_active_name_unique (its condition is on a
+        # field the form does not have); the service refuses the name too, too late for a form.
+        name = self.cleaned_data["name"]
+        if selectors.api_clients().filter(name=name).exists():
+            raise forms.ValidationError(gettext("An active API client has this name: revoke it first, or choose "
+                                                "another name."))
+        return name
+
+
+@admin.register(ApiClient)
+class ApiClientAdmin(admin.ModelAdmin):
+    """The REST API's clients: create one (its key is shown on the next page, once), revoke keys."""
+
+    form = ApiClientForm
+    list_display = ("name", "key_prefix", "user", "active", "created_at", "created_by", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
+    list_select_related = ("user",)
+    search_fields = ("name", "=key_prefix")
+    actions = ["revoke_selected"]
+    shown = ("name", "key_prefix", "user", "created_at", "created_by", "last_used_at", "revoked_at")
+
+    def get_fields(self, request, obj=None):
+        return self.shown if obj is not None else ("name", "user")
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.shown if obj is not None else ()
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a client is created and revoked, never edited: its page is read-only
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the audit log's entries keep naming the client
+
+    def has_revoke_permission(self, request) -> bool:
+        return request.user.has_perm("audit.change_apiclient")
+
+    @admin.display(description=_("active"), boolean=True)
+    def active(self, client):
+        return client.revoked_at is None
+
+    def save_model(self, request, obj, form, change):
+        created, key = services.create_api_client(name=form.cleaned_data["name"], user=form.cleaned_data["user"],
+                                                  actor=request.user.get_username())
+        obj.pk, obj.key_prefix, obj.created_at = created.pk, created.key_prefix, created.created_at
+        request._api_key_once = key
+
+    def response_add(self, request, obj, post_url_continue=None):
+        # The key is rendered into this answer and kept nowhere: not in a message (a cookie or the
+        # session), not in the row.
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "client": obj,
+                   "key": request._api_key_once, "title": gettext("API client %(name)s created") % {"name": obj.name}}
+        response = TemplateResponse(request, "admin/audit/apiclient/key_once.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description=_("Revoke the keys of the selected API clients"), permissions=["revoke"])
+    def revoke_selected(self, request, queryset):
+        revoked = []
+        for client in queryset.filter(revoked_at__isnull=True):
+            try:
+                services.revoke_api_client(client=client.pk, actor=request.user.get_username())
+            except DomainError as exc:  # revoked meanwhile by someone else
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                revoked.append(client.name)
+        if revoked:
+            self.message_user(request, gettext("Revoked: %(names)s. Their next request is refused.") % {
+                "names": ", ".join(revoked)}, messages.SUCCESS)

@@ -15,7 +15,9 @@ class AuditAction(models.TextChoices):
     """Every operator action the audit log knows, as "<noun>.<verb>". One list, so the admin can
     filter by action without a DISTINCT over the table, and a typo fails in the first test that
     records it. The field itself carries no choices: adding an action here needs no migration.
-    Workers' routine claims and releases are not here: they belong to the resource timeline."""
+    Workers' routine claims and releases are not here: they belong to the resource timeline; the
+    API's claims, releases and heartbeats are (resource.claim, .release, .heartbeat), because an
+    external system's every change is audited under its client's name."""
 
     # resources
     POOL_CREATE = "pool.create", _("Pool created")
@@ -26,6 +28,9 @@ class AuditAction(models.TextChoices):
     RESOURCE_QUARANTINE = "resource.quarantine", _("Resource quarantined")
     RESOURCE_UNQUARANTINE = "resource.unquarantine", _("Resource released from quarantine")
     RESOURCE_RETRY = "resource.retry", _("Resource retried (strict task)")
+    RESOURCE_CLAIM = "resource.claim", _("Resource claimed (API)")
+    RESOURCE_RELEASE = "resource.release", _("Resource released (API)")
+    RESOURCE_HEARTBEAT = "resource.heartbeat", _("Resource lease extended (API)")
     # scheduling
     TASK_START = "task.start", _("Task started")
     TASK_CANCEL = "task.cancel", _("Task cancelled")
@@ -50,3 +55,13 @@ class AuditAction(models.TextChoices):
     RUNBOOK_APPROVE = "runbook.approve", _("Runbook action approved")
     RUNBOOK_REJECT = "runbook.reject", _("Runbook action rejected")
     NOTIFICATION_RESEND = "notification.resend", _("Notifications sent again")
+    # the REST API's clients
+    API_CLIENT_CREATE = "api_client.create", _("API client created")
+    API_CLIENT_REVOKE = "api_client.revoke", _("API client revoked")
+
+
+class IdempotencyState(models.TextChoices):
+    """Where the first request sent with an Idempotency-Key is: being processed, or answered."""
+
+    IN_PROGRESS = "in_progress", _("In progress")
+    DONE = "done", _("Done")

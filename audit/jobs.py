@@ -29,3 +29,10 @@ def prune_stream_job() -> int:
     from audit.streaming import prune_published
 
     return prune_published()
+
+
+def prune_idempotency_keys_job() -> int:
+    """Periodic: delete idempotency keys kept longer than RETRYOPS_IDEMPOTENCY_KEEP_HOURS."""
+    from audit.services import prune_idempotency_keys
+
+    return prune_idempotency_keys()

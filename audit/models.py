@@ -1,5 +1,6 @@
 """The audit log: one append-only row per operator, API or command action."""
 
+from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
@@ -8,7 +9,7 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from audit.choices import Channel
+from audit.choices import Channel, IdempotencyState
 
 # "<noun>.<verb>", lower case: the shape of every AuditAction value.
 ACTION_PATTERN = r"^[a-z][a-z_]*\.[a-z][a-z_]*$"
@@ -108,3 +109,97 @@ class StreamMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} {self.payload.get('id')} for {self.stream}"
+
+
+class ApiClient(models.Model):
+    """An external system that calls the REST API with a key of its own. What it may do is what
+    its service `user` may do (the admin's permissions, through that user's groups); the audit log
+    names it "api:<name>".
+
+    The key itself is never stored: only its sha256 (a key is 32 random bytes, so a fast hash
+    cannot be reversed by guessing) and its first characters, which tell keys apart in lists and
+    logs and find the row a presented key is compared with (audit.selectors.api_client_for_key)."""
+
+    name = models.SlugField(max_length=100, help_text="Names the external system; the audit log shows api:<name>.")
+    key_prefix = models.CharField(max_length=16, unique=True, editable=False,
+                                  help_text="The key's first characters, to recognise it by; not a secret.")
+    key_hash = models.CharField(max_length=64, editable=False, help_text="sha256 of the key, in hex.")
+    # A deleted service user leaves its clients without one, and they can no longer act; the rows
+    # stay for the audit log's sake (clients are revoked, never deleted).
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="api_clients",
+                             help_text="The service user whose permissions the client has.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Written at most once a minute (audit.services.note_api_client_use): a write per request would
+    # rewrite this row on every call of a busy client.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API client"
+        ordering = ["name", "-id"]
+        constraints = [
+            # A revoked client keeps its name in the audit log; a new client of the same system
+            # (a rotated key) may take it.
+            models.UniqueConstraint(fields=["name"], condition=Q(revoked_at__isnull=True),
+                                    name="api_client_active_name_unique",
+                                    violation_error_message="An active API client has this name: revoke it first, "
+                                                            "or choose another name."),
+            models.CheckConstraint(condition=Q(key_hash__regex=r"^[0-9a-f]{64}$"), name="api_client_key_hash_sha256"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names the client's actions."""
+        return f"api:{self.name}"
+
+
+class IdempotencyKey(models.Model):
+    """The first request a client sent with an Idempotency-Key header and, once answered, its
+    answer, replayed to a repeat of it (draft-ietf-httpapi-idempotency-key-header).
+
+    Written before the work starts, in a transaction of its own, so a duplicate arriving while the
+    first is processed finds it (and is told 409); released when the first ends in a 5xx or a
+    crash, so the client may try again with the same key; kept at least
+    RETRYOPS_IDEMPOTENCY_KEEP_HOURS and then pruned by a periodic job (audit.cron)."""
+
+    # Exactly one of them: an API client's keys, or a session user's (the docs page, the admin).
+    client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="+")
+    key = models.CharField(max_length=255)
+    # sha256 of the method, path and body: the same key with another request is refused (422).
+    fingerprint = models.CharField(max_length=64)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=2000)
+    state = models.CharField(max_length=20, choices=IdempotencyState.choices, default=IdempotencyState.IN_PROGRESS)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True, encoder=DjangoJSONEncoder)
+    location = models.CharField(max_length=2000, blank=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(client__isnull=False, user__isnull=True)
+                                   | Q(client__isnull=True, user__isnull=False), name="idempotency_key_one_owner"),
+            models.UniqueConstraint(fields=["client", "key"], condition=Q(client__isnull=False),
+                                    name="idempotency_key_unique_per_client"),
+            models.UniqueConstraint(fields=["user", "key"], condition=Q(client__isnull=True),
+                                    name="idempotency_key_unique_per_user"),
+            models.CheckConstraint(condition=Q(state__in=IdempotencyState.values), name="idempotency_key_state_valid"),
+            models.CheckConstraint(
+                condition=Q(state=IdempotencyState.IN_PROGRESS) | Q(status_code__isnull=False, finished_at__isnull=False),
+                name="idempotency_key_done_has_answer"),
+        ]
+        indexes = [
+            # The periodic prune: the oldest rows first. Rows arrive in time order and leave in it.
+            models.Index(fields=["created_at"], name="idempotency_key_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path} with key {self.key}"

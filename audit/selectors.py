@@ -1,10 +1,24 @@
-"""Reading the audit log: a target's history, a request's entries, the target types and recent actors."""
+"""Reading the audit log: a target's history, a request's entries, the target types and recent
+actors; and the API client a key belongs to."""
 
+import hmac
+from dataclasses import dataclass
+
+from django.contrib.auth.models import Permission
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection, models
-from django.db.models import QuerySet
+from django.db.models import F, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Concat
 
-from audit.models import AuditEntry
-from audit.services import Target, target_of
+from audit.models import ApiClient, AuditEntry
+from audit.services import (
+    KEY_LENGTH,
+    KEY_TAG,
+    PREFIX_LENGTH,
+    Target,
+    hash_key,
+    target_of,
+)
 
 
 def history_of(target: models.Model | Target) -> QuerySet[AuditEntry]:
@@ -47,3 +61,42 @@ def recent_actors() -> list[str]:
         cursor.execute(f"SELECT DISTINCT actor FROM (SELECT actor FROM {table} ORDER BY id DESC LIMIT %s) recent "
                        "ORDER BY actor", [RECENT_ENTRIES])
         return [row[0] for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """What a presented API key turned out to be: the active client it belongs to, or why none."""
+
+    client: ApiClient | None
+    problem: str = ""
+
+
+def api_client_for_key(key: str) -> KeyCheck:
+    """The active client whose key `key` is, with its service user: the row is found by the key's
+    prefix (not a secret) and the key is then compared by its hash in constant time, so neither a
+    database index nor a string comparison tells an attacker how much of a guess was right."""
+    if not isinstance(key, str) or not key.startswith(KEY_TAG) or len(key) != KEY_LENGTH:
+        return KeyCheck(None, "not an API key of this service")
+    # The service user's permissions ride along ("app_label.codename", from the user and its
+    # groups): ModelBackend would read them in two more queries on every request.
+    user = OuterRef("user_id")
+    permissions = Permission.objects.filter(Q(user=user) | Q(group__user=user)).values(
+        perm=Concat(F("content_type__app_label"), Value("."), F("codename"), output_field=models.TextField()))
+    client = ApiClient.objects.select_related("user").annotate(permissions=ArraySubquery(permissions)).filter(
+        key_prefix=key[:PREFIX_LENGTH]).first()
+    if client is None or not hmac.compare_digest(client.key_hash, hash_key(key)):
+        return KeyCheck(None, "unknown API key")
+    if client.revoked_at is not None:
+        return KeyCheck(None, f"API key {client.key_prefix}… of {client.name} was revoked at "
+                              f"{client.revoked_at.isoformat()}")
+    if client.user is None or not client.user.is_active:
+        return KeyCheck(None, f"the service user of API client {client.name} is inactive or deleted")
+    # Where django.contrib.auth's ModelBackend keeps a user's permissions once it has read them.
+    client.user._perm_cache = set(client.permissions)
+    return KeyCheck(client)
+
+
+def api_clients(*, include_revoked: bool = False) -> QuerySet[ApiClient]:
+    """The API clients with their service users, by name; only active ones unless told otherwise."""
+    clients = ApiClient.objects.select_related("user").order_by("name", "-id")
+    return clients if include_revoked else clients.filter(revoked_at__isnull=True)

@@ -118,18 +118,23 @@ def publish_stream_messages(*, limit: int = PUBLISH_BATCH) -> int | None:
     return len(messages)
 
 
-def prune_published(*, older_than: timedelta = KEEP_PUBLISHED, batch: int = PRUNE_BATCH) -> int:
-    """Delete messages published longer than `older_than` ago, `batch` rows per transaction, so
-    a large backlog never holds one long lock. Unpublished rows are never deleted."""
-    cutoff = timezone.now() - older_than
-    table = StreamMessage._meta.db_table
+def delete_in_batches(*, table: str, where: str, params: list, order_by: str, batch: int) -> int:
+    """Delete the rows of `table` matching `where`, `batch` rows per transaction in `order_by`
+    order, so that a large backlog never holds one long lock; how many were deleted."""
     deleted = 0
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            # Oldest ids first (the primary key): old published rows sit at its start.
-            cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE published_at < %s "
-                           "ORDER BY id LIMIT %s)", [cutoff, batch])
+            cursor.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
+                           f"ORDER BY {order_by} LIMIT %s)", [*params, batch])
             count = cursor.rowcount
         deleted += count
         if count < batch:
             return deleted
+
+
+def prune_published(*, older_than: timedelta = KEEP_PUBLISHED, batch: int = PRUNE_BATCH) -> int:
+    """Delete messages published longer than `older_than` ago, `batch` rows per transaction.
+    Unpublished rows are never deleted."""
+    # Oldest ids first (the primary key): old published rows sit at its start.
+    return delete_in_batches(table=StreamMessage._meta.db_table, where="published_at < %s",
+                             params=[timezone.now() - older_than], order_by="id", batch=batch)

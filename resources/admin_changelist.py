@@ -16,6 +16,7 @@ from resources.choices import Diagnosis
 from resources.selectors import (
     annotate_diagnosis,
     estimated_row_count,
+    failed_since,
     filter_diagnosis,
 )
 
@@ -93,4 +94,4 @@ class FailedWithinFilter(admin.SimpleListFilter):
             return queryset
         if value not in self.PERIODS:
             raise IncorrectLookupParameters(value)
-        return queryset.filter(last_failure_at__gte=timezone.now() - self.PERIODS[value])
+        return failed_since(queryset, timezone.now() - self.PERIODS[value])

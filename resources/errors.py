@@ -43,13 +43,15 @@ class PoolExhausted(ResourceError):
 
 class ResourceUnavailable(ResourceError):
     """A named resource cannot be claimed. `reason` says why: in_use (it may free up: retry),
-    quarantined, done or missing (it will not)."""
+    quarantined, done or missing (it will not). `holder` and `until` (ISO 8601) say who holds an
+    in-use one and until when, `since` when a quarantined or done one became so."""
 
     code = "resource_unavailable"
     REASONS = ("in_use", "quarantined", "done", "missing")
 
-    def __init__(self, message: str, *, reason: str, resource_id: int | None = None):
-        super().__init__(message, reason=reason, resource_id=resource_id)
+    def __init__(self, message: str, *, reason: str, resource_id: int | None = None, holder: str | None = None,
+                 until: str | None = None, since: str | None = None):
+        super().__init__(message, reason=reason, resource_id=resource_id, holder=holder, until=until, since=since)
         self.reason = reason
         self.resource_id = resource_id
 

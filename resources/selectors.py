@@ -135,22 +135,28 @@ def describe_unavailability(resource: Resource) -> ResourceUnavailable:
     which a retry gets past, never as a reason to give up."""
     words = {"noun": resource.pool.resource_noun, "key": resource.key}
     state = resource.state
+    facts = {}
     if state == ResourceState.IN_USE:
         message = gettext("%(noun)s %(key)s is in use by %(holder)s until %(until)s") % {
             **words, "holder": resource.lease_holder, "until": when(resource.leased_until)}
         reason = "in_use"
+        facts = {"holder": resource.lease_holder, "until": _iso(resource.leased_until)}
     elif state == ResourceState.QUARANTINED:
         message = gettext("%(noun)s %(key)s is quarantined since %(since)s: %(reason)s") % {
             **words, "since": when(resource.quarantined_at), "reason": resource.quarantine_reason}
-        reason = "quarantined"
+        reason, facts = "quarantined", {"since": _iso(resource.quarantined_at)}
     elif state == ResourceState.DONE:
         message = gettext("%(noun)s %(key)s was consumed by a successful run at %(at)s and is done") % {
             **words, "at": when(resource.last_success_at)}
-        reason = "done"
+        reason, facts = "done", {"since": _iso(resource.last_success_at)}
     else:
         message = gettext("%(noun)s %(key)s was taken and freed again while this claim ran; try again") % words
         reason = "in_use"
-    return ResourceUnavailable(message, reason=reason, resource_id=resource.pk)
+    return ResourceUnavailable(message, reason=reason, resource_id=resource.pk, **facts)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None
 
 
 def pool_state_counts(*, pool: ResourcePool | int | str | None = None) -> dict[int, dict[str, int]]:
@@ -212,6 +218,12 @@ def describe_lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> L
         now = gettext("it is now %(state)s") % {"state": resource.get_state_display().lower()}
     return LeaseMismatch(gettext("%(what)s; %(now)s") % {"what": sentence, "now": now}, why=why,
                          resource_id=resource_id, lease_token=str(lease_token))
+
+
+def failed_since(queryset: QuerySet[Resource], since: datetime) -> QuerySet[Resource]:
+    """The resources of `queryset` whose latest failure was at `since` or later
+    (resource_last_failure_idx): the console's "last failure" filter and the API's failed_since."""
+    return queryset.filter(last_failure_at__gte=since)
 
 
 def recently_failed(*, pool: ResourcePool | int | str, since: datetime) -> QuerySet[Resource]:

@@ -200,11 +200,32 @@ def _claim_params(*, holder: str, lease_seconds: int | None, actor: str | None, 
     }
 
 
+def _lease_shown(resource: Resource) -> dict:
+    """A lease as an audit entry keeps it (never its token: that is the holder's to release with)."""
+    return {"state": resource.state, "lease_holder": resource.lease_holder, "leased_until": resource.leased_until,
+            "lease_kind": resource.lease_kind}
+
+
+def _audited(action: str, resource: Resource, *, before: dict, actor: str | None, reason: str = "") -> Resource:
+    record_audit(action=action, target=resource, before=before, after=_lease_shown(resource), reason=reason,
+                 actor=actor or None)
+    return resource
+
+
 def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: int | None = None,
-               actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
+               actor: str | None = None, details: dict | None = None, reserve: bool = False,
+               audit: bool = False) -> Resource:
     """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED).
     With `reserve`, the lease is taken ahead of the attempt that will use it: until extend_lease(use=True)
-    says it is in use, the sweeper takes it back without counting a failure."""
+    says it is in use, the sweeper takes it back without counting a failure. With `audit` (an external
+    system's claim, through the API) the claim and its RESOURCE_CLAIM entry commit together; a
+    worker's routine claims are in the resource's timeline only."""
+    if audit:
+        with transaction.atomic():
+            claimed = claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor,
+                                 details=details, reserve=reserve)
+            return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"state": ResourceState.AVAILABLE},
+                            actor=actor)
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
@@ -221,10 +242,18 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
 
 def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
                 key: str | None = None, strict: bool = True, lease_seconds: int | None = None,
-                actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
+                actor: str | None = None, details: dict | None = None, reserve: bool = False,
+                audit: bool = False) -> Resource:
     """Take the named resource. Strict (the default): if it cannot be had, raise ResourceUnavailable
     (reason in_use, quarantined, done or missing; only in_use may pass) and never hand out another
-    one. Not strict: fall back to claim_next on the same pool. `reserve` as for claim_next."""
+    one. Not strict: fall back to claim_next on the same pool. `reserve` and `audit` as for
+    claim_next (the entry's `before` says which resource was asked for)."""
+    if audit:
+        with transaction.atomic():
+            claimed = claim_by_id(holder=holder, resource_id=resource_id, pool=pool, key=key, strict=strict,
+                                  lease_seconds=lease_seconds, actor=actor, details=details, reserve=reserve)
+            asked = {"asked_for": resource_id if resource_id is not None else f"{pool}/{key}", "strict": strict}
+            return _audited(AuditAction.RESOURCE_CLAIM, claimed, before=asked, actor=actor)
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     fallback = {"holder": holder, "lease_seconds": lease_seconds, "actor": actor, "details": details,
@@ -257,13 +286,24 @@ def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePo
 
 def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str,
             error: BaseException | str | None = None, classification: Classification | None = None,
-            actor: str | None = None, details: dict | None = None, probation_seconds: int | None = None) -> Resource:
+            actor: str | None = None, details: dict | None = None, probation_seconds: int | None = None,
+            audit: bool = False) -> Resource:
     """Give back a claimed resource with the outcome of its use, updating its statistics.
 
     A failure is classified (unless the caller already did, with its own patterns): retryable
     leaves the resource failed, where a retry may pick it again; non-retryable quarantines it.
     Only the current lease token releases; a late or foreign one raises LeaseMismatch.
-    `probation_seconds` puts a quarantine on probation: one probe after that cooldown."""
+    `probation_seconds` puts a quarantine on probation: one probe after that cooldown. `audit`
+    as for claim_next (RESOURCE_RELEASE, with the outcome and the failure's reason)."""
+    if audit:
+        with transaction.atomic():
+            released = release(resource=resource, lease_token=lease_token, outcome=outcome, error=error,
+                               classification=classification, actor=actor, details=details,
+                               probation_seconds=probation_seconds)
+            reason = released.last_failure_reason if outcome == Outcome.FAILURE else ""
+            return _audited(AuditAction.RESOURCE_RELEASE, released, before={"state": ResourceState.IN_USE,
+                                                                             "outcome": outcome},
+                            actor=actor, reason=reason)
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
     if outcome not in Outcome.values:
@@ -303,19 +343,24 @@ def _held(resource: Resource | int, lease_token: uuid.UUID | str) -> Resource:
 
 
 def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seconds: int | None = None,
-                 use: bool = False) -> Resource:
+                 use: bool = False, audit: bool = False, actor: str | None = None) -> Resource:
     """Heartbeat: push the lease's end `seconds` (default: the pool's lease length) from now.
     With `use`, the lease (a reservation, a hold, a probe's) is now in use by its attempt, so a
-    sweep of it counts as a failure."""
+    sweep of it counts as a failure. With `audit`, a RESOURCE_HEARTBEAT entry by `actor` (an
+    external system's heartbeat, through the API)."""
     seconds = _lease_seconds(seconds)
+    actor = actor and _actor(actor)
     with transaction.atomic():
         current = _held(resource, lease_token)
+        before = _lease_shown(current)
         current.leased_until = timezone.now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
         fields = ["leased_until"]
         if use and current.lease_kind != LeaseKind.USE:
             current.lease_kind = LeaseKind.USE
             fields.append("lease_kind")
         current.save(update_fields=fields)
+        if audit:
+            _audited(AuditAction.RESOURCE_HEARTBEAT, current, before=before, actor=actor)
     return current
 
 

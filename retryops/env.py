@@ -50,3 +50,27 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(raw: str) -> tuple[int, int]:
+    """(requests, seconds) of a rate written as DRF writes it: "600/min", "20/s", "10000/day"."""
+    count, _, period = raw.strip().partition("/")
+    seconds = _RATE_PERIODS.get(period.strip()[:1].lower())
+    if not count.strip().isdigit() or int(count) < 1 or seconds is None:
+        raise ValueError(f"{raw!r} is not a rate such as 600/min (a whole number of requests per s, min, hour or day)")
+    return int(count), seconds
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate such as "600/min" (requests per second, minute, hour or day)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        parse_rate(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return raw.strip()

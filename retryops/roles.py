@@ -18,6 +18,8 @@ POLICY_EDITORS = "policy editors"
 VIEW = [
     "audit.view_auditentry",
     "audit.view_streammessage",
+    "audit.view_apiclient",  # the REST API's clients: names, key prefixes, last use (never a key)
+    "audit.view_idempotencykey",  # no admin page: granted so that viewers view every model
     "resources.view_resourcepool",
     "resources.view_resource",
     "resources.view_resourceevent",

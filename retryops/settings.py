@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 
 from retryops import devservices
-from retryops.env import env_bool, env_int, env_list, env_str
+from retryops.env import env_bool, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -25,6 +25,8 @@ INSTALLED_APPS = [
     "django_rq",
     "rest_framework",
     "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "retryops",
     "audit",
     "resources",
@@ -113,6 +115,18 @@ RQ = {"COMMIT_MODE": "on_db_commit"}
 # django-rq's pages are mounted once, at /admin/rq/, behind the console's permissions (retryops/rq_dashboard.py),
 # not a second time, staff-only, as an admin model.
 RQ_SHOW_ADMIN_LINK = False
+
+# Django's cache, in the app's Redis (the embedded one too, through its unix socket): the API's
+# throttle counters. Short timeouts: a Redis that hangs must not hang requests (the throttle then
+# lets them through, see retryops/api/throttles.py).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "retryops",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    },
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -252,3 +266,64 @@ RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
 RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
 RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
+
+# The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
+# or the admin's session; permissions are the admin's codenames on the key's service user.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "retryops.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["retryops.api.permissions.Requires"],
+    "DEFAULT_THROTTLE_CLASSES": ["retryops.api.throttles.ClientRateThrottle"],
+    "DEFAULT_PAGINATION_CLASS": "retryops.api.pagination.CursorPage",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["retryops.api.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "retryops.api.schema.ApiSchema",
+    "EXCEPTION_HANDLER": "retryops.api.errors.exception_handler",
+    # NaN and Infinity in a body are bad input, never a value a column cannot hold.
+    "STRICT_JSON": True,
+    # Answers in ASCII (\\u escapes): an answer that quotes a lone surrogate a client sent can
+    # still be encoded.
+    "UNICODE_JSON": False,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+# Requests per client (an API client, else a session user, else an address), as N/s, /min,
+# /hour or /day; reads (GET) and writes counted apart. Empty: not throttled.
+RETRYOPS_API_READ_RATE = env_rate("RETRYOPS_API_READ_RATE", "6000/min")
+RETRYOPS_API_WRITE_RATE = env_rate("RETRYOPS_API_WRITE_RATE", "3000/min")
+RETRYOPS_API_ANON_RATE = env_rate("RETRYOPS_API_ANON_RATE", "120/min")
+RETRYOPS_API_THROTTLE_CACHE = "default"
+# Rows per page of the cursor-paginated lists when the request does not say (?page_size=, up to 500).
+RETRYOPS_API_PAGE_SIZE = env_int("RETRYOPS_API_PAGE_SIZE", 50, minimum=1)
+if RETRYOPS_API_PAGE_SIZE > 500:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"RETRYOPS_API_PAGE_SIZE={RETRYOPS_API_PAGE_SIZE} must be at most 500")
+# Idempotency keys are answered for at least this many hours, then pruned (audit.cron, hourly).
+RETRYOPS_IDEMPOTENCY_KEEP_HOURS = env_int("RETRYOPS_IDEMPOTENCY_KEEP_HOURS", 24, minimum=24)
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "RetryOps API",
+    "DESCRIPTION": (
+        "Claims, the atomic reset-and-retry of a resource, its retry history, tasks and dead letters, for external "
+        "systems. Authenticate with `Authorization: Bearer <key>` (or `X-API-Key`). Every error is "
+        '`{"error": {"code", "message", "details"}}`. Every POST takes an `Idempotency-Key`.'
+    ),
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The docs page's assets come from drf-spectacular-sidecar, served from /static/ (no CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # One name for a set of choices several fields share.
+    "ENUM_NAME_OVERRIDES": {
+        "ServerStateEnum": "retryops.api.views.SERVER_STATES",
+        "ResourceStateEnum": "resources.choices.ResourceState",
+        "TaskStateEnum": "scheduling.choices.TaskState",
+    },
+}

@@ -21,4 +21,11 @@ urlpatterns = [
     # The ops dashboard's fragment, which the admin index's panel fetches (templates/admin/index.html).
     path("admin/dashboard/", admin.site.admin_view(dashboard.fragment), name="ops_dashboard"),
     path("admin/", admin.site.urls),
+    # The REST API: its own endpoints (schema, docs, health), then each app's.
+    path("api/", include("retryops.api.urls")),
+    path("api/", include("resources.api.urls")),
+    path("api/", include("scheduling.api.urls")),
 ]
+
+# An unknown /api/ path answers in the API's error shape (with DEBUG off; retryops.api.views).
+handler404 = "retryops.api.views.not_found"

@@ -9,8 +9,8 @@ from retryops import devservices
 from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 
-# The notification tests' receivers and channel settings (pytest-httpserver).
-pytest_plugins = ["tests.compensation.notify_fixtures"]
+# The notification tests' receivers and channel settings (pytest-httpserver); the API's clients.
+pytest_plugins = ["tests.compensation.notify_fixtures", "tests.api_fixtures"]
 
 
 def pytest_report_header(config):
@@ -28,6 +28,8 @@ def _default_language():
 def _rq_on_test_redis():
     for config in settings.RQ_QUEUES.values():
         config["URL"] = servers.redis_url()
+    # The API's throttle counters too (before any test opens the cache).
+    settings.CACHES["default"]["LOCATION"] = servers.redis_url()
     os.environ["REDIS_URL"] = servers.redis_url()
 
 

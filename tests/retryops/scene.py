@@ -10,6 +10,7 @@ from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 
 from audit.models import AuditEntry
+from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.notifications_models import Notification, NotificationState
@@ -115,6 +116,7 @@ def build(settings) -> Scene:
     scene.rows = {
         "auth.group": scene.group.pk, "auth.user": scene.user.pk,
         "audit.auditentry": AuditEntry.objects.order_by("id").values_list("pk", flat=True).first(),
+        "audit.apiclient": create_api_client(name="walk-shop", user=scene.user, actor="carol")[0].pk,
         "resources.resourcepool": pool.pk, "resources.resource": scene.failed.pk,
         "scheduling.task": dead.pk, "scheduling.attempt": scene.attempt.pk,
         "scheduling.retrypolicy": later.pk, "scheduling.batchconfig": batch.pk,

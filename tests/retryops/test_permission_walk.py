@@ -86,6 +86,7 @@ def rq(route: str, **values) -> Callable[[scenes.Scene], str]:
 WRITERS = {
     "auth.group": {"add": SUPERUSERS, "change": SUPERUSERS, "delete": SUPERUSERS},
     "auth.user": {"add": SUPERUSERS, "change": SUPERUSERS, "delete": SUPERUSERS},
+    "audit.apiclient": {"add": SUPERUSERS},
     "resources.resourcepool": {"add": SUPERUSERS, "change": SUPERUSERS},
     "resources.resource": {"add": SUPERUSERS, "change": SUPERUSERS},
     "scheduling.retrypolicy": {"add": POLICY_EDITORS, "change": POLICY_EDITORS},
@@ -107,6 +108,7 @@ ADD_FILL = {
     "auth.group": {"name": "walk group"},
     "auth.user": {"username": "walk-user", "password1": NEW_PASSWORD, "password2": NEW_PASSWORD,
                   "usable_password": "true"},
+    "audit.apiclient": lambda scene: {"name": "walk-client", "user": scene.user.pk},
     "resources.resourcepool": {"name": "walk-pool", "resource_noun": "account", "lease_seconds": 60},
     "resources.resource": lambda scene: {"pool": scene.pool.pk, "key": "walk@x", "attributes": "{}"},
     "scheduling.retrypolicy": {"name": "walk-policy"},
@@ -302,6 +304,8 @@ ACTIONS = {
     "auth.group:delete_selected": (SUPERUSERS,),
     "auth.user:delete_selected": (SUPERUSERS,),
     "audit.auditentry:delete_selected": (),  # the admins below never delete: has_delete_permission is False
+    "audit.apiclient:delete_selected": (),
+    "audit.apiclient:revoke_selected": (SUPERUSERS,),
     "resources.resourcepool:delete_selected": (),
     "resources.resource:delete_selected": (),
     "resources.resource:reset_selected": (OPERATORS,),

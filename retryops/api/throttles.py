@@ -1,0 +1,68 @@
+"""Throttling per client: each API client (or session user, or anonymous address) may send
+RETRYOPS_API_READ_RATE reads and RETRYOPS_API_WRITE_RATE writes, counted in Redis (the cache
+RETRYOPS_API_THROTTLE_CACHE) so every web process shares the count.
+
+A fixed window counter: one INCR per request, where DRF's SimpleRateThrottle reads and rewrites
+the list of every request's time in the window (6,000 floats per request at 6,000/min). A client
+may send up to twice its rate across a window's boundary, which is the price of that. A Redis
+that does not answer lets requests through: throttling protects the service, and a Redis outage
+must not refuse a retry that the database can take (see scheduling.queueing)."""
+
+import logging
+import math
+import time
+
+from django.conf import settings
+from django.core.cache import caches
+from redis.exceptions import RedisError
+from rest_framework.throttling import BaseThrottle
+
+from retryops.api.authentication import api_client_of
+from retryops.env import parse_rate
+
+log = logging.getLogger(__name__)
+
+READ_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+class ClientRateThrottle(BaseThrottle):
+    """Reads and writes counted apart, per client, against the rates in the settings."""
+
+    def _rate(self, request) -> tuple[str, str]:
+        if not (request.user and request.user.is_authenticated):
+            return "anon", settings.RETRYOPS_API_ANON_RATE
+        if request.method in READ_METHODS:
+            return "read", settings.RETRYOPS_API_READ_RATE
+        return "write", settings.RETRYOPS_API_WRITE_RATE
+
+    def _who(self, request) -> str:
+        client = api_client_of(request)
+        if client is not None:
+            return f"client:{client.pk}"
+        if request.user and request.user.is_authenticated:
+            return f"user:{request.user.pk}"
+        return f"addr:{self.get_ident(request)}"
+
+    def allow_request(self, request, view) -> bool:
+        scope, rate = self._rate(request)
+        if not rate:
+            return True
+        limit, seconds = parse_rate(rate)
+        now = time.time()
+        window = int(now // seconds)
+        key = f"throttle:{scope}:{self._who(request)}:{seconds}:{window}"
+        cache = caches[settings.RETRYOPS_API_THROTTLE_CACHE]
+        try:
+            count = 1 if cache.add(key, 1, timeout=seconds + 1) else cache.incr(key)
+        except ValueError:
+            count = 1  # the window's key expired between add and incr: a new window began
+        except (RedisError, OSError) as exc:
+            log.warning("throttle not counted, request let through: %s", exc)
+            return True
+        if count > limit:
+            self._wait = (window + 1) * seconds - now
+            return False
+        return True
+
+    def wait(self) -> float:
+        return math.ceil(getattr(self, "_wait", 1.0))

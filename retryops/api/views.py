@@ -1,0 +1,83 @@
+"""The bases every app's endpoints derive from, and the API's own endpoints: health, 404."""
+
+from functools import cache
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from redis import Redis
+from redis.exceptions import RedisError
+from rest_framework import generics, serializers, viewsets
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from retryops.api.errors import error_body
+from retryops.api.idempotency import Idempotent
+
+
+class ApiView(Idempotent, generics.GenericAPIView):
+    """An endpoint: authenticated, its permissions in `required_permissions`, its POSTs idempotent."""
+
+
+class ApiViewSet(Idempotent, viewsets.GenericViewSet):
+    """A set of endpoints on one model (list, create, retrieve, ...), as ApiView."""
+
+
+# A server's state in the health check (SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES names it).
+SERVER_STATES = ["ok", "down"]
+
+
+class HealthSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "degraded", "down"],
+                                     help_text="ok; degraded: Redis is down (requests are still taken: tasks wait in "
+                                               "the database); down: PostgreSQL is.")
+    database = serializers.ChoiceField(choices=SERVER_STATES)
+    redis = serializers.ChoiceField(choices=SERVER_STATES)
+
+
+@cache
+def _redis(url: str) -> Redis:
+    return Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+
+
+def _database_ok() -> bool:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        return False
+
+
+def _redis_ok() -> bool:
+    try:
+        return bool(_redis(settings.RQ_QUEUES["default"]["URL"]).ping())
+    except (RedisError, OSError):
+        return False
+
+
+class HealthView(APIView):
+    """For load balancers and probes: open, unthrottled, and 200 unless PostgreSQL is down."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = []
+
+    @extend_schema(operation_id="health", tags=["health"], responses={
+        200: HealthSerializer, 503: OpenApiResponse(HealthSerializer, description="PostgreSQL does not answer.")})
+    def get(self, request):
+        database, redis = _database_ok(), _redis_ok()
+        state = "down" if not database else "ok" if redis else "degraded"
+        return Response({"status": state, "database": "ok" if database else "down", "redis": "ok" if redis else "down"},
+                        status=200 if database else 503)
+
+
+def not_found(request, exception=None):
+    """handler404: an unknown /api/ path answers in the API's error shape; any other page as Django does."""
+    from django.http import JsonResponse
+    from django.views.defaults import page_not_found
+
+    if request.path_info.startswith("/api/"):
+        return JsonResponse(error_body("not_found", f"no endpoint {request.path_info}"), status=404)
+    return page_not_found(request, exception)

@@ -1,0 +1,317 @@
+"""The resource endpoints: pools, resources, claims and the operators' actions, by id and by pool
+and key, each with its refusals in the API's error shape."""
+
+import uuid
+
+import pytest
+
+from audit.models import AuditEntry
+from resources import services
+from resources.choices import ResourceState
+from resources.models import Resource, ResourcePool
+from tests.factories import ResourceFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def ok(response, status: int = 200) -> dict:
+    assert response.status_code == status, response.content
+    return response.json()
+
+
+def error_of(response, status: int) -> dict:
+    assert response.status_code == status, response.content
+    return response.json()["error"]
+
+
+def post(api, path: str, body: dict | None = None, **headers):
+    return api.post(path, body or {}, format="json", **headers)
+
+
+@pytest.fixture
+def failed_alice(alice):
+    lease = services.claim_by_id(resource_id=alice.pk, holder="task 7")
+    return services.release(resource=alice.pk, lease_token=lease.lease_token, outcome="failure",
+                            error="TimeoutError: read timed out")
+
+
+# Pools
+
+
+def test_a_pool_is_created_and_answered_with_its_location(api):
+    body = ok(post(api, "/api/pools/", {"name": "numbers", "resource_noun": "number", "lease_seconds": 60}), 201)
+    assert (body["name"], body["lease_seconds"], body["consume_on_success"]) == ("numbers", 60, False)
+    response = api.get("/api/pools/numbers/")
+    assert ok(response)["resource_noun"] == "number"
+    assert AuditEntry.objects.get(action="pool.create").actor == "api:billing"
+
+
+def test_a_taken_pool_name_is_bad_input_naming_the_field(api, pool):
+    error = error_of(post(api, "/api/pools/", {"name": "accounts"}), 400)
+    assert (error["code"], error["details"]["field"], list(error["details"]["fields"])) == (
+        "bad_input", "name", ["name"])
+
+
+def test_pools_are_listed_newest_first_and_filtered_by_name(api, pool):
+    services.create_pool(name="numbers", actor="test")
+    assert [p["name"] for p in ok(api.get("/api/pools/"))["results"]] == ["numbers", "accounts"]
+    assert [p["name"] for p in ok(api.get("/api/pools/?name=accounts"))["results"]] == ["accounts"]
+
+
+def test_an_unknown_pool_is_404(api, db):
+    assert error_of(api.get("/api/pools/nope/"), 404)["code"] == "pool_not_found"
+
+
+# Resources
+
+
+def test_a_resource_is_added_to_a_pool_and_answered_with_its_location(api, pool):
+    body = ok(post(api, "/api/resources/", {"pool": "accounts", "key": "carol@x", "attributes": {"tier": 2}}), 201)
+    created = Resource.objects.get(key="carol@x")
+    assert (body["id"], body["pool"], body["state"], body["attributes"]) == (created.pk, "accounts", "available",
+                                                                            {"tier": 2})
+    assert api.get(f"/api/resources/{created.pk}/").json()["key"] == "carol@x"
+
+
+def test_adding_to_an_unknown_pool_is_404(api, db):
+    assert error_of(post(api, "/api/resources/", {"pool": "nope", "key": "k"}), 404)["code"] == "pool_not_found"
+
+
+def test_a_taken_key_is_bad_input(api, alice):
+    error = error_of(post(api, "/api/resources/", {"pool": "accounts", "key": "alice@x"}), 400)
+    assert error["details"]["field"] == "key"
+
+
+def test_a_resource_is_read_by_id_and_by_pool_and_key_without_its_lease_token(api, claimed_alice):
+    by_id = ok(api.get(f"/api/resources/{claimed_alice.pk}/"))
+    by_key = ok(api.get("/api/pools/accounts/resources/alice@x/"))
+    assert by_id == by_key and by_id["lease_holder"] == "task 812"
+    assert "lease_token" not in by_id
+
+
+@pytest.mark.parametrize("path", ["/api/resources/999999/", "/api/pools/accounts/resources/nobody@x/",
+                                  "/api/pools/nope/resources/alice@x/", "/api/resources/1234567890123456789/"])
+def test_an_unknown_resource_is_404(api, alice, path):
+    assert api.get(path).status_code == 404
+
+
+def test_resources_are_filtered_by_pool_state_category_key_and_last_failure(api, alice, bob, failed_alice):
+    other = ResourceFactory(pool__name="numbers", key="+4470")
+
+    def ids(query):
+        return [r["id"] for r in ok(api.get(f"/api/resources/?{query}"))["results"]]
+
+    assert ids("pool=accounts") == [bob.pk, alice.pk]
+    assert ids("state=failed") == [alice.pk]
+    assert ids("category=retryable") == [alice.pk]
+    assert ids("key=%2B4470") == [other.pk]
+    assert ids(f"failed_since={failed_alice.last_failure_at.isoformat().replace('+', '%2B')}") == [alice.pk]
+
+
+@pytest.mark.parametrize("query", ["state=gone", "failed_since=yesterday", "page_size=0", "page_size=501",
+                                   "cursor=bz14", "cursor=cD1hYmM%3D", "key=a%00b"])
+def test_a_bad_filter_or_cursor_is_bad_input_naming_it(api, alice, query):
+    error = error_of(api.get(f"/api/resources/?{query}"), 400)
+    assert list(error["details"]["fields"]) == [query.split("=")[0]]
+
+
+def test_the_list_is_paged_by_cursor(api, pool):
+    ResourceFactory.create_batch(5, pool=pool)
+    first = ok(api.get("/api/resources/?page_size=2"))
+    second = ok(api.get(first["next"]))
+    keys = [r["key"] for r in first["results"] + second["results"]]
+    assert len(set(keys)) == 4 and second["previous"]
+
+
+def test_label_and_attributes_are_changed_and_audited(api, alice):
+    body = ok(api.patch(f"/api/resources/{alice.pk}/", {"label": "Alice", "attributes": {"tier": 3}}, format="json"))
+    assert (body["label"], body["attributes"]) == ("Alice", {"tier": 3})
+    assert AuditEntry.objects.get(action="resource.change").after == {"label": "Alice", "attributes": {"tier": 3}}
+
+
+def test_a_patch_of_a_service_owned_field_is_refused_naming_it(api, alice):
+    error = error_of(api.patch(f"/api/resources/{alice.pk}/", {"label": "x", "state": "available",
+                                                               "failure_count": 0, "colour": "red"},
+                               format="json"), 400)
+    assert set(error["details"]["fields"]) == {"state", "failure_count", "colour"}
+    assert "services" in error["details"]["fields"]["state"][0]
+    assert Resource.objects.get(pk=alice.pk).label == alice.label
+
+
+@pytest.mark.parametrize("attributes", ['[1]', '"x"', '{"a": 1e999}', '{"k\\u0000": 1}', '{"k": "\\ud800"}',
+                                        '{"n": 1152921504606846976}'])
+def test_attributes_that_are_no_storable_json_object_are_bad_input(api, alice, attributes):
+    response = api.patch(f"/api/resources/{alice.pk}/", f'{{"attributes": {attributes}}}',
+                         content_type="application/json")
+    assert list(error_of(response, 400)["details"]["fields"]) == ["attributes"]
+
+
+# Claims
+
+
+def test_claim_next_leases_a_resource_and_answers_its_token(api, alice):
+    lease = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "worker-1"}))
+    row = Resource.objects.get(pk=alice.pk)
+    assert (lease["id"], lease["state"], lease["lease_holder"]) == (alice.pk, "in_use", "worker-1")
+    assert lease["lease_token"] == str(row.lease_token)
+    entry = AuditEntry.objects.get(action="resource.claim")
+    assert (entry.actor, entry.target_id, entry.after["lease_holder"]) == ("api:billing", str(alice.pk), "worker-1")
+    assert lease["lease_token"] not in str(entry.after)
+
+
+def test_claim_next_of_an_exhausted_pool_is_409_with_its_counts(api, claimed_alice):
+    error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), 409)
+    assert (error["code"], error["details"]["counts"]) == ("pool_exhausted", {"in_use": 1})
+    assert not AuditEntry.objects.filter(action="resource.claim").exists()
+
+
+def test_claim_next_of_an_unknown_pool_is_404(api, db):
+    assert error_of(post(api, "/api/resources/claim_next", {"pool": "nope", "holder": "w"}), 404)["code"] == \
+        "pool_not_found"
+
+
+def test_a_strict_claim_of_a_resource_in_use_names_the_holder_and_until_when(api, claimed_alice, bob):
+    error = error_of(post(api, f"/api/resources/{claimed_alice.pk}/claim", {"holder": "worker-2"}), 409)
+    assert error["code"] == "resource_unavailable"
+    assert (error["details"]["reason"], error["details"]["holder"]) == ("in_use", "task 812")
+    assert error["details"]["until"] == claimed_alice.leased_until.isoformat()
+    assert error["message"].startswith("account alice@x is in use by task 812 until ")
+    assert Resource.objects.get(pk=bob.pk).state == ResourceState.AVAILABLE
+
+
+def test_a_strict_claim_of_a_quarantined_resource_says_so(api, alice):
+    services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    error = error_of(post(api, "/api/pools/accounts/resources/alice@x/claim", {"holder": "w"}), 409)
+    assert (error["details"]["reason"], error["details"]["holder"]) == ("quarantined", None)
+    assert "banned upstream" in error["message"]
+
+
+def test_a_claim_that_is_not_strict_falls_back_to_another_resource_of_the_pool(api, claimed_alice, bob):
+    lease = ok(post(api, f"/api/resources/{claimed_alice.pk}/claim", {"holder": "w", "strict": False}))
+    assert lease["id"] == bob.pk
+
+
+def test_a_failed_resource_is_claimed_by_key(api, failed_alice):
+    lease = ok(post(api, "/api/pools/accounts/resources/alice@x/claim/", {"holder": "w"}))
+    assert (lease["id"], lease["state"]) == (failed_alice.pk, "in_use")
+
+
+@pytest.mark.parametrize("body", [{"holder": ""}, {"holder": 7}, {"holder": "w", "strict": "no"},
+                                  {"holder": "w", "lease_seconds": 0}, {"holder": "w", "lease_seconds": 2**31},
+                                  {"holder": "w", "lease_seconds": 1.5}, {"holder": "w", "details": [1]}, {}])
+def test_a_bad_claim_body_is_bad_input(api, alice, body):
+    assert error_of(post(api, f"/api/resources/{alice.pk}/claim", body), 400)["code"] == "bad_input"
+
+
+# Release and heartbeat
+
+
+def test_a_release_with_failure_records_the_error_and_leaves_the_resource_failed(api, claimed_alice):
+    body = ok(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                   {"lease_token": str(claimed_alice.lease_token), "outcome": "failure",
+                    "error": "ConnectionResetError: peer reset"}))
+    assert (body["state"], body["failure_count"], body["last_failure_category"]) == ("failed", 1, "retryable")
+    entry = AuditEntry.objects.get(action="resource.release")
+    assert (entry.before["outcome"], entry.reason) == ("failure", "ConnectionResetError: peer reset")
+
+
+def test_a_release_with_success_frees_the_resource(api, claimed_alice):
+    body = ok(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                   {"lease_token": str(claimed_alice.lease_token), "outcome": "success"}))
+    assert (body["state"], body["success_count"]) == ("available", 1)
+
+
+@pytest.mark.parametrize("token, why", [(None, "never_granted"), ("not-a-uuid", "never_granted")])
+def test_a_release_with_a_token_that_does_not_hold_the_resource_is_409_saying_why(api, claimed_alice, token, why):
+    error = error_of(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                          {"lease_token": token or str(uuid.uuid4()), "outcome": "success"}), 409)
+    assert (error["code"], error["details"]["why"]) == ("lease_mismatch", why)
+
+
+def test_a_second_release_is_409_already_released(api, claimed_alice):
+    body = {"lease_token": str(claimed_alice.lease_token), "outcome": "success"}
+    post(api, f"/api/resources/{claimed_alice.pk}/release", body)
+    assert error_of(post(api, f"/api/resources/{claimed_alice.pk}/release", body), 409)["details"]["why"] == \
+        "released"
+
+
+def test_a_failure_without_its_error_is_bad_input(api, claimed_alice):
+    error = error_of(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                          {"lease_token": str(claimed_alice.lease_token), "outcome": "failure"}), 400)
+    assert error["details"]["field"] == "error"
+
+
+def test_a_heartbeat_extends_the_lease_and_is_audited(api, claimed_alice):
+    body = ok(post(api, f"/api/resources/{claimed_alice.pk}/heartbeat",
+                   {"lease_token": str(claimed_alice.lease_token), "seconds": 3600}))
+    assert Resource.objects.get(pk=claimed_alice.pk).leased_until.isoformat().replace("+00:00", "Z") == \
+        body["leased_until"]
+    assert body["leased_until"] > claimed_alice.leased_until.isoformat()
+    assert AuditEntry.objects.get(action="resource.heartbeat").actor == "api:billing"
+
+
+# The operators' actions
+
+
+def test_reset_makes_a_failed_resource_available_and_keeps_its_history(api, failed_alice):
+    body = ok(post(api, f"/api/resources/{failed_alice.pk}/reset", {"reason": "upstream fixed"}))
+    assert (body["state"], body["failure_count"]) == ("available", 1)
+    assert AuditEntry.objects.get(action="resource.reset").reason == "upstream fixed"
+
+
+def test_reset_of_an_available_resource_is_409_illegal_transition(api, alice):
+    error = error_of(post(api, f"/api/resources/{alice.pk}/reset"), 409)
+    assert (error["code"], error["details"]["state"]) == ("illegal_transition", "available")
+
+
+def test_quarantine_needs_a_reason_and_unquarantine_ends_it(api, alice):
+    assert error_of(post(api, f"/api/resources/{alice.pk}/quarantine"), 400)["details"]["fields"].keys() == {"reason"}
+    assert ok(post(api, "/api/pools/accounts/resources/alice@x/quarantine", {"reason": "leaked"}))["state"] == \
+        "quarantined"
+    assert ok(post(api, f"/api/resources/{alice.pk}/unquarantine"))["state"] == "available"
+    assert list(AuditEntry.objects.filter(target_type="resources.resource").order_by("id").values_list(
+        "action", flat=True)) == ["resource.quarantine", "resource.unquarantine"]
+
+
+# Permissions
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/pools/", {"name": "x"}), ("/api/resources/", {"pool": "accounts", "key": "k"}),
+    ("/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), ("/api/resources/{id}/claim", {"holder": "w"}),
+    ("/api/resources/{id}/reset", {}), ("/api/resources/{id}/quarantine", {"reason": "r"}),
+    ("/api/pools/accounts/resources/alice@x/unquarantine", {}),
+])
+def test_a_viewer_reads_but_is_refused_every_action_with_403(viewer_api, alice, path, body):
+    assert viewer_api.get(f"/api/resources/{alice.pk}/").status_code == 200
+    error = error_of(post(viewer_api, path.format(id=alice.pk), body), 403)
+    assert error["code"] == "permission_denied"
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE and ResourcePool.objects.count() == 1
+
+
+def test_a_request_without_a_key_is_401_on_every_resource_endpoint(client, alice):
+    for path in ("/api/pools/", "/api/resources/", f"/api/resources/{alice.pk}/"):
+        assert client.get(path).status_code == 401
+
+
+# Idempotency on a claim
+
+
+def test_a_claim_repeated_with_its_idempotency_key_answers_the_same_lease_and_claims_nothing_more(api, alice, bob):
+    first = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    again = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert Resource.objects.filter(state="in_use").count() == 1
+
+
+@pytest.mark.parametrize("query", ["failed_since=9999-12-31T23:59:59-12:00", "failed_since=0001-01-01T00:00:00%2B14:00",
+                                   "pool=%F0%9F%98%80", "key=" + "k" * 5000, "diagnosis=resource"])
+def test_extreme_filter_values_answer_without_a_server_error(api, alice, query):
+    assert api.get(f"/api/resources/?{query}").status_code in (200, 400)
+
+
+@pytest.mark.parametrize("path", ["/api/pools/%00/", "/api/pools/accounts/resources/%00/", "/api/resources/0/",
+                                  "/api/pools/accounts/resources/a%00b/claim"])
+def test_a_malformed_path_answers_without_a_server_error(api, alice, path):
+    response = api.post(path, {"holder": "w"}, format="json") if path.endswith("claim") else api.get(path)
+    assert response.status_code in (400, 404), response.content

@@ -1,0 +1,112 @@
+"""The OpenAPI 3.1 schema, its docs page from vendored assets, and the health check: open to all.
+
+The schema's rules are checked here on the probe endpoint's urls and on the project's own
+(`ROOT_URLCONFS`), so that every endpoint any app adds is held to them."""
+
+import re
+
+import pytest
+from django.test import Client, override_settings
+
+pytestmark = pytest.mark.django_db
+
+ERROR_REF = "#/components/schemas/Error"
+ROOT_URLCONFS = ["tests.retryops.api.urls", "retryops.urls"]
+
+
+def schema_of(urlconf: str, django_db_blocker) -> dict:
+    with django_db_blocker.unblock(), override_settings(ROOT_URLCONF=urlconf):
+        response = Client().get("/api/schema/?format=json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+@pytest.fixture(scope="module", params=ROOT_URLCONFS)
+def schema(request, django_db_blocker):
+    return schema_of(request.param, django_db_blocker)
+
+
+@pytest.fixture(scope="module")
+def probe_schema(django_db_blocker):
+    return schema_of(ROOT_URLCONFS[0], django_db_blocker)
+
+
+def operations(schema):
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            if method in ("get", "post", "put", "patch", "delete"):
+                yield path, method, operation
+
+
+def test_the_schema_is_openapi_3_1_and_open_without_a_key(schema):
+    assert schema["openapi"] == "3.1.0"
+
+
+def test_every_error_answer_of_every_operation_is_the_one_error_shape(schema):
+    for path, method, operation in operations(schema):
+        for status, response in operation["responses"].items():
+            if int(status) >= 400 and path != "/api/health/":
+                assert response["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}, (path, method, status)
+
+
+def test_every_operation_that_needs_a_key_documents_401_403_and_429(schema):
+    for path, method, operation in operations(schema):
+        if path != "/api/health/":
+            assert {"401", "403", "429"} <= set(operation["responses"]), (path, method)
+
+
+def test_every_post_takes_an_idempotency_key_and_documents_its_409_and_422(schema):
+    for path, method, operation in operations(schema):
+        if method == "post":
+            headers = {p["name"] for p in operation.get("parameters", []) if p["in"] == "header"}
+            assert "Idempotency-Key" in headers and {"409", "422"} <= set(operation["responses"]), path
+
+
+def test_the_error_shape_names_code_message_and_details(probe_schema):
+    detail = probe_schema["components"]["schemas"]["ErrorDetail"]
+    assert set(detail["required"]) == {"code", "message", "details"}
+    assert detail["properties"]["details"]["type"] == "object"
+
+
+def test_the_api_key_is_documented_in_either_header(probe_schema):
+    schemes = probe_schema["components"]["securitySchemes"]
+    assert schemes["ApiKeyBearer"] == {**schemes["ApiKeyBearer"], "type": "http", "scheme": "bearer"}
+    assert (schemes["ApiKeyHeader"]["in"], schemes["ApiKeyHeader"]["name"]) == ("header", "X-API-Key")
+
+
+def test_the_docs_page_loads_its_assets_from_this_server_not_a_cdn(client):
+    response = client.get("/api/docs/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert any("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in a for a in assets), assets
+    assert not [a for a in assets if a.startswith(("http:", "https:", "//"))], assets
+
+
+def test_the_vendored_swagger_ui_is_served(client):
+    response = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+    assert response.status_code == 200
+
+
+def test_the_health_check_is_open_and_says_what_answers(client):
+    response = client.get("/api/health/")
+    assert (response.status_code, response.json()) == (200, {"status": "ok", "database": "ok", "redis": "ok"})
+
+
+def test_the_health_check_is_degraded_not_down_without_redis(client, settings):
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "default": {**settings.RQ_QUEUES["default"],
+                                                            "URL": "redis://127.0.0.1:9/0"}}
+    response = client.get("/api/health/")
+    assert (response.status_code, response.json()["status"], response.json()["redis"]) == (200, "degraded", "down")
+
+
+def test_every_endpoint_but_the_open_ones_refuses_a_request_without_a_key(client, django_db_blocker):
+    schema = schema_of("retryops.urls", django_db_blocker)
+    sample = {"{id}": "1", "{pool}": "accounts", "{key}": "alice@x"}
+    for path, method, operation in operations(schema):
+        if path == "/api/health/":
+            continue
+        for name, value in sample.items():
+            path = path.replace(name, value)
+        response = getattr(client, method)(path, {}, content_type="application/json")
+        assert response.status_code == 401, (method, path, response.status_code)

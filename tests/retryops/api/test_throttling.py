@@ -1,0 +1,57 @@
+"""Throttling per client, counted in Redis: reads and writes apart, 429 with Retry-After."""
+
+import pytest
+from django.core.cache import cache
+
+from tests.api_fixtures import keyed_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def probe_urls(settings):
+    settings.ROOT_URLCONF = "tests.retryops.api.urls"
+    settings.RETRYOPS_API_READ_RATE = "3/min"
+    settings.RETRYOPS_API_WRITE_RATE = "2/min"
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def billing(make_api_client):
+    return keyed_client(make_api_client("billing", "resources.change_resource", "resources.view_resource")[1])
+
+
+def test_a_client_past_its_rate_is_refused_with_429_and_told_when_to_come_back(billing):
+    statuses = [billing.get("/api/probe/").status_code for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    response = billing.get("/api/probe/")
+    error = response.json()["error"]
+    assert error["code"] == "throttled"
+    assert 1 <= int(response["Retry-After"]) <= 60 and error["details"]["retry_after"] == int(response["Retry-After"])
+
+
+def test_reads_and_writes_are_counted_apart(billing):
+    for _ in range(3):
+        billing.get("/api/probe/")
+    assert billing.post("/api/probe/", {"name": "a"}, format="json").status_code == 201
+
+
+def test_each_client_has_its_own_count(billing, make_api_client):
+    for _ in range(3):
+        billing.get("/api/probe/")
+    other = keyed_client(make_api_client("shipping", "resources.view_resource")[1])
+    assert other.get("/api/probe/").status_code == 200
+
+
+def test_an_empty_rate_is_no_limit(billing, settings):
+    settings.RETRYOPS_API_READ_RATE = ""
+    assert {billing.get("/api/probe/").status_code for _ in range(5)} == {200}
+
+
+def test_a_redis_that_does_not_answer_lets_requests_through(billing, settings):
+    from django.test import override_settings
+
+    with override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:9/0"}}):
+        assert {billing.get("/api/probe/").status_code for _ in range(5)} == {200}
