@@ -19,6 +19,7 @@ urlpatterns = [
     # The REST API: its own endpoints (schema, docs, health), then each app's.
     path("api/", include("retryops.api.urls")),
     path("api/", include("scheduling.api.task_urls")),
+    path("api/", include("compensation.api.urls")),
     path("api/", include("resources.api.urls")),
 ]
 

@@ -1,0 +1,40 @@
+"""API clients of the compensation endpoints' tests, each allowed what its role grants
+(retryops/roles.py): "oncall" operates, "approvals" approves, "reports" reads."""
+
+import pytest
+
+from compensation import services
+from compensation.models import DeadLetter
+from tests.api_fixtures import VIEW, keyed_client
+from tests.compensation.conftest import dead_tasks
+
+READ = [*VIEW, "compensation.view_deadletter", "compensation.view_bulkreplay", "compensation.view_workorder",
+        "compensation.view_runbookrun"]
+OPERATE = [*READ, "compensation.replay_deadletter", "compensation.discard_deadletter", "compensation.add_workorder",
+           "compensation.change_workorder", "compensation.run_runbook_action", "compensation.add_bulkreplay",
+           "compensation.change_bulkreplay"]
+APPROVE = [*READ, "compensation.approve_runbookrun"]
+
+
+@pytest.fixture
+def ops(make_api_client):
+    return keyed_client(make_api_client("oncall", *OPERATE)[1])
+
+
+@pytest.fixture
+def approver(make_api_client):
+    return keyed_client(make_api_client("approvals", *APPROVE)[1])
+
+
+@pytest.fixture
+def reader(make_api_client):
+    return keyed_client(make_api_client("reports", *READ)[1])
+
+
+@pytest.fixture
+def letters(pool, alice, bob, default_policy) -> list[DeadLetter]:
+    """Two dead letters of one flow and signature, on alice and on bob, collected onto one work order."""
+    for resource in (alice, bob):
+        dead_tasks(pool=pool, policy=default_policy, resource=resource)
+    services.collect_dead_letters()
+    return list(DeadLetter.objects.order_by("id"))
