@@ -193,7 +193,7 @@ class CloseSerializer(serializers.Serializer):
 class RunbookRunSerializer(serializers.ModelSerializer):
     """A request to run a runbook action for a work order, and its outcome."""
 
-    result = serializers.JSONField(read_only=True, allow_null=True, help_text="What the action answered.")
+    result = serializers.JSONField(read_only=True, help_text="What the action answered (null until it ran).")
     input = serializers.JSONField(read_only=True)
 
     class Meta:

@@ -19,6 +19,15 @@ from retryops.api.idempotency import Idempotent
 class ApiView(Idempotent, generics.GenericAPIView):
     """An endpoint: authenticated, its permissions in `required_permissions`, its POSTs idempotent."""
 
+    def get_serializer_class(self):
+        # An action view names what it parses and answers (input_serializer, output_serializer),
+        # not one serializer_class: DRF's answer to OPTIONS describes what it takes.
+        if self.serializer_class is None:
+            named = getattr(self, "input_serializer", None) or getattr(self, "output_serializer", None)
+            if named is not None:
+                return named
+        return super().get_serializer_class()
+
 
 class ApiViewSet(Idempotent, viewsets.GenericViewSet):
     """A set of endpoints on one model (list, create, retrieve, ...), as ApiView."""
