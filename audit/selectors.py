@@ -4,8 +4,11 @@ actors; and the API client a key belongs to."""
 import hmac
 from dataclasses import dataclass
 
+from django.contrib.auth.models import Permission
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection, models
-from django.db.models import QuerySet
+from django.db.models import F, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Concat
 
 from audit.models import ApiClient, AuditEntry
 from audit.services import (
@@ -74,7 +77,13 @@ def api_client_for_key(key: str) -> KeyCheck:
     database index nor a string comparison tells an attacker how much of a guess was right."""
     if not isinstance(key, str) or not key.startswith(KEY_TAG) or len(key) != KEY_LENGTH:
         return KeyCheck(None, "not an API key of this service")
-    client = ApiClient.objects.select_related("user").filter(key_prefix=key[:PREFIX_LENGTH]).first()
+    # The service user's permissions ride along ("app_label.codename", from the user and its
+    # groups): ModelBackend would read them in two more queries on every request.
+    user = OuterRef("user_id")
+    permissions = Permission.objects.filter(Q(user=user) | Q(group__user=user)).values(
+        perm=Concat(F("content_type__app_label"), Value("."), F("codename"), output_field=models.TextField()))
+    client = ApiClient.objects.select_related("user").annotate(permissions=ArraySubquery(permissions)).filter(
+        key_prefix=key[:PREFIX_LENGTH]).first()
     if client is None or not hmac.compare_digest(client.key_hash, hash_key(key)):
         return KeyCheck(None, "unknown API key")
     if client.revoked_at is not None:
@@ -82,6 +91,8 @@ def api_client_for_key(key: str) -> KeyCheck:
                               f"{client.revoked_at.isoformat()}")
     if not client.user.is_active:
         return KeyCheck(None, f"the service user of API client {client.name} is inactive")
+    # Where django.contrib.auth's ModelBackend keeps a user's permissions once it has read them.
+    client.user._perm_cache = set(client.permissions)
     return KeyCheck(client)
 
 

@@ -311,12 +311,14 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One name for a set of choices several fields share.
-    "ENUM_NAME_OVERRIDES": {"ServerStateEnum": "retryops.api.views.SERVER_STATES",
-                            # Every model's `state` has choices of its own.
-                            "ResourceStateEnum": "resources.choices.ResourceState",
-                            "TaskStateEnum": "scheduling.choices.TaskState",
-                            "DeadLetterStateEnum": "compensation.choices.DeadLetterState",
-                            "BulkReplayStateEnum": "compensation.choices.BulkReplayState",
-                            "WorkOrderStateEnum": "compensation.choices.WorkOrderState",
-                            "RunbookRunStateEnum": "compensation.runbook_models.RunbookRunState"},
+    "ENUM_NAME_OVERRIDES": {
+        "ServerStateEnum": "retryops.api.views.SERVER_STATES",
+        # Every model's `state` has choices of its own.
+        "ResourceStateEnum": "resources.choices.ResourceState",
+        "TaskStateEnum": "scheduling.choices.TaskState",
+        "DeadLetterStateEnum": "compensation.choices.DeadLetterState",
+        "BulkReplayStateEnum": "compensation.choices.BulkReplayState",
+        "WorkOrderStateEnum": "compensation.choices.WorkOrderState",
+        "RunbookRunStateEnum": "compensation.runbook_models.RunbookRunState",
+    },
 }

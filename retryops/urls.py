@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/", include("scheduling.api.task_urls")),
     path("api/", include("compensation.api.urls")),
     path("api/", include("resources.api.urls")),
+    path("api/", include("scheduling.api.urls")),
 ]
 
 # An unknown /api/ path answers in the API's error shape (with DEBUG off; retryops.api.views).

@@ -60,7 +60,8 @@ class IllegalTaskTransition(SchedulingError):
 
 class TaskLive(SchedulingError):
     """A task that has not finished already runs on (or waits for) the resource; details:
-    `task_id`, `state`, `next_run_at`."""
+    `task_id`, `state`, `next_run_at`, `holder` (the task as the resource's holder) and `until`
+    (when its lease on the resource ends, if it holds one)."""
 
     code = "task_live"
 

@@ -163,6 +163,13 @@ class Task(models.Model):
         """How the task appears as a resource's holder, in operators' messages."""
         return f"task {self.pk}"
 
+    @staticmethod
+    def id_of_holder(holder: str) -> int | None:
+        """The id of the task a holder (or a timeline event's actor) names, or None: the way back
+        from `holder`, which every lease a task takes and every release it makes are written under."""
+        number = holder.removeprefix("task ") if holder.startswith("task ") else ""
+        return int(number) if number.isdigit() and len(number) <= 18 else None
+
 
 class Attempt(models.Model):
     """One execution of a task: what a resource's retry history shows."""

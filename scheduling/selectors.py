@@ -1,5 +1,7 @@
 """Reads of tasks shared by the services, the console, the API and telemetry. No writes here."""
 
+import heapq
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -17,9 +19,11 @@ from django.db.models import (
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from resources.choices import EventKind
 from resources.classification import compile_patterns
-from resources.models import Resource
-from resources.selectors import recently_failed
+from resources.models import Resource, ResourceEvent
+from resources.selectors import get_resource, recently_failed
+from resources.signatures import text_signature
 from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import check_text
 from scheduling.choices import (
@@ -244,3 +248,107 @@ def running_attempts() -> dict:
     attempt_one_running_per_task."""
     return Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).aggregate(count=Count("*"),
                                                                           oldest_started_at=Min("started_at"))
+
+
+# A resource's retry history: its attempts and its timeline events, newest first.
+
+# The outcome a timeline event stands for, when it stands for one.
+EVENT_OUTCOMES = {
+    EventKind.RELEASED_SUCCESS: "success", EventKind.RELEASED_FAILURE: "failure",
+    EventKind.HELD_FOR_RETRY: "failure", EventKind.LEASE_EXPIRED: "failure",
+}
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One line of a resource's retry history: an attempt that ran on it (kind "attempt") or an
+    event of its timeline (claimed, released_failure, reset, quarantined, ...)."""
+
+    time: datetime
+    kind: str
+    outcome: str | None
+    error: str
+    signature: str
+    category: str
+    task: int | None
+    actor: str
+    attempt_id: int | None = None
+    attempt_number: int | None = None
+    event_id: int | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of a resource's retry history. `before` is where the next page starts: the attempt id
+    and the event id below which it reads (either None: from the newest), or None when nothing
+    is left."""
+
+    resource: Resource
+    entries: list[HistoryEntry]
+    before: tuple[int | None, int | None] | None
+
+
+# The columns the history shows; rows are read as dicts (a page of 100 model instances would cost
+# more than the two queries that read them).
+_ATTEMPT_COLUMNS = ("id", "task_id", "number", "started_at", "finished_at", "outcome", "error_class", "error_message",
+                    "error_signature", "category", "duration_ms", "worker", "action")
+_EVENT_COLUMNS = ("id", "kind", "actor", "reason", "category", "created_at", "details")
+
+
+def _attempt_entry(attempt: dict) -> HistoryEntry:
+    error = f"{attempt['error_class']}: {attempt['error_message']}" if attempt["error_class"] else \
+        attempt["error_message"]
+    details = {"worker": attempt["worker"], "action": attempt["action"]} if attempt["worker"] or attempt["action"] \
+        else {}
+    return HistoryEntry(
+        time=attempt["started_at"], kind="attempt", outcome=attempt["outcome"], error=error,
+        signature=attempt["error_signature"], category=attempt["category"], task=attempt["task_id"],
+        actor=f"task {attempt['task_id']}", attempt_id=attempt["id"], attempt_number=attempt["number"],
+        finished_at=attempt["finished_at"], duration_ms=attempt["duration_ms"], details=details)
+
+
+def _event_entry(event: dict) -> HistoryEntry:
+    kind, reason, category = event["kind"], event["reason"], event["category"]
+    outcome = EVENT_OUTCOMES.get(kind)
+    if kind == EventKind.LEASE_EXPIRED and not category:
+        outcome = None  # an unused lease swept back: nothing ran, nothing failed
+    failed = outcome == "failure"
+    return HistoryEntry(
+        time=event["created_at"], kind=kind, outcome=outcome, error=reason if failed else "",
+        signature=text_signature(reason) if failed and reason else "", category=category,
+        task=Task.id_of_holder(event["actor"]), actor=event["actor"], event_id=event["id"],
+        details=event["details"] or {})
+
+
+def retry_history(*, resource: Resource | int, before: tuple[int | None, int | None] = (None, None),
+                  limit: int = 50) -> HistoryPage:
+    """A page of the resource's history, newest first: its attempts and its timeline events merged
+    by time, in two index reads of `limit` + 1 rows whatever its length (attempt_resource_history_idx
+    and resource_event_timeline_idx, newest id first). `before` continues a page: (attempt id, event
+    id) below which each list is read, None for from the newest. Each list is read by id, which is
+    its order in time; a page is exact however many rows arrive meanwhile (those come on no page:
+    they are newer than the first)."""
+    limit = whole_number(limit, field="limit", maximum=1000, error=BadInput)
+    current = resource if isinstance(resource, Resource) else get_resource(resource_id=_resource_id(resource))
+    attempt_below, event_below = (record_id(bound, field="cursor", error=BadInput) if bound is not None else None
+                                  for bound in before)
+    attempts = Attempt.objects.filter(resource_id=current.pk).order_by("-id").values(*_ATTEMPT_COLUMNS)
+    events = ResourceEvent.objects.filter(resource_id=current.pk).order_by("-id").values(*_EVENT_COLUMNS)
+    if attempt_below is not None:
+        attempts = attempts.filter(id__lt=attempt_below)
+    if event_below is not None:
+        events = events.filter(id__lt=event_below)
+    merged = list(heapq.merge((_attempt_entry(a) for a in attempts[:limit + 1]),
+                              (_event_entry(e) for e in events[:limit + 1]), key=lambda e: e.time, reverse=True))
+    page = merged[:limit]
+    if len(merged) <= limit:
+        return HistoryPage(resource=current, entries=page, before=None)
+    shown_attempts = [e.attempt_id for e in page if e.attempt_id is not None]
+    shown_events = [e.event_id for e in page if e.event_id is not None]
+    # A list none of whose rows this page showed starts the next page where this one started it.
+    return HistoryPage(resource=current, entries=page, before=(
+        min(shown_attempts) if shown_attempts else attempt_below,
+        min(shown_events) if shown_events else event_below))

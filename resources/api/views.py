@@ -166,7 +166,10 @@ class ClaimNext(ApiView):
     required_permissions = {"POST": [CHANGE]}
 
     def post(self, request):
-        lease = services.claim_next(actor=actor_of(request), audit=True, **_body(ClaimNextSerializer, request))
+        data = _body(ClaimNextSerializer, request)
+        pool = get_pool(data.pop("pool"))
+        lease = services.claim_next(pool=pool, actor=actor_of(request), audit=True, **data)
+        lease.pool = pool  # the row the claim returns does not carry it
         return Response(LeaseSerializer(lease).data)
 
 

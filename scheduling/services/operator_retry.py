@@ -36,9 +36,11 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
     else:
         doing = f"it is {task.get_state_display().lower()} and runs next at {when(task.next_run_at)}"
         advice = "run that task now or cancel it first"
+    holds = current is not None and current.state == ResourceState.IN_USE and current.lease_holder == task.holder
     return TaskLive(
         f"{where}: {doing}; a retry now would run it twice: {advice}",
-        task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None)
+        task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None,
+        holder=task.holder, until=current.leased_until.isoformat() if holds else None)
 
 
 def instance_to_run_again(last: Task, name: str) -> Task:

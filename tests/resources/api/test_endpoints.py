@@ -302,3 +302,16 @@ def test_a_claim_repeated_with_its_idempotency_key_answers_the_same_lease_and_cl
     again = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
     assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
     assert Resource.objects.filter(state="in_use").count() == 1
+
+
+@pytest.mark.parametrize("query", ["failed_since=9999-12-31T23:59:59-12:00", "failed_since=0001-01-01T00:00:00%2B14:00",
+                                   "pool=%F0%9F%98%80", "key=" + "k" * 5000, "diagnosis=resource"])
+def test_extreme_filter_values_answer_without_a_server_error(api, alice, query):
+    assert api.get(f"/api/resources/?{query}").status_code in (200, 400)
+
+
+@pytest.mark.parametrize("path", ["/api/pools/%00/", "/api/pools/accounts/resources/%00/", "/api/resources/0/",
+                                  "/api/pools/accounts/resources/a%00b/claim"])
+def test_a_malformed_path_answers_without_a_server_error(api, alice, path):
+    response = api.post(path, {"holder": "w"}, format="json") if path.endswith("claim") else api.get(path)
+    assert response.status_code in (400, 404), response.content

@@ -98,3 +98,15 @@ def test_the_health_check_is_degraded_not_down_without_redis(client, settings):
                                                             "URL": "redis://127.0.0.1:9/0"}}
     response = client.get("/api/health/")
     assert (response.status_code, response.json()["status"], response.json()["redis"]) == (200, "degraded", "down")
+
+
+def test_every_endpoint_but_the_open_ones_refuses_a_request_without_a_key(client, django_db_blocker):
+    schema = schema_of("retryops.urls", django_db_blocker)
+    sample = {"{id}": "1", "{pool}": "accounts", "{key}": "alice@x"}
+    for path, method, operation in operations(schema):
+        if path == "/api/health/":
+            continue
+        for name, value in sample.items():
+            path = path.replace(name, value)
+        response = getattr(client, method)(path, {}, content_type="application/json")
+        assert response.status_code == 401, (method, path, response.status_code)
