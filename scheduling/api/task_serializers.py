@@ -1,4 +1,5 @@
-"""What the task endpoints take and answer. Input serializers only parse (types, lengths, which
+"""What the task endpoints take and answer (a task itself as the retry endpoint answers it,
+scheduling.api.serializers.TaskSerializer). Input serializers only parse (types, lengths, which
 fields may be sent); what a value may do is the services' decision."""
 
 from django.utils import timezone
@@ -7,8 +8,8 @@ from rest_framework import serializers
 from retryops.api.fields import Flag, JsonObject, Text
 from retryops.api.schema import ErrorDetailSerializer
 from retryops.inputs import MAX_ID
-from scheduling.choices import WAITING_STATES
-from scheduling.models import Attempt, Task
+from scheduling.api.serializers import TaskSerializer
+from scheduling.models import Attempt
 from scheduling.services.task_retry import MAX_TASKS
 
 
@@ -21,25 +22,6 @@ class Moment(serializers.DateTimeField):
         if timezone.is_naive(value):
             self.fail("naive")
         return super().enforce_timezone(value)
-
-
-class TaskSerializer(serializers.ModelSerializer):
-    """A task: one business instance, run with one resource of its pool until it succeeds or dies."""
-
-    pool = serializers.CharField(source="pool.name", read_only=True)
-    policy = serializers.CharField(source="policy.name", read_only=True)
-    queued = serializers.SerializerMethodField(help_text="It waits for its next attempt, which a worker will run: "
-                                                         "the task is in the database, whether or not Redis answered.")
-
-    class Meta:
-        model = Task
-        fields = ["id", "flow", "pool", "payload", "policy", "state", "queued", "strict", "requested_resource",
-                  "resource", "attempt_count", "next_run_at", "deadline_at", "created_by", "created_at",
-                  "finished_at", "last_error", "last_error_signature", "last_error_category"]
-        read_only_fields = fields
-
-    def get_queued(self, task) -> bool:
-        return task.state in WAITING_STATES
 
 
 class AttemptSerializer(serializers.ModelSerializer):

@@ -10,6 +10,7 @@ from retryops.api.authentication import actor_of
 from retryops.api.errors import domain_error_body, status_for
 from retryops.api.views import ApiView, parsed
 from scheduling import services
+from scheduling.api.serializers import TaskSerializer
 from scheduling.api.task_serializers import (
     CancelSerializer,
     EmptySerializer,
@@ -17,8 +18,8 @@ from scheduling.api.task_serializers import (
     TaskDetailSerializer,
     TaskRetryBatchSerializer,
     TaskRetryRequestSerializer,
-    TaskSerializer,
 )
+from scheduling.api.views import task_url
 from scheduling.filtersets import TaskFilterSet
 from scheduling.models import Task
 from scheduling.selectors import get_task_with_attempts
@@ -27,8 +28,11 @@ VIEW = "scheduling.view_task"
 RETRY, CANCEL, RUN_NOW = "scheduling.retry_resource", "scheduling.cancel_task", "scheduling.run_task_now"
 
 
-def task_url(task: Task) -> str:
-    return f"/api/tasks/{task.pk}/"
+def with_wake_up(task: Task) -> Task:
+    """The task with its wake-up as sent once the service's transaction committed (or not, with
+    Redis down): what its answer's wake_up_sent says."""
+    task.rq_job_id = Task.objects.filter(pk=task.pk).values_list("rq_job_id", flat=True).first() or ""
+    return task
 
 
 class TaskList(mixins.ListModelMixin, ApiView):
@@ -52,7 +56,8 @@ class TaskList(mixins.ListModelMixin, ApiView):
         task = services.start_task(flow=data["flow"], pool_name=data["pool"], payload=data.get("payload"),
                                    policy=data.get("policy"), resource=data.get("resource"), strict=data["strict"],
                                    run_at=data.get("run_at"), created_by=actor_of(request))
-        return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED, headers={"Location": task_url(task)})
+        return Response(TaskSerializer(with_wake_up(task)).data, status=status.HTTP_201_CREATED,
+                        headers={"Location": task_url(task)})
 
 
 class TaskDetail(ApiView):
@@ -77,7 +82,7 @@ class TaskAction(ApiView):
 
     def post(self, request, id):
         task = self.act(int(id), actor_of(request), parsed(self.input_serializer, request))
-        return Response(TaskSerializer(task).data)
+        return Response(TaskSerializer(with_wake_up(task)).data)
 
 
 class Cancel(TaskAction):
@@ -118,7 +123,8 @@ class RetryTasks(ApiView):
         data = parsed(TaskRetryRequestSerializer, request)
         outcomes = services.retry_tasks(tasks=data.get("tasks") or [data["task"]], actor=actor_of(request))
         results = [
-            {"task": outcome.task_id, "status": 201, "retry": TaskSerializer(outcome.retry).data, "error": None}
+            {"task": outcome.task_id, "status": 201, "retry": TaskSerializer(with_wake_up(outcome.retry)).data,
+             "error": None}
             if outcome.error is None else
             {"task": outcome.task_id, "status": status_for(outcome.error.code), "retry": None,
              "error": domain_error_body(outcome.error)["error"]}
