@@ -14,6 +14,7 @@ from resources.choices import ResourceState
 from scheduling.models import Task
 from tests.api_helpers import error_of, ok, post
 from tests.compensation.conftest import dead_tasks
+from tests.factories import AttemptFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -139,3 +140,17 @@ def test_a_reader_reads_dead_letters_but_is_refused_every_action_with_403(reader
                                           ("get", "/api/bulk-replays/1/")])
 def test_a_request_without_a_key_is_401(client, db, method, path):
     assert getattr(client, method)(path).status_code == 401
+
+
+def test_a_strict_replay_of_an_instance_that_succeeded_since_is_refused_though_another_task_ran_there_last(
+        ops, pool, alice, default_policy):
+    [dead] = dead_tasks(pool=pool, policy=default_policy, resource=alice)
+    [letter] = services.collect_dead_letters()
+    TaskFactory(pool=pool, policy=default_policy, payload=dead.payload, repeats=dead, state="succeeded",
+                next_run_at=None, finished_at=timezone.now())
+    later = TaskFactory(pool=pool, policy=default_policy, payload={"order": 43}, state="dead", next_run_at=None,
+                        finished_at=timezone.now())
+    AttemptFactory(task=later, resource=alice, outcome="failed", finished_at=timezone.now())
+    error = error_of(post(ops, f"/api/dead-letters/{letter.pk}/replay"), 409)
+    assert (error["code"], error["details"]["reason"]) == ("replay_refused", "succeeded")
+    assert Task.objects.count() == 3
