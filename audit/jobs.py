@@ -2,11 +2,14 @@
 
 import time
 
+from retryops.language import in_stored_language
+
 # One run drains the backlog batch by batch, for at most this long, so it ends before the next
 # run is due however large the backlog Redis left behind.
 PUBLISH_FOR_SECONDS = 5.0
 
 
+@in_stored_language
 def publish_stream_job() -> int:
     """Periodic: publish the stream outbox until it is empty, Redis refuses, or time is up."""
     from audit.streaming import PUBLISH_BATCH, publish_stream_messages
@@ -20,6 +23,7 @@ def publish_stream_job() -> int:
     return published
 
 
+@in_stored_language
 def prune_stream_job() -> int:
     """Periodic: delete stream messages published more than a day ago."""
     from audit.streaming import prune_published

@@ -6,6 +6,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.choices import Channel, IdempotencyState
 
@@ -22,27 +24,33 @@ class AuditEntry(models.Model):
     later outbox streams them in); note that a sequence number is taken at insert, not at commit.
     """
 
-    id = models.BigAutoField(primary_key=True)
+    id = models.BigAutoField(_("id"), primary_key=True)
     # The database's clock at the statement (STATEMENT_TIMESTAMP), not a caller's: nobody can
     # back-date an entry, and entries of one transaction keep their order in time.
-    created_at = models.DateTimeField(db_default=Now(), editable=False)
-    actor = models.CharField(max_length=200, help_text="A user name, a command's --actor or OS user, or system.")
-    channel = models.CharField(max_length=20, choices=Channel.choices)
-    action = models.CharField(max_length=100, help_text="<noun>.<verb>, one of audit.choices.AuditAction.")
-    target_type = models.CharField(max_length=100, help_text="The target's model, as app_label.model_name.")
-    target_id = models.CharField(max_length=100)
-    target_label = models.CharField(max_length=200, blank=True, help_text="How the target read at the time.")
-    before = models.JSONField(null=True, blank=True, help_text="The target's fields before; null: it did not exist.")
-    after = models.JSONField(null=True, blank=True, help_text="The target's fields after; null: it no longer exists.")
-    reason = models.TextField(blank=True)
-    request_id = models.CharField(max_length=100, blank=True,
-                                  help_text="The web request's X-Request-ID, or the command or job run's id.")
+    created_at = models.DateTimeField(_("created at"), db_default=Now(), editable=False)
+    actor = models.CharField(_("actor"), max_length=200,
+                             help_text=_("A user name, a command's --actor or OS user, or system."))
+    channel = models.CharField(_("channel"), max_length=20, choices=Channel.choices)
+    action = models.CharField(_("action"), max_length=100,
+                              help_text=_("<noun>.<verb>, one of audit.choices.AuditAction."))
+    target_type = models.CharField(_("target type"), max_length=100,
+                                   help_text=_("The target's model, as app_label.model_name."))
+    target_id = models.CharField(_("target id"), max_length=100)
+    target_label = models.CharField(_("target label"), max_length=200, blank=True,
+                                    help_text=_("How the target read at the time."))
+    before = models.JSONField(_("before"), null=True, blank=True,
+                              help_text=_("The target's fields before; null: it did not exist."))
+    after = models.JSONField(_("after"), null=True, blank=True,
+                             help_text=_("The target's fields after; null: it no longer exists."))
+    reason = models.TextField(_("reason"), blank=True)
+    request_id = models.CharField(_("request id"), max_length=100, blank=True,
+                                  help_text=_("The web request's X-Request-ID, or the command or job run's id."))
     # What had to change so PostgreSQL could store before/after (a NaN became null, ...).
-    repairs = models.JSONField(default=list, blank=True)
+    repairs = models.JSONField(_("repairs"), default=list, blank=True)
 
     class Meta:
-        verbose_name = "audit entry"
-        verbose_name_plural = "audit entries"
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(channel__in=Channel.values), name="audit_channel_valid"),
@@ -63,7 +71,8 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.action} of {self.target_type} {self.target_id} by {self.actor}"
+        return gettext("%(action)s of %(type)s %(id)s by %(actor)s") % {
+            "action": self.action, "type": self.target_type, "id": self.target_id, "actor": self.actor}
 
 # The Redis streams the outbox publishes to (audit.streaming): audit entries, task events.
 AUDIT_STREAM = "retryops:audit"
@@ -115,7 +124,9 @@ class ApiClient(models.Model):
     key_prefix = models.CharField(max_length=16, unique=True, editable=False,
                                   help_text="The key's first characters, to recognise it by; not a secret.")
     key_hash = models.CharField(max_length=64, editable=False, help_text="sha256 of the key, in hex.")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_clients",
+    # A deleted service user leaves its clients without one, and they can no longer act; the rows
+    # stay for the audit log's sake (clients are revoked, never deleted).
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="api_clients",
                              help_text="The service user whose permissions the client has.")
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=200)

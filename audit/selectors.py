@@ -89,8 +89,8 @@ def api_client_for_key(key: str) -> KeyCheck:
     if client.revoked_at is not None:
         return KeyCheck(None, f"API key {client.key_prefix}… of {client.name} was revoked at "
                               f"{client.revoked_at.isoformat()}")
-    if not client.user.is_active:
-        return KeyCheck(None, f"the service user of API client {client.name} is inactive")
+    if client.user is None or not client.user.is_active:
+        return KeyCheck(None, f"the service user of API client {client.name} is inactive or deleted")
     # Where django.contrib.auth's ModelBackend keeps a user's permissions once it has read them.
     client.user._perm_cache = set(client.permissions)
     return KeyCheck(client)

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
@@ -16,13 +17,19 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation import services
 from compensation.admin_bulk_replay import BulkReplayConsole
-from compensation.admin_console import run_each
+from compensation.admin_console import run_each, work_order_link, work_order_shown
 from compensation.admin_dead_letters import DeadLetterConsole
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.admin_work_orders import WorkOrderConsole
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
-from compensation.models import SLA_CLOCKS, BulkReplay, DeadLetter, WorkOrder
+from compensation.models import (
+    SLA_CLOCK_NAMES,
+    SLA_CLOCKS,
+    BulkReplay,
+    DeadLetter,
+    WorkOrder,
+)
 from compensation.selectors import breached_clocks
 from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
@@ -57,19 +64,48 @@ class DlqInspectorPage:
 class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     """Every field is the services'; the actions change them, and the clean-up purges them."""
 
-    list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at", "work_order",
-                    "replay_task")
+    list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at",
+                    work_order_shown, "replay_shown")
     list_filter = ("state", "flow", "error_category", "pool")
     list_select_related = ("resource", "work_order")
     search_fields = ("=id", "=task__id", "error_signature", "resource__key")
     show_full_result_count = False
     # A facet count per flow and pool would count the queue once per choice on every page.
     show_facets = admin.ShowFacets.NEVER
-    readonly_fields = [f.name for f in DeadLetter._meta.fields]
+    # On a dead letter's page, the rows it names as the reader's language names them: their
+    # __str__ stays English (audit entries keep it).
+    NAMED = {"task": "task_link", "work_order": "work_order_link", "replay_task": "replay_task_link"}
+    readonly_fields = [*(f.name for f in DeadLetter._meta.fields), *NAMED.values()]
+
+    def get_fields(self, request, obj=None):
+        return list(dict.fromkeys(self.NAMED.get(name, name) for name in super().get_fields(request, obj)))
 
     @admin.display(description=_("error signature"))
     def short_signature(self, letter):
         return truncatechars(letter.error_signature, 80)
+
+    @admin.display(description=_("replay task"), ordering="replay_task")
+    def replay_shown(self, letter):
+        return gettext("task %(id)s") % {"id": letter.replay_task_id} if letter.replay_task_id else "-"
+
+    @admin.display(description=_("task"))
+    def task_link(self, letter):
+        return _task_link(letter.task_id)
+
+    @admin.display(description=_("replay task"))
+    def replay_task_link(self, letter):
+        return _task_link(letter.replay_task_id)
+
+    @admin.display(description=_("work order"))
+    def work_order_link(self, letter):
+        return work_order_link(letter)
+
+
+def _task_link(task_id: int | None) -> str:
+    if task_id is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_task_change", args=[task_id]),
+                       gettext("task %(id)s") % {"id": task_id})
 
 
 class WorkOrderForm(forms.ModelForm):
@@ -126,7 +162,7 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
         since = {clock: gettext(" (since %(at)s)") % {"at": date_format(timezone.localtime(at), "SHORT_DATETIME_FORMAT")}
                  for clock, at in marked.items()}
         return format_html('<span style="color:#ba2121">{}</span>', gettext("breached: %(clocks)s") % {
-            "clocks": ", ".join(f"{clock}{since.get(clock, '')}" for clock in clocks)})
+            "clocks": ", ".join(f"{SLA_CLOCK_NAMES[clock]}{since.get(clock, '')}" for clock in clocks)})
 
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
@@ -164,33 +200,34 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
     @admin.action(description=_("Acknowledge"), permissions=["change"])
     def acknowledge(self, request, queryset):
         run_each(self, request, queryset, gettext("acknowledged"),
-             lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor))
+                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor))
 
     @admin.action(description=_("Start compensation"), permissions=["change"])
     def start(self, request, queryset):
         run_each(self, request, queryset, gettext("started"),
-             lambda pk, actor: services.start_work_order(work_order=pk, actor=actor))
+                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor))
 
     @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
                   permissions=["change"])
     def compensate(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
         run_each(self, request, queryset, gettext("compensated"),
-             lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
-                                                              resolution=resolutions.get(pk, "")))
+                 lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
+                                                                      resolution=resolutions.get(pk, "")))
 
     @admin.action(description=_("Close"), permissions=["change"])
     def close(self, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
         run_each(self, request, queryset, gettext("closed"),
-             lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
-                                                         resolution=resolutions.get(pk, "")))
+                 lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
+                                                             resolution=resolutions.get(pk, "")))
 
     @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
     def cancel(self, request, queryset):
+        # The reason is kept (audit entry, resolution): in English, like all stored text.
         run_each(self, request, queryset, gettext("cancelled"),
-             lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
-                                                          reason=gettext("cancelled in the admin by %(actor)s") % {"actor": actor}))
+                 lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
+                                                              reason=f"cancelled in the admin by {actor}"))
 
 
 @admin.register(BulkReplay)

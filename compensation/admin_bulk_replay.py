@@ -21,6 +21,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.text import format_lazy
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
 from compensation.choices import BulkReplayState
@@ -48,19 +51,22 @@ class BulkReplayForm(forms.Form):
     """What the operator chooses. It only parses what was typed; the services judge it (a rate
     out of range, an unknown pool) and their errors are put on the field they name."""
 
-    flow = forms.CharField(required=False)
-    error_signature = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 80}))
-    pool = forms.ModelChoiceField(queryset=ResourcePool.objects.order_by("name"), required=False,
-                                  empty_label="any pool")
-    resource = forms.IntegerField(required=False, label="Resource id")
-    died_after = forms.SplitDateTimeField(required=False, widget=AdminSplitDateTime,
-                                          help_text="Dead letters that died at or after this time.")
-    died_before = forms.SplitDateTimeField(required=False, widget=AdminSplitDateTime,
-                                           help_text="Dead letters that died before this time.")
-    rate = forms.FloatField(widget=forms.NumberInput(attrs={"min": MIN_RATE, "max": MAX_RATE, "step": "any"}),
-                            help_text=f"Replays per second, from {MIN_RATE} to {MAX_RATE}.")
-    any_resource = forms.BooleanField(required=False, label="On any resource of the pool",
-                                      help_text="Otherwise each dead letter is replayed on its own resource.")
+    flow = forms.CharField(label=_("Flow"), required=False)
+    error_signature = forms.CharField(label=_("Error signature"), required=False,
+                                      widget=forms.TextInput(attrs={"size": 80}))
+    pool = forms.ModelChoiceField(label=_("Pool"), queryset=ResourcePool.objects.order_by("name"), required=False,
+                                  empty_label=_("any pool"))
+    resource = forms.IntegerField(required=False, label=_("Resource id"))
+    died_after = forms.SplitDateTimeField(label=_("Died after"), required=False, widget=AdminSplitDateTime,
+                                          help_text=_("Dead letters that died at or after this time."))
+    died_before = forms.SplitDateTimeField(label=_("Died before"), required=False, widget=AdminSplitDateTime,
+                                           help_text=_("Dead letters that died before this time."))
+    rate = forms.FloatField(label=_("Rate"),
+                            widget=forms.NumberInput(attrs={"min": MIN_RATE, "max": MAX_RATE, "step": "any"}),
+                            help_text=format_lazy(_("Replays per second, from {min} to {max}."), min=MIN_RATE,
+                                                  max=MAX_RATE))
+    any_resource = forms.BooleanField(required=False, label=_("On any resource of the pool"),
+                                      help_text=_("Otherwise each dead letter is replayed on its own resource."))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -88,13 +94,13 @@ class BulkReplayForm(forms.Form):
 def _duration(seconds: float) -> str:
     seconds = math.ceil(seconds)
     if seconds < 120:
-        return f"{seconds} s"
+        return gettext("%(s)d s") % {"s": seconds}
     if seconds < 7200:
-        return f"{math.ceil(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
+        return gettext("%(m)d min") % {"m": math.ceil(seconds / 60)}
+    return gettext("%(h).1f h") % {"h": seconds / 3600}
 
 
-@admin.action(description="Bulk replay like these (a filter with their common flow and signature)",
+@admin.action(description=_("Bulk replay like these (a filter with their common flow and signature)"),
               permissions=["view"])
 def bulk_replay_like_these(modeladmin, request, queryset):
     """Open the bulk replay page with what the selected dead letters share; it counts before it starts."""
@@ -126,7 +132,7 @@ class BulkReplayConsole:
     def get_readonly_fields(self, request, obj=None):
         return self.get_fields(request, obj)
 
-    @admin.display(description="progress")
+    @admin.display(description=_("progress"))
     def progress(self, bulk):
         handled = bulk.done + bulk.refused
         # Dead letters that die while it runs and match the filter are replayed too: `selected`
@@ -134,13 +140,15 @@ class BulkReplayConsole:
         total = max(bulk.selected, handled)
         # Those that an operator (or another bulk replay) replayed, resolved or discarded first.
         left = total - handled
-        gone = (f"; the other {left} {'was' if left == 1 else 'were'} no longer open when it reached them"
+        gone = (ngettext("; the other %(count)d was no longer open when it reached them",
+                         "; the other %(count)d were no longer open when it reached them", left) % {"count": left}
                 if bulk.state == BulkReplayState.FINISHED and left else "")
-        return format_html(
-            '<progress value="{}" max="{}" style="width:14em"></progress> '
-            '<b style="color:{}">{}</b>: {} of {} handled &mdash; {} replayed, {} refused{}; at most {} per second',
-            handled, total or 1, STATE_COLOURS.get(bulk.state, "#000"), bulk.get_state_display(), handled,
-            total, bulk.done, bulk.refused, gone, f"{bulk.rate:g}")
+        state = format_html('<b style="color:{}">{}</b>', STATE_COLOURS.get(bulk.state, "#000"),
+                            bulk.get_state_display())
+        said = format_html(gettext("{state}: {handled} of {total} handled &mdash; {done} replayed, {refused} "
+                                   "refused{gone}; at most {rate} per second"), state=state, handled=handled,
+                           total=total, done=bulk.done, refused=bulk.refused, gone=gone, rate=f"{bulk.rate:g}")
+        return format_html('<progress value="{}" max="{}" style="width:14em"></progress> {}', handled, total or 1, said)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "can_cancel": self.has_cancel_permission(request)}
@@ -168,12 +176,12 @@ class BulkReplayConsole:
                         return HttpResponseRedirect(reverse("admin:compensation_bulkreplay_change",
                                                             args=[started.pk]))
                 elif "_start" in request.POST:
-                    self.message_user(request, "The filter changed since the count: here is the new count; start "
-                                      "again to replay these.", messages.WARNING)
+                    self.message_user(request, gettext("The filter changed since the count: here is the new count; "
+                                                       "start again to replay these."), messages.WARNING)
                 count = self._count(form)
         context = {
             **self.admin_site.each_context(request),
-            "title": "Start a bulk replay",
+            "title": gettext("Start a bulk replay"),
             "subtitle": None,
             "opts": self.model._meta,
             "adminform": helpers.AdminForm(form, [(None, {"fields": list(form.fields)})], {}),
@@ -205,15 +213,18 @@ class BulkReplayConsole:
                 form.add_error(None, str(exc))
             else:
                 form.add_error(None, format_html(
-                    'Another bulk replay with this filter is running: <a href="{}">bulk replay {}</a>. Cancel it '
-                    "or wait for it to finish.", reverse("admin:compensation_bulkreplay_change", args=[running]),
-                    running))
+                    gettext('Another bulk replay with this filter is running: <a href="{url}">bulk replay {id}</a>. '
+                            "Cancel it or wait for it to finish."),
+                    url=reverse("admin:compensation_bulkreplay_change", args=[running]), id=running))
             return None
         except DomainError as exc:
             form.add_domain_error(exc)
             return None
-        self.message_user(request, f"Started {started}: {started.selected} open dead letters matched, at most "
-                          f"{started.rate:g} replays per second.", messages.SUCCESS)
+        self.message_user(request, ngettext(
+            "Started %(bulk)s: %(count)d open dead letter matched, at most %(rate)s replays per second.",
+            "Started %(bulk)s: %(count)d open dead letters matched, at most %(rate)s replays per second.",
+            started.selected) % {"bulk": started.display_name, "count": started.selected, "rate": f"{started.rate:g}"},
+            messages.SUCCESS)
         return started
 
     def cancel_view(self, request, bulk_replay_id: int):
@@ -225,13 +236,14 @@ class BulkReplayConsole:
         except DomainError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            self.message_user(request, f"Cancelled {bulk}; the replays it started go on.", messages.SUCCESS)
+            self.message_user(request, gettext("Cancelled %(bulk)s; the replays it started go on.") % {
+                "bulk": bulk.display_name}, messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:compensation_bulkreplay_change", args=[bulk.pk]))
 
-    @admin.action(description="Cancel (the replays they started go on)", permissions=["cancel"])
+    @admin.action(description=_("Cancel (the replays they started go on)"), permissions=["cancel"])
     def cancel(self, request, queryset):
         # Imported here: compensation.admin imports this module to build its ModelAdmins.
         from compensation.admin import _run
 
-        _run(self, request, queryset, "cancelled",
+        _run(self, request, queryset, gettext("cancelled"),
              lambda pk, actor: cancel_bulk_replay(bulk_replay=pk, actor=actor))

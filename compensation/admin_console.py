@@ -3,10 +3,12 @@ the link to an object's audit log."""
 
 from urllib.parse import urlencode
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.db import models
 from django.urls import reverse
-from django.utils.translation import gettext
+from django.utils.html import format_html
+from django.utils.translation import gettext, pgettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.services import target_of
 from retryops.errors import DomainError
@@ -24,16 +26,30 @@ def run_each(modeladmin, request, queryset, verb: str, call) -> None:
             call(pk, request.user.get_username())
             done += 1
         except DomainError as exc:
-            refused.append(f"#{pk}: {exc}")
+            refused.append(gettext("#%(id)s: %(reason)s") % {"id": pk, "reason": exc})
     if done:
         modeladmin.message_user(request, gettext("%(verb)s %(count)d") % {"verb": verb, "count": done},
                                 messages.SUCCESS)
     if refused:
-        shown = "; ".join(refused[:REFUSALS_SHOWN])
+        shown = pgettext("between refusals", "; ").join(refused[:REFUSALS_SHOWN])
         if len(refused) > REFUSALS_SHOWN:
             shown += gettext("; and %(count)d more") % {"count": len(refused) - REFUSALS_SHOWN}
         modeladmin.message_user(request, gettext("%(count)d refused: %(refusals)s") % {
             "count": len(refused), "refusals": shown}, messages.ERROR)
+
+
+@admin.display(description=_("work order"), ordering="work_order")
+def work_order_shown(obj) -> str:
+    """A list column: the work order of a dead letter or a runbook run, named in the reader's language."""
+    return obj.work_order.display_name if obj.work_order_id else "-"
+
+
+def work_order_link(obj) -> str:
+    """On a dead letter's or a runbook run's page: its work order, linked, named in the reader's language."""
+    if obj.work_order_id is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', reverse("admin:compensation_workorder_change", args=[obj.work_order_id]),
+                       obj.work_order.display_name)
 
 
 def audit_url(request, obj: models.Model) -> str:

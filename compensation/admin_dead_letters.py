@@ -190,7 +190,8 @@ class DeadLetterConsole:
                 self.message_user(request, done(result), messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:compensation_deadletter_change", args=[letter.pk]))
         back = reverse("admin:compensation_deadletter_change", args=[letter.pk])
-        context = self._context(request, f"{verb}: {letter}", letter=letter, letters=[letter], count=1, form=form,
+        title = gettext("%(verb)s: %(object)s") % {"verb": verb, "object": letter.display_name}
+        context = self._context(request, title, letter=letter, letters=[letter], count=1, form=form,
                                 question=question, confirm=confirm, verb=verb, back_url=back)
         return TemplateResponse(request, self.confirmation_template, context)
 
@@ -203,11 +204,11 @@ class DeadLetterConsole:
             request, letter, ReplayForm(request.POST if request.method == "POST" else None),
             verb=gettext("Replay"), confirm=gettext("Yes, replay it"),
             question=gettext("Replay %(letter)s: run flow %(flow)s again with the dead task's payload?") % {
-                "letter": letter, "flow": letter.flow},
+                "letter": letter.display_name, "flow": letter.flow},
             call=lambda data: services.replay_dead_letter(dead_letter=letter.pk, actor=actor,
                                                           any_resource=data["any_resource"], reason=data["reason"]),
             done=lambda replayed: gettext("Replaying %(letter)s as task %(task)s.") % {
-                "letter": replayed, "task": replayed.replay_task_id})
+                "letter": replayed.display_name, "task": replayed.replay_task_id})
 
     def settle_view(self, request, dead_letter_id: int, how: str):
         if not self.has_discard_permission(request):
@@ -218,7 +219,7 @@ class DeadLetterConsole:
             request, letter, ReasonForm(request.POST if request.method == "POST" else None),
             verb=words["verb"], question=words["question"] % {"count": 1}, confirm=words["confirm"] % {"count": 1},
             call=lambda data: words["call"](dead_letter=letter.pk, actor=actor, reason=data["reason"]),
-            done=lambda settled: words["done_one"] % {"letter": settled})
+            done=lambda settled: words["done_one"] % {"letter": settled.display_name})
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:

@@ -7,6 +7,8 @@ import json
 from django.contrib import admin, messages
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.admin import CappedCountPaginator
 from compensation.notifications import resend_notifications
@@ -47,7 +49,7 @@ class NotificationAdmin(admin.ModelAdmin):
     def has_resend_permission(self, request):
         return request.user.has_perm("compensation.change_notification")
 
-    @admin.action(description="Send again (failed or skipped)", permissions=["resend"])
+    @admin.action(description=_("Send again (failed or skipped)"), permissions=["resend"])
     def send_again(self, request, queryset):
         try:
             rows = resend_notifications(ids=list(queryset.values_list("pk", flat=True)),
@@ -55,22 +57,24 @@ class NotificationAdmin(admin.ModelAdmin):
         except DomainError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
-        self.message_user(request, f"{len(rows)} notification{'s' if len(rows) != 1 else ''} queued to send again.",
-                          messages.SUCCESS)
+        self.message_user(request, ngettext("%(count)d notification queued to send again.",
+                                            "%(count)d notifications queued to send again.", len(rows)) % {
+                                                "count": len(rows)}, messages.SUCCESS)
 
-    @admin.display(description="state", ordering="state")
+    @admin.display(description=_("state"), ordering="state")
     def state_badge(self, row):
         return format_html('<b style="color:{}">{}</b>', STATE_COLOURS.get(row.state, "#000"),
                            row.get_state_display())
 
-    @admin.display(description="about", ordering="subject_id")
+    @admin.display(description=_("about"), ordering="subject_id")
     def subject(self, row):
-        return row.subject_label or f"work order {row.subject_id}"
+        # The label is what the on-call was told (English, like the message); the id is named here.
+        return gettext("work order %(id)s") % {"id": row.subject_id}
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def short_error(self, row):
         return truncatechars(row.last_error, 80)
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def payload_shown(self, row):
         return format_html("<pre>{}</pre>", json.dumps(row.payload, indent=2, ensure_ascii=False, sort_keys=True))

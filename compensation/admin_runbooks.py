@@ -26,6 +26,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
+from compensation.admin_console import work_order_link, work_order_shown
 from compensation.forms import ReasonForm
 from compensation.models import WorkOrder
 from compensation.runbook_models import RunbookRun, RunbookRunState
@@ -156,7 +157,7 @@ class RunbooksOnWorkOrder:
              "form": RunbookRequestForm(initial={"runbook": b.name, "action": a.name, "token": uuid.uuid4().hex})}
             for a in b.actions]} for b in suggest_for_work_order(order)]
         context = {**self.admin_site.each_context(request),
-                   "title": gettext("Runbooks for %(order)s") % {"order": order}, "order": order,
+                   "title": gettext("Runbooks for %(order)s") % {"order": order.display_name}, "order": order,
                    "books": books, "opts": self.model._meta, "may_request": may_request}
         return TemplateResponse(request, "admin/compensation/workorder/runbooks.html", context)
 
@@ -165,14 +166,23 @@ class RunbooksOnWorkOrder:
 class RunbookRunAdmin(admin.ModelAdmin):
     """Runs are read-only; their transitions are the actions and buttons below, each through its service."""
 
-    list_display = ("id", "work_order", "runbook", "action", "external", "badge", "requested_by", "approved_by",
+    list_display = ("id", work_order_shown, "runbook", "action", "external", "badge", "requested_by", "approved_by",
                     "run_by", "requested_at")
     list_filter = ("state", "external", "runbook")
     list_select_related = ("work_order",)
     search_fields = ("token", "runbook", "action", "requested_by")
-    readonly_fields = [f.name for f in RunbookRun._meta.fields]
+    # On a run's page, its work order as the reader's language names it (its __str__ stays English).
+    readonly_fields = [*(f.name for f in RunbookRun._meta.fields), "work_order_link"]
     actions = ["approve", "run", "reject"]
     show_full_result_count = False
+
+    def get_fields(self, request, obj=None):
+        return list(dict.fromkeys("work_order_link" if name == "work_order" else name
+                                  for name in super().get_fields(request, obj)))
+
+    @admin.display(description=_("work order"))
+    def work_order_link(self, run):
+        return work_order_link(run)
 
     @admin.display(description=_("state"), ordering="state")
     def badge(self, run):
@@ -197,7 +207,8 @@ class RunbookRunAdmin(admin.ModelAdmin):
         return can_reject(request)
 
     def _each(self, request, queryset, call, verb):
-        done = sum(_report(self, request, lambda run=run: call(run), f"{verb} {run}") for run in queryset)
+        done = sum(_report(self, request, lambda run=run: call(run),
+                           gettext("%(verb)s %(run)s") % {"verb": verb, "run": run.display_name}) for run in queryset)
         if done != queryset.count():
             self.message_user(request, gettext("%(verb)s %(done)d of %(count)d") % {
                 "verb": verb, "done": done, "count": queryset.count()}, messages.WARNING)
@@ -214,7 +225,8 @@ class RunbookRunAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Reject (or withdraw)"), permissions=["reject"])
     def reject(self, request, queryset):
-        reason = gettext("rejected in the admin by %(actor)s") % {"actor": _actor(request)}
+        # Kept on the run and in its audit entry: in English, like all stored text.
+        reason = f"rejected in the admin by {_actor(request)}"
         self._each(request, queryset, lambda run: reject_runbook_action(run=run.pk, actor=_actor(request),
                                                                         reason=reason), gettext("rejected"))
 
@@ -237,7 +249,7 @@ class RunbookRunAdmin(admin.ModelAdmin):
             raise PermissionDenied
         run = get_object_or_404(RunbookRun, pk=run_id)
         _report(self, request, lambda: approve_runbook_action(run=run.pk, actor=_actor(request)),
-                gettext("approved %(run)s") % {"run": run})
+                gettext("approved %(run)s") % {"run": run.display_name})
         return self._back(run)
 
     def run_view(self, request, run_id: int):
@@ -252,9 +264,10 @@ class RunbookRunAdmin(admin.ModelAdmin):
             # The action's own failure is its outcome, not a refusal: said as such.
             if ran.state == RunbookRunState.FAILED:
                 self.message_user(request, gettext("%(run)s ran and failed: %(error)s") % {
-                    "run": ran, "error": ran.error}, messages.ERROR)
+                    "run": ran.display_name, "error": ran.error}, messages.ERROR)
             else:
-                self.message_user(request, gettext("%(run)s ran and succeeded.") % {"run": ran}, messages.SUCCESS)
+                self.message_user(request, gettext("%(run)s ran and succeeded.") % {"run": ran.display_name},
+                                  messages.SUCCESS)
         return self._back(run)
 
     def reject_view(self, request, run_id: int):
@@ -268,12 +281,12 @@ class RunbookRunAdmin(admin.ModelAdmin):
             except DomainError as exc:
                 form.add_refusal(exc)
             else:
-                self.message_user(request, gettext("rejected %(run)s") % {"run": run}, messages.SUCCESS)
+                self.message_user(request, gettext("rejected %(run)s") % {"run": run.display_name}, messages.SUCCESS)
                 return self._back(run)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "run": run, "form": form,
-                   "title": gettext("Reject %(run)s") % {"run": run}, "confirm": gettext("Yes, reject it"),
+                   "title": gettext("Reject %(run)s") % {"run": run.display_name}, "confirm": gettext("Yes, reject it"),
                    "question": gettext("Reject %(run)s (%(runbook)s / %(action)s, requested by %(who)s)? It will "
-                                       "never run.") % {"run": run, "runbook": run.runbook, "action": run.action,
-                                                        "who": run.requested_by},
+                                       "never run.") % {"run": run.display_name, "runbook": run.runbook,
+                                                        "action": run.action, "who": run.requested_by},
                    "back_url": reverse("admin:compensation_workorder_change", args=[run.work_order_id])}
         return TemplateResponse(request, "admin/compensation/runbookrun/reject.html", context)

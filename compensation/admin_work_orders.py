@@ -156,11 +156,12 @@ class WorkOrderConsole:
                     return HttpResponseRedirect(back)
             else:
                 self.message_user(request, gettext("%(order)s is %(state)s.") % {
-                    "order": moved, "state": moved.get_state_display().lower()}, messages.SUCCESS)
+                    "order": moved.display_name, "state": moved.get_state_display().lower()}, messages.SUCCESS)
                 return HttpResponseRedirect(back)
         context = {**self.admin_site.each_context(request), "opts": self.model._meta, "order": order, "form": form,
-                   "title": f"{page['label']}: {order}", "verb": page["label"], "confirm": page["label"], "back_url": back,
-                   "question": page["question"] % {"order": order}}
+                   "title": gettext("%(verb)s: %(object)s") % {"verb": page["label"], "object": order.display_name},
+                   "verb": page["label"], "confirm": page["label"], "back_url": back,
+                   "question": page["question"] % {"order": order.display_name}}
         return TemplateResponse(request, "admin/compensation/workorder/transition.html", context)
 
     def transitions_for(self, request, order: WorkOrder) -> list[dict]:

@@ -1,12 +1,14 @@
 from django.db import models
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 
 class DeadLetterState(models.TextChoices):
-    OPEN = "open", "Open"
-    REPLAYING = "replaying", "Replaying"
-    REPLAYED = "replayed", "Replayed"
-    RESOLVED = "resolved", "Resolved"
-    DISCARDED = "discarded", "Discarded"
+    OPEN = "open", _("Open")
+    REPLAYING = "replaying", _("Replaying")
+    REPLAYED = "replayed", _("Replayed")
+    RESOLVED = "resolved", _("Resolved")
+    DISCARDED = "discarded", _("Discarded")
 
 
 # A replay can start only from an open dead letter; a replay that dies brings it back to open.
@@ -16,12 +18,12 @@ SETTLED_STATES = (DeadLetterState.REPLAYED, DeadLetterState.RESOLVED, DeadLetter
 
 
 class WorkOrderState(models.TextChoices):
-    OPEN = "open", "Open"
-    ACKNOWLEDGED = "acknowledged", "Acknowledged"
-    IN_PROGRESS = "in_progress", "In progress"
-    COMPENSATED = "compensated", "Compensated"
-    CLOSED = "closed", "Closed"
-    CANCELLED = "cancelled", "Cancelled"
+    OPEN = "open", _("Open")
+    ACKNOWLEDGED = "acknowledged", _("Acknowledged")
+    IN_PROGRESS = "in_progress", _("In progress")
+    COMPENSATED = "compensated", _("Compensated")
+    CLOSED = "closed", _("Closed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 # A work order in one of these is finished: new dead letters of its signature open a new one.
@@ -30,11 +32,16 @@ WORK_ORDER_LIVE = (WorkOrderState.OPEN, WorkOrderState.ACKNOWLEDGED, WorkOrderSt
 
 
 class WorkOrderSource(models.TextChoices):
-    DEAD_LETTERS = "dead_letters", "Opened by dead letters"
-    MANUAL = "manual", "Opened by an operator"
+    DEAD_LETTERS = "dead_letters", _("Opened by dead letters")
+    MANUAL = "manual", _("Opened by an operator")
 
 
 class BulkReplayState(models.TextChoices):
-    RUNNING = "running", "Running"
-    FINISHED = "finished", "Finished"
-    CANCELLED = "cancelled", "Cancelled"
+    RUNNING = "running", _("Running")
+    FINISHED = "finished", _("Finished")
+    CANCELLED = "cancelled", _("Cancelled")
+
+
+def state_words(choices: type[models.TextChoices], *states: str) -> str:
+    """States as a sentence names them, in the reader's language: "acknowledged or in progress"."""
+    return gettext(" or ").join(str(choices(state).label).lower() for state in states)

@@ -13,12 +13,13 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext_lazy
 from django.views.decorators.http import require_safe
 
 from compensation import selectors as compensation
 from compensation.choices import WorkOrderState
 from compensation.flags import dlq_inspector_on
+from compensation.models import SLA_CLOCK_NAMES
 from scheduling import selectors as scheduling
 from scheduling.services.recovery import OVERDUE_GRACE
 
@@ -34,10 +35,11 @@ HOURS = 24
 WIDTH, HEIGHT = 960, 200
 LEFT, RIGHT, TOP, BOTTOM = 40, 8, 10, 22
 OUTCOMES = ("succeeded", "failed", "dead")  # bottom to top
-CLOCK_NAMES = {"notice": gettext_lazy("notice"), "acknowledge": gettext_lazy("acknowledge"),
-               "compensate": gettext_lazy("compensate")}
 PAST_CLOCK = {"notice": gettext_lazy("Past the notice SLA"), "acknowledge": gettext_lazy("Past the acknowledge SLA"),
               "compensate": gettext_lazy("Past the compensate SLA")}
+# RQ's worker states (rq.worker.WorkerStatus), as the panel says them; another is shown as RQ names it.
+WORKER_STATES = {"started": pgettext_lazy("RQ worker", "started"), "busy": pgettext_lazy("RQ worker", "busy"),
+                 "idle": pgettext_lazy("RQ worker", "idle"), "suspended": pgettext_lazy("RQ worker", "suspended")}
 
 
 def _nice_ceiling(value: int) -> int:
@@ -97,7 +99,14 @@ def work_orders(*, now) -> dict:
     return {**board,
             "by_state": [(state, WorkOrderState(state).label, n) for state, n in board["by_state"].items()],
             "past_by_clock": [(clock, PAST_CLOCK[clock], n) for clock, n in board["past_by_clock"].items()],
-            "worst": [(order, [CLOCK_NAMES[clock] for clock in clocks]) for order, clocks in board["worst"]]}
+            "worst": [(order, [SLA_CLOCK_NAMES[clock] for clock in clocks]) for order, clocks in board["worst"]]}
+
+
+def rq_health(*, now) -> dict:
+    """The RQ queues and workers, with each worker's state in the reader's words."""
+    health = compensation.rq_health(now=now)
+    return {**health, "workers": [{**worker, "state": WORKER_STATES.get(worker["state"], worker["state"])}
+                                  for worker in health["workers"]]}
 
 
 def figures(*, now=None, with_dead_letters: bool = True) -> dict:
@@ -118,7 +127,7 @@ def figures(*, now=None, with_dead_letters: bool = True) -> dict:
         "dead_letters_open": sum(row["open"] for row in dead_letters) if dead_letters is not None else None,
         "dead_letters_replaying": sum(row["replaying"] for row in dead_letters) if dead_letters is not None else None,
         "work_orders": work_orders(now=now),
-        "rq": compensation.rq_health(now=now),
+        "rq": rq_health(now=now),
     }
 
 

@@ -4,6 +4,7 @@ inspector only: the dead-letter consumer, the retention clean-up and escalation 
 because turning a page off must never lose a dead letter or a page to the on-call."""
 
 from django.core.management.base import CommandError
+from django.utils.translation import gettext as _
 
 from compensation.errors import CompensationError
 from retryops import flags
@@ -24,8 +25,9 @@ def require_dlq_inspector() -> None:
     """Raise FeatureOff, naming the flag and the variable that turned it off, unless it is on."""
     if not dlq_inspector_on():
         raise FeatureOff(
-            f"the dead-letter queue inspector is turned off: the feature flag {flags.DLQ_INSPECTOR!r} is listed in "
-            f"{flags.ENV_VAR}; remove it from there to use the DLQ pages and commands",
+            _("the dead-letter queue inspector is turned off: the feature flag %(flag)r is listed in %(setting)s; "
+              "remove it from there to use the DLQ pages and commands") % {
+                "flag": flags.DLQ_INSPECTOR, "setting": flags.ENV_VAR},
             flag=flags.DLQ_INSPECTOR, setting=flags.ENV_VAR)
 
 

@@ -2,9 +2,12 @@
 
 import logging
 
+from retryops.language import in_stored_language
+
 log = logging.getLogger(__name__)
 
 
+@in_stored_language
 def dead_letters_job() -> dict:
     """Periodic: collect the dead letters not collected yet, follow the replays that ended, and
     restart the bulk replays whose runner died."""
@@ -21,6 +24,7 @@ def dead_letters_job() -> dict:
             "bulk_replays_restarted": restart_stalled_bulk_replays()}
 
 
+@in_stored_language
 def bulk_replay_job(bulk_replay_id: int) -> str:
     """One slice of a bulk replay; enqueues the next slice while there is more, so the periodic
     jobs sharing its queue wait one slice at most."""
@@ -33,6 +37,7 @@ def bulk_replay_job(bulk_replay_id: int) -> str:
     return outcome
 
 
+@in_stored_language
 def dlq_cleanup_job() -> dict:
     """Periodic: purge resolved and discarded dead letters older than RETRYOPS_DLQ_RETENTION_DAYS,
     so they never pile up unattended."""
@@ -50,6 +55,7 @@ def dlq_cleanup_job() -> dict:
     return {"purged": result.purged}
 
 
+@in_stored_language
 def escalate_job() -> dict:
     """Periodic: the escalation safety net (compensation.services.escalation), as the system. Its
     failures are in the result and the log, not raised: the next run tries again."""

@@ -3,6 +3,7 @@
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import (
@@ -12,6 +13,7 @@ from compensation.choices import (
     WorkOrderSource,
     WorkOrderState,
 )
+from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
 from scheduling.models import Task
 
@@ -20,6 +22,12 @@ SLA_START = Coalesce(F("first_dead_at"), F("created_at"))
 # The SLA clocks, in the order they stop; each has a RETRYOPS_SLA_<CLOCK>_SECONDS limit and a
 # <clock>_breached_at field that escalation marks.
 SLA_CLOCKS = ("notice", "acknowledge", "compensate")
+# Each clock as the console names it ("breached: acknowledge").
+SLA_CLOCK_NAMES = {
+    "notice": pgettext_lazy("SLA clock", "notice"),
+    "acknowledge": pgettext_lazy("SLA clock", "acknowledge"),
+    "compensate": pgettext_lazy("SLA clock", "compensate"),
+}
 
 
 class WorkOrder(models.Model):
@@ -27,36 +35,46 @@ class WorkOrder(models.Model):
     signature, or a case opened by hand; with its SLA clock (dead letter -> opened ->
     acknowledged -> compensated)."""
 
-    title = models.CharField(max_length=300)
-    source = models.CharField(max_length=20, choices=WorkOrderSource.choices, default=WorkOrderSource.MANUAL)
-    flow = models.CharField(max_length=100, blank=True)
-    error_signature = models.CharField(max_length=500, blank=True)
-    pool = models.ForeignKey(ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    state = models.CharField(max_length=20, choices=WorkOrderState.choices, default=WorkOrderState.OPEN)
-    assignee = models.CharField(max_length=200, blank=True)
-    runbook = models.CharField(max_length=200, blank=True, help_text="The runbook the operator follows, by name.")
-    notes = models.TextField(blank=True)
-    resolution = models.TextField(blank=True)
-    opened_by = models.CharField(max_length=200)
-    dead_letter_count = models.PositiveIntegerField(default=0)
-    first_dead_at = models.DateTimeField(null=True, blank=True, help_text="When its first dead letter's task died.")
-    last_dead_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    compensated_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField(null=True, blank=True, help_text="When it was compensated, closed or cancelled.")
+    title = models.CharField(_("title"), max_length=300)
+    source = models.CharField(_("source"), max_length=20, choices=WorkOrderSource.choices,
+                              default=WorkOrderSource.MANUAL)
+    flow = models.CharField(_("flow"), max_length=100, blank=True)
+    error_signature = models.CharField(_("error signature"), max_length=500, blank=True)
+    pool = models.ForeignKey(ResourcePool, verbose_name=_("pool"), null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    state = models.CharField(_("state"), max_length=20, choices=WorkOrderState.choices, default=WorkOrderState.OPEN)
+    assignee = models.CharField(_("assignee"), max_length=200, blank=True)
+    runbook = models.CharField(_("runbook"), max_length=200, blank=True,
+                               help_text=_("The runbook the operator follows, by name."))
+    notes = models.TextField(_("notes"), blank=True)
+    resolution = models.TextField(_("resolution"), blank=True)
+    opened_by = models.CharField(_("opened by"), max_length=200)
+    dead_letter_count = models.PositiveIntegerField(_("dead letter count"), default=0)
+    first_dead_at = models.DateTimeField(_("first dead at"), null=True, blank=True,
+                                         help_text=_("When its first dead letter's task died."))
+    last_dead_at = models.DateTimeField(_("last dead at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    acknowledged_at = models.DateTimeField(_("acknowledged at"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    compensated_at = models.DateTimeField(_("compensated at"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True,
+                                    help_text=_("When it was compensated, closed or cancelled."))
     # Marked once by compensation.services.escalation, at the moment the clock ran out (its start
     # plus the limit), so a late escalate run does not move the breach.
     notice_breached_at = models.DateTimeField(
-        null=True, blank=True, help_text="When its notice SLA ran out with no trigger page sent.")
+        _("notice breached at"), null=True, blank=True,
+        help_text=_("When its notice SLA ran out with no trigger page sent."))
     acknowledge_breached_at = models.DateTimeField(
-        null=True, blank=True, help_text="When its acknowledge SLA ran out while it was still open.")
+        _("acknowledge breached at"), null=True, blank=True,
+        help_text=_("When its acknowledge SLA ran out while it was still open."))
     compensate_breached_at = models.DateTimeField(
-        null=True, blank=True, help_text="When its compensate SLA ran out while it was still live.")
-    updated_at = models.DateTimeField(auto_now=True)
+        _("compensate breached at"), null=True, blank=True,
+        help_text=_("When its compensate SLA ran out while it was still live."))
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("work order")
+        verbose_name_plural = _("work orders")
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=WorkOrderState.values), name="work_order_state_valid"),
@@ -98,34 +116,44 @@ class WorkOrder(models.Model):
     def __str__(self) -> str:
         return f"work order {self.pk}"
 
+    @property
+    def display_name(self) -> str:
+        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
+        return gettext("work order %(id)s") % {"id": self.pk}
+
 
 class DeadLetter(models.Model):
     """A task that died (retries exhausted or a failure not worth retrying), kept for an operator
     to replay, resolve or discard."""
 
     # One dead letter per task: a second delivery of its task.dead event changes nothing.
-    task = models.OneToOneField(Task, on_delete=models.CASCADE, related_name="dead_letter")
-    flow = models.CharField(max_length=100)
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="+", db_index=False)
+    task = models.OneToOneField(Task, verbose_name=_("task"), on_delete=models.CASCADE, related_name="dead_letter")
+    flow = models.CharField(_("flow"), max_length=100)
+    pool = models.ForeignKey(ResourcePool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="+",
+                             db_index=False)
     # Null once the resource is removed: the dead letter outlives it, and says so when replayed.
-    resource = models.ForeignKey(Resource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-                                 db_index=False)
-    last_error = models.TextField(blank=True)
-    error_signature = models.CharField(max_length=500, blank=True)
-    error_category = models.CharField(max_length=20, blank=True)
-    attempt_count = models.PositiveIntegerField(default=0)
-    died_at = models.DateTimeField()
-    state = models.CharField(max_length=20, choices=DeadLetterState.choices, default=DeadLetterState.OPEN)
-    work_order = models.ForeignKey(WorkOrder, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="dead_letters")
+    resource = models.ForeignKey(Resource, verbose_name=_("resource"), null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+", db_index=False)
+    last_error = models.TextField(_("last error"), blank=True)
+    error_signature = models.CharField(_("error signature"), max_length=500, blank=True)
+    error_category = models.CharField(_("error category"), max_length=20, blank=True, choices=FailureCategory.choices)
+    attempt_count = models.PositiveIntegerField(_("attempt count"), default=0)
+    died_at = models.DateTimeField(_("died at"))
+    state = models.CharField(_("state"), max_length=20, choices=DeadLetterState.choices, default=DeadLetterState.OPEN)
+    work_order = models.ForeignKey(WorkOrder, verbose_name=_("work order"), null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="dead_letters")
     # The latest replay; earlier ones are in the audit log.
-    replay_task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="replay_of")
-    replay_count = models.PositiveIntegerField(default=0)
-    settled_at = models.DateTimeField(null=True, blank=True, help_text="When it was replayed, resolved or discarded.")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    replay_task = models.ForeignKey(Task, verbose_name=_("replay task"), null=True, blank=True,
+                                    on_delete=models.SET_NULL, related_name="replay_of")
+    replay_count = models.PositiveIntegerField(_("replay count"), default=0)
+    settled_at = models.DateTimeField(_("settled at"), null=True, blank=True,
+                                      help_text=_("When it was replayed, resolved or discarded."))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
         ordering = ["-id"]
         # The console's actions on dead letters (compensation.admin checks them on the server);
         # discarding covers resolving too: both settle a dead letter without a replay.
@@ -157,28 +185,39 @@ class DeadLetter(models.Model):
     def __str__(self) -> str:
         return f"dead letter {self.pk}"
 
+    @property
+    def display_name(self) -> str:
+        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
+        return gettext("dead letter %(id)s") % {"id": self.pk}
+
 
 class BulkReplay(models.Model):
     """One request to replay the open dead letters matching a filter, at a velocity limit; its
     progress survives the process that runs it, which resumes from `last_dead_letter_id`."""
 
-    filter = models.JSONField(default=dict, help_text="flow, error_signature, pool, resource, died_after, died_before")
+    filter = models.JSONField(_("filter"), default=dict,
+                              help_text=_("flow, error_signature, pool, resource, died_after, died_before"))
     # The canonical filter, hashed: what "the same filter" means for the one-running constraint.
-    filter_key = models.CharField(max_length=64)
-    rate = models.FloatField(help_text="Replays per second at most.")
-    any_resource = models.BooleanField(default=False)
-    state = models.CharField(max_length=20, choices=BulkReplayState.choices, default=BulkReplayState.RUNNING)
-    requested_by = models.CharField(max_length=200)
-    selected = models.PositiveIntegerField(default=0, help_text="Open dead letters matching when it started.")
-    done = models.PositiveIntegerField(default=0, help_text="Replays started.")
-    refused = models.PositiveIntegerField(default=0, help_text="Dead letters that refused (quarantined, consumed...).")
-    last_dead_letter_id = models.BigIntegerField(default=0)
-    last_error = models.TextField(blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    filter_key = models.CharField(_("filter key"), max_length=64)
+    rate = models.FloatField(_("rate"), help_text=_("Replays per second at most."))
+    any_resource = models.BooleanField(_("any resource"), default=False)
+    state = models.CharField(_("state"), max_length=20, choices=BulkReplayState.choices,
+                             default=BulkReplayState.RUNNING)
+    requested_by = models.CharField(_("requested by"), max_length=200)
+    selected = models.PositiveIntegerField(_("selected"), default=0,
+                                           help_text=_("Open dead letters matching when it started."))
+    done = models.PositiveIntegerField(_("done"), default=0, help_text=_("Replays started."))
+    refused = models.PositiveIntegerField(_("refused"), default=0,
+                                          help_text=_("Dead letters that refused (quarantined, consumed...)."))
+    last_dead_letter_id = models.BigIntegerField(_("last dead letter id"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+    heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("bulk replay")
+        verbose_name_plural = _("bulk replays")
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(state__in=BulkReplayState.values), name="bulk_replay_state_valid"),
@@ -194,6 +233,11 @@ class BulkReplay(models.Model):
 
     def __str__(self) -> str:
         return f"bulk replay {self.pk}"
+
+    @property
+    def display_name(self) -> str:
+        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
+        return gettext("bulk replay %(id)s") % {"id": self.pk}
 
 
 from compensation.notifications_models import Notification  # noqa: E402, F401  (notifications: their own module)

@@ -19,10 +19,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from redis.exceptions import RedisError
 
 from audit.choices import AuditAction
 from audit.services import Target, record_audit
+from compensation.choices import state_words
 from compensation.notifications_models import (
     MAX_DEDUP_KEY_LENGTH,
     Notification,
@@ -257,7 +260,7 @@ def send_due_notifications(*, limit: int = 200) -> dict[str, int]:
     waits for the next run, so one receiver that is down costs one timeout per run, not one per row."""
     counts: Counter[str] = Counter()
     unreachable: set[str] = set()
-    for _ in range(limit):
+    for _turn in range(limit):
         result = _send_next(skip_channels=unreachable)
         if result is None:
             break
@@ -270,13 +273,14 @@ def send_due_notifications(*, limit: int = 200) -> dict[str, int]:
 
 def _ids(ids: Any) -> list[int]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-        raise BadInput(f"ids must be a list of notification ids, got {ids!r}", field="ids")
+        raise BadInput(_("ids must be a list of notification ids, got %(value)r") % {"value": ids}, field="ids")
     ids = list(ids)
     if not ids:
-        raise BadInput("ids is empty: choose at least one notification", field="ids")
+        raise BadInput(_("ids is empty: choose at least one notification"), field="ids")
     bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 < i <= MAX_SAFE_INTEGER]
     if bad:
-        raise BadInput(f"ids must be notification ids (positive integers), got {bad[:5]!r}", field="ids")
+        raise BadInput(_("ids must be notification ids (positive integers), got %(value)r") % {"value": bad[:5]},
+                       field="ids")
     return sorted(set(ids))
 
 
@@ -305,22 +309,28 @@ def resend_notifications(*, ids: Iterable[int], actor: str) -> list[Notification
                     .annotate(resolved_by=Subquery(resolved_by)).order_by("id"))
         missing = sorted(set(wanted) - {row.pk for row in rows})
         if missing:
-            raise NotificationNotFound(f"no notification with id {', '.join(map(str, missing[:10]))}", ids=missing)
+            raise NotificationNotFound(ngettext("no notification with id %(ids)s", "no notification with ids %(ids)s",
+                                                len(missing)) % {"ids": ", ".join(map(str, missing[:10]))},
+                                       ids=missing)
         wrong = {row.pk: row.state for row in rows if row.state not in RESENDABLE}
         if wrong:
-            listed = ", ".join(f"{pk} is {state}" for pk, state in list(wrong.items())[:10])
-            raise IllegalTransition(f"only failed or skipped notifications can be sent again: {listed}",
+            listed = ", ".join(_("%(id)s is %(state)s") % {"id": pk, "state": state_words(NotificationState, state)}
+                               for pk, state in list(wrong.items())[:10])
+            raise IllegalTransition(_("only failed or skipped notifications can be sent again: %(listed)s") % {
+                                    "listed": listed},
                                     notifications=wrong, action="resend")
         stale = {row.pk: row for row in rows if row.event == NotificationEvent.TRIGGER and row.resolved_by}
         if stale:
-            listed = ", ".join(f"{pk} (resolved since by notification {row.resolved_by})"
+            listed = ", ".join(_("%(id)s (resolved since by notification %(by)s)") % {"id": pk, "by": row.resolved_by}
                                for pk, row in list(stale.items())[:10])
-            raise IllegalTransition(f"a trigger whose incident was resolved since is not sent again: {listed}",
+            raise IllegalTransition(_("a trigger whose incident was resolved since is not sent again: %(listed)s") % {
+                                    "listed": listed},
                                     notifications={pk: row.state for pk, row in stale.items()}, action="resend")
         unconfigured = {row.pk: reason for row in rows if (reason := notifier_for(row.channel).not_configured())}
         if unconfigured:
             pk, reason = next(iter(unconfigured.items()))
-            raise BadInput(f"notification {pk} cannot be sent: {reason}", field="ids", notifications=unconfigured)
+            raise BadInput(_("notification %(id)s cannot be sent: %(reason)s") % {"id": pk, "reason": reason},
+                           field="ids", notifications=unconfigured)
         before = {str(row.pk): {"state": row.state, "attempts": row.attempts, "last_error": row.last_error}
                   for row in rows}
         Notification.objects.filter(pk__in=wanted).update(

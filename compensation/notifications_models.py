@@ -6,6 +6,7 @@ the record of what the on-call was told, when, and what the receiver answered.""
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
 
 
 class NotificationChannel(models.TextChoices):
@@ -15,15 +16,15 @@ class NotificationChannel(models.TextChoices):
 
 class NotificationEvent(models.TextChoices):
     # PagerDuty's event actions: trigger opens (or updates) an incident, resolve closes it.
-    TRIGGER = "trigger", "Trigger"
-    RESOLVE = "resolve", "Resolve"
+    TRIGGER = "trigger", _("Trigger")
+    RESOLVE = "resolve", _("Resolve")
 
 
 class NotificationState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    SENT = "sent", "Sent"
-    FAILED = "failed", "Failed"
-    SKIPPED = "skipped", "Skipped (channel not configured)"
+    QUEUED = "queued", _("Queued")
+    SENT = "sent", _("Sent")
+    FAILED = "failed", _("Failed")
+    SKIPPED = "skipped", _("Skipped (channel not configured)")
 
 
 # PagerDuty refuses a longer dedup_key.
@@ -39,31 +40,35 @@ class Notification(models.Model):
     The payload is built when the row is queued, so what is sent is what the operator sees here;
     secrets (the webhook URL, the routing key) are added at send time and never stored."""
 
-    id = models.BigAutoField(primary_key=True)
-    created_at = models.DateTimeField(db_default=Now(), editable=False)
-    channel = models.CharField(max_length=20, choices=NotificationChannel.choices)
-    event = models.CharField(max_length=20, choices=NotificationEvent.choices)
-    dedup_key = models.CharField(max_length=MAX_DEDUP_KEY_LENGTH,
-                                 help_text="Ties the trigger and the resolve of one incident together.")
+    id = models.BigAutoField(_("ID"), primary_key=True)
+    created_at = models.DateTimeField(_("created at"), db_default=Now(), editable=False)
+    channel = models.CharField(_("channel"), max_length=20, choices=NotificationChannel.choices)
+    event = models.CharField(_("event"), max_length=20, choices=NotificationEvent.choices)
+    dedup_key = models.CharField(_("dedup key"), max_length=MAX_DEDUP_KEY_LENGTH,
+                                 help_text=_("Ties the trigger and the resolve of one incident together."))
     # The work order's id, without a foreign key: notifications neither depend on the work
     # order model nor keep it from being deleted.
-    subject_id = models.BigIntegerField(help_text="The work order this notification is about.")
-    subject_label = models.CharField(max_length=200, blank=True)
-    payload = models.JSONField(help_text="The body sent, without the webhook URL or routing key.")
-    state = models.CharField(max_length=20, choices=NotificationState.choices, default=NotificationState.QUEUED)
-    attempts = models.PositiveIntegerField(default=0, help_text="Sends tried so far.")
-    next_attempt_at = models.DateTimeField(null=True, blank=True, help_text="When a queued notification is sent.")
-    last_attempt_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True, help_text="Why the last send failed, or why it was skipped.")
-    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True,
-                                                        help_text="The receiver's last HTTP status.")
-    sent_at = models.DateTimeField(null=True, blank=True)
+    subject_id = models.BigIntegerField(_("subject id"), help_text=_("The work order this notification is about."))
+    subject_label = models.CharField(_("subject label"), max_length=200, blank=True)
+    payload = models.JSONField(_("payload"), help_text=_("The body sent, without the webhook URL or routing key."))
+    state = models.CharField(_("state"), max_length=20, choices=NotificationState.choices,
+                             default=NotificationState.QUEUED)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0, help_text=_("Sends tried so far."))
+    next_attempt_at = models.DateTimeField(_("next attempt at"), null=True, blank=True,
+                                           help_text=_("When a queued notification is sent."))
+    last_attempt_at = models.DateTimeField(_("last attempt at"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True,
+                                  help_text=_("Why the last send failed, or why it was skipped."))
+    last_status_code = models.PositiveSmallIntegerField(_("last status code"), null=True, blank=True,
+                                                        help_text=_("The receiver's last HTTP status."))
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
     resends = models.PositiveIntegerField(
-        default=0, help_text="Times escalate queued it again after it had failed (RETRYOPS_NOTIFY_MAX_RESENDS at most).")
+        _("resends"), default=0,
+        help_text=_("Times escalate queued it again after it had failed (RETRYOPS_NOTIFY_MAX_RESENDS at most)."))
 
     class Meta:
-        verbose_name = "notification"
-        verbose_name_plural = "notifications"
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
         ordering = ["-id"]
         constraints = [
             models.CheckConstraint(condition=Q(channel__in=NotificationChannel.values),

@@ -3,17 +3,18 @@ of it. Written only by compensation.services.runbooks."""
 
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 
 class RunbookRunState(models.TextChoices):
     # An external action waits here for a second operator; an internal one starts approved.
-    REQUESTED = "requested", "Waiting for approval"
-    APPROVED = "approved", "Ready to run"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    REJECTED = "rejected", "Rejected"
+    REQUESTED = "requested", _("Waiting for approval")
+    APPROVED = "approved", _("Ready to run")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    REJECTED = "rejected", _("Rejected")
 
 
 RUN_STARTED = (RunbookRunState.RUNNING, RunbookRunState.SUCCEEDED, RunbookRunState.FAILED)
@@ -23,32 +24,37 @@ RUN_FINISHED = (RunbookRunState.SUCCEEDED, RunbookRunState.FAILED)
 class RunbookRun(models.Model):
     """One request to run a runbook action for a work order, idempotent by its token, and its outcome."""
 
-    work_order = models.ForeignKey("compensation.WorkOrder", on_delete=models.PROTECT, related_name="runbook_runs")
-    runbook = models.CharField(max_length=100)
-    action = models.CharField(max_length=100)
+    work_order = models.ForeignKey("compensation.WorkOrder", verbose_name=_("work order"), on_delete=models.PROTECT,
+                                   related_name="runbook_runs")
+    runbook = models.CharField(_("runbook"), max_length=100)
+    action = models.CharField(_("action"), max_length=100)
     # As the action was declared when requested: a runbook edited later to mark it external
     # makes it need approval too (the service checks both), never the other way round.
-    external = models.BooleanField(default=False)
-    input = models.JSONField(default=dict, blank=True)
-    token = models.CharField(max_length=100, help_text="Idempotency key: the same token is the same run.")
-    state = models.CharField(max_length=20, choices=RunbookRunState.choices, default=RunbookRunState.REQUESTED)
-    requested_by = models.CharField(max_length=200)
-    requested_at = models.DateTimeField(auto_now_add=True)
-    approved_by = models.CharField(max_length=200, blank=True)
-    approved_at = models.DateTimeField(null=True, blank=True)
-    rejected_by = models.CharField(max_length=200, blank=True)
-    rejected_at = models.DateTimeField(null=True, blank=True)
-    reject_reason = models.TextField(blank=True)
-    run_by = models.CharField(max_length=200, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    result = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
+    external = models.BooleanField(_("external"), default=False)
+    input = models.JSONField(_("input"), default=dict, blank=True)
+    token = models.CharField(_("token"), max_length=100,
+                             help_text=_("Idempotency key: the same token is the same run."))
+    state = models.CharField(_("state"), max_length=20, choices=RunbookRunState.choices,
+                             default=RunbookRunState.REQUESTED)
+    requested_by = models.CharField(_("requested by"), max_length=200)
+    requested_at = models.DateTimeField(_("requested at"), auto_now_add=True)
+    approved_by = models.CharField(_("approved by"), max_length=200, blank=True)
+    approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
+    rejected_by = models.CharField(_("rejected by"), max_length=200, blank=True)
+    rejected_at = models.DateTimeField(_("rejected at"), null=True, blank=True)
+    reject_reason = models.TextField(_("reject reason"), blank=True)
+    run_by = models.CharField(_("run by"), max_length=200, blank=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    error = models.TextField(_("error"), blank=True)
     # What the result needed to become storable (NaN, NUL characters...), as record_audit notes it.
-    repairs = models.JSONField(default=list, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    repairs = models.JSONField(_("repairs"), default=list, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("runbook run")
+        verbose_name_plural = _("runbook runs")
         ordering = ["-id"]
         # The console's runbook actions (compensation.admin_runbooks checks them on the server):
         # operators request and run actions; approvers approve another operator's external one.
@@ -87,3 +93,8 @@ class RunbookRun(models.Model):
 
     def __str__(self) -> str:
         return f"runbook run {self.pk}"
+
+    @property
+    def display_name(self) -> str:
+        """Its name in the reader's language; __str__ stays English (audit entries keep it)."""
+        return gettext("runbook run %(id)s") % {"id": self.pk}

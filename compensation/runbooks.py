@@ -36,6 +36,7 @@ import nh3
 import yaml
 from django.conf import settings
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.validators import validator_for
@@ -197,7 +198,8 @@ class Runbook:
                 return action
         known = [a.name for a in self.actions]
         raise UnknownRunbookAction(
-            f"runbook {self.name!r} has no action {name!r}; its actions: {', '.join(known) or 'none'}",
+            _("runbook %(runbook)r has no action %(action)r; its actions: %(known)s") % {
+                "runbook": self.name, "action": name, "known": ", ".join(known) or _("none")},
             runbook=self.name, action=name, known=known)
 
     def steps_html(self) -> str:
@@ -323,7 +325,8 @@ def get_runbook(name: str) -> Runbook:
     """The runbook `name`, or UnknownRunbook listing the known ones."""
     books = runbooks()
     if not isinstance(name, str) or name not in books:
-        raise UnknownRunbook(f"unknown runbook {name!r}; known runbooks: {', '.join(books) or 'none'}",
+        raise UnknownRunbook(_("unknown runbook %(runbook)r; known runbooks: %(known)s") % {
+                                 "runbook": name, "known": ", ".join(books) or _("none")},
                              runbook=name, known=list(books))
     return books[name]
 

@@ -8,6 +8,7 @@ from operator import or_
 from django.conf import settings
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
 from compensation.errors import BadInput, NotFound
@@ -287,7 +288,7 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
                                         "queues": worker.queue_names(), "last_heartbeat": worker.last_heartbeat,
                                         "heartbeat_age": age, "late": age is None or age > DEFAULT_WORKER_TTL}
         except RedisError as exc:
-            errors[url] = f"Redis did not answer: {exc}"
+            errors[url] = gettext("Redis did not answer: %(error)s") % {"error": exc}
     queues = []
     for name in names:
         row = {"name": name, "workers": sum(name in worker["queues"] for worker in workers.values())}
@@ -302,7 +303,7 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
             queues.append({**row, "waiting": queue.count, **{
                 what: registry(queue=queue).get_job_count(cleanup=False) for what, registry in registries.items()}})
         except RedisError as exc:
-            queues.append({**row, "error": f"Redis did not answer: {exc}"})
+            queues.append({**row, "error": gettext("Redis did not answer: %(error)s") % {"error": exc}})
     return {"queues": queues, "workers": sorted(workers.values(), key=lambda worker: worker["name"]),
             "errors": list(errors.values())}
 

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ResourcesConfig(AppConfig):
     name = "resources"
-    verbose_name = "Resource pools"
+    verbose_name = _("Resource pools")

@@ -5,6 +5,7 @@ import json
 
 from django import forms
 from django.forms.fields import InvalidJSONInput
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
@@ -21,7 +22,7 @@ class StorableJSONField(forms.JSONField):
         try:
             return super().to_python(value)
         except RecursionError:
-            raise forms.ValidationError("nested too deeply to store", code="invalid") from None
+            raise forms.ValidationError(_("nested too deeply to store"), code="invalid") from None
 
     def bound_data(self, data, initial):
         try:
@@ -42,8 +43,10 @@ def storable_json_object(value, *, name: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        kind = "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else repr(value)
-        raise forms.ValidationError(f"{name} must be a JSON object ({{...}}), got {kind}")
+        kind = gettext("a list") if isinstance(value, list) else gettext("a string") if isinstance(value, str) \
+            else repr(value)
+        raise forms.ValidationError(gettext("%(name)s must be a JSON object ({...}), got %(kind)s") % {
+            "name": name, "kind": kind})
     try:
         return refuse_unstorable(value, name=name)
     except UnstorableValue as exc:

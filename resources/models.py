@@ -2,6 +2,7 @@
 
 from django.db import models
 from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
 
 from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
 from resources.signatures import MAX_LENGTH as SIGNATURE_LENGTH
@@ -11,18 +12,23 @@ from resources.signatures import signature_sql
 class ResourcePool(models.Model):
     """A named set of interchangeable resources (accounts, phone numbers, API keys, coupons)."""
 
-    name = models.SlugField(max_length=100, unique=True)
-    description = models.TextField(blank=True)
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    description = models.TextField(_("description"), blank=True)
     resource_noun = models.CharField(
-        max_length=40, default="resource", help_text="What one resource is called in messages: account, number, key."
+        _("resource noun"), max_length=40, default="resource",
+        help_text=_("What one resource is called in messages: account, number, key."),
     )
-    lease_seconds = models.PositiveIntegerField(default=300, help_text="How long a claim lasts without a heartbeat.")
+    lease_seconds = models.PositiveIntegerField(
+        _("lease seconds"), default=300, help_text=_("How long a claim lasts without a heartbeat."))
     consume_on_success = models.BooleanField(
-        default=False, help_text="A resource used successfully is consumed (done) instead of going back to the pool."
+        _("consume on success"), default=False,
+        help_text=_("A resource used successfully is consumed (done) instead of going back to the pool."),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("resource pool")
+        verbose_name_plural = _("resource pools")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(lease_seconds__gt=0), name="pool_lease_seconds_positive"),
@@ -38,43 +44,50 @@ class Resource(models.Model):
     # No index of its own: resource_key_unique_in_pool starts with pool_id. Every claim and release
     # rewrites the row's index entries (the state sits in partial-index conditions), so each index
     # here costs on the hot path.
-    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="resources", db_index=False)
-    key = models.CharField(max_length=200, help_text="The identifier an operator types, unique within its pool.")
-    label = models.CharField(max_length=200, blank=True)
-    attributes = models.JSONField(default=dict, blank=True, help_text="Non-secret attributes handed to flows.")
-    state = models.CharField(max_length=20, choices=ResourceState.choices, default=ResourceState.AVAILABLE)
+    pool = models.ForeignKey(ResourcePool, on_delete=models.PROTECT, related_name="resources", db_index=False,
+                             verbose_name=_("pool"))
+    key = models.CharField(_("key"), max_length=200,
+                           help_text=_("The identifier an operator types, unique within its pool."))
+    label = models.CharField(_("label"), max_length=200, blank=True)
+    attributes = models.JSONField(_("attributes"), default=dict, blank=True,
+                                  help_text=_("Non-secret attributes handed to flows."))
+    state = models.CharField(_("state"), max_length=20, choices=ResourceState.choices,
+                             default=ResourceState.AVAILABLE)
 
-    lease_token = models.UUIDField(null=True, blank=True)
-    lease_holder = models.CharField(max_length=200, blank=True)
-    leased_at = models.DateTimeField(null=True, blank=True)
-    leased_until = models.DateTimeField(null=True, blank=True)
+    lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
+    lease_holder = models.CharField(_("lease holder"), max_length=200, blank=True)
+    leased_at = models.DateTimeField(_("leased at"), null=True, blank=True)
+    leased_until = models.DateTimeField(_("leased until"), null=True, blank=True)
     # Whether the lease is being used: only a used lease counts a failure when it is swept back.
-    lease_kind = models.CharField(max_length=20, choices=LeaseKind.choices, blank=True)
+    lease_kind = models.CharField(_("lease kind"), max_length=20, choices=LeaseKind.choices, blank=True)
 
-    failure_count = models.PositiveIntegerField(default=0)
-    success_count = models.PositiveIntegerField(default=0)
-    consecutive_failures = models.PositiveIntegerField(default=0)
-    last_failure_reason = models.TextField(blank=True)
-    last_failure_category = models.CharField(max_length=20, choices=FailureCategory.choices, blank=True)
-    last_failure_at = models.DateTimeField(null=True, blank=True)
+    failure_count = models.PositiveIntegerField(_("failure count"), default=0)
+    success_count = models.PositiveIntegerField(_("success count"), default=0)
+    consecutive_failures = models.PositiveIntegerField(_("consecutive failures"), default=0)
+    last_failure_reason = models.TextField(_("last failure reason"), blank=True)
+    last_failure_category = models.CharField(_("last failure category"), max_length=20,
+                                             choices=FailureCategory.choices, blank=True)
+    last_failure_at = models.DateTimeField(_("last failure at"), null=True, blank=True)
     # Computed by PostgreSQL from the reason with the rules scheduling signs attempts with, when
     # (and only when) a failure writes the reason: the console groups and filters by it, which a
     # regex per row at read time (about 15 us each) would make cost seconds on a big pool.
     last_failure_signature = models.GeneratedField(
-        expression=signature_sql(models.F("last_failure_reason")),
+        verbose_name=_("last failure signature"), expression=signature_sql(models.F("last_failure_reason")),
         output_field=models.CharField(max_length=SIGNATURE_LENGTH), db_persist=True,
     )
-    last_success_at = models.DateTimeField(null=True, blank=True)
-    quarantine_reason = models.TextField(blank=True)
-    quarantined_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(_("last success at"), null=True, blank=True)
+    quarantine_reason = models.TextField(_("quarantine reason"), blank=True)
+    quarantined_at = models.DateTimeField(_("quarantined at"), null=True, blank=True)
     # Probation: a quarantine for a temporary reason gets one probe task after a cooldown;
     # a failed probe doubles the cooldown. Empty probe_after: no probe (a permanent reason).
-    probe_after = models.DateTimeField(null=True, blank=True)
-    probation_cooldown_seconds = models.PositiveIntegerField(default=0)
+    probe_after = models.DateTimeField(_("probe after"), null=True, blank=True)
+    probation_cooldown_seconds = models.PositiveIntegerField(_("probation cooldown seconds"), default=0)
 
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("resource")
+        verbose_name_plural = _("resources")
         ordering = ["pool_id", "id"]
         permissions = [
             ("reset_resource", "Can reset resources"),
@@ -144,6 +157,10 @@ class Resource(models.Model):
             # The console's list: newest failure first (never-failed last) and "failed in the last
             # hour / day"; the same index read backwards sorts oldest first (never-failed first).
             models.Index(F("last_failure_at").desc(nulls_last=True), name="resource_last_failure_idx"),
+            # The console's diagnosis filters: failing resources, newest failure first, without
+            # stepping over the many that failed once and have succeeded since.
+            models.Index(F("last_failure_at").desc(nulls_last=True), condition=Q(consecutive_failures__gt=0),
+                         name="resource_failing_recent_idx"),
             # The console's list sorted by failure count.
             models.Index(fields=["failure_count"], name="resource_failure_count_idx"),
             # The diagnosis: did another resource of the pool succeed since a moment.
@@ -161,16 +178,20 @@ class ResourceEvent(models.Model):
     """One thing that happened to a resource. Rows are only ever appended."""
 
     # No index of its own: resource_event_timeline_idx starts with resource_id.
-    resource = models.ForeignKey(Resource, on_delete=models.PROTECT, related_name="events", db_index=False)
-    kind = models.CharField(max_length=30, choices=EventKind.choices)
-    actor = models.CharField(max_length=200, blank=True, help_text="Who or what did it: a user, a task, a sweeper.")
-    reason = models.TextField(blank=True)
-    category = models.CharField(max_length=20, choices=FailureCategory.choices, blank=True)
-    lease_token = models.UUIDField(null=True, blank=True)
-    details = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    resource = models.ForeignKey(Resource, on_delete=models.PROTECT, related_name="events", db_index=False,
+                                 verbose_name=_("resource"))
+    kind = models.CharField(_("kind"), max_length=30, choices=EventKind.choices)
+    actor = models.CharField(_("actor"), max_length=200, blank=True,
+                             help_text=_("Who or what did it: a user, a task, a sweeper."))
+    reason = models.TextField(_("reason"), blank=True)
+    category = models.CharField(_("category"), max_length=20, choices=FailureCategory.choices, blank=True)
+    lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
+    details = models.JSONField(_("details"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("resource event")
+        verbose_name_plural = _("resource events")
         ordering = ["resource_id", "id"]
         indexes = [
             # The resource's timeline, newest first, in the admin and the API.

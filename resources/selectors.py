@@ -27,7 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext, pgettext
 
 from resources.choices import Diagnosis, EventKind, FailureCategory, ResourceState
 from resources.errors import (
@@ -53,14 +53,15 @@ def _lookup_text(value, *, field: str) -> str:
     # fails the query (psycopg refuses to send it) instead of finding nothing.
     problem = check_text(value)
     if problem:
-        raise InvalidInput(f"{field} {problem}: {value!r}", field=field)
+        raise InvalidInput(gettext("%(field)s %(problem)s: %(value)s") % {
+            "field": field, "problem": problem, "value": repr(value)}, field=field)
     return value
 
 
 def when(moment: datetime | None) -> str:
     """A moment as an operator reads it: the time alone today, the date too otherwise."""
     if moment is None:
-        return "an unknown time"
+        return gettext("an unknown time")
     local = timezone.localtime(moment)
     if local.date() == timezone.localdate():
         return f"{local:%H:%M:%S} {local.tzname()}"
@@ -78,7 +79,7 @@ def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
     try:
         return ResourcePool.objects.get(**lookup)
     except ResourcePool.DoesNotExist:
-        raise PoolNotFound(f"no resource pool {pool!r}", pool=pool) from None
+        raise PoolNotFound(gettext("no resource pool %(pool)s") % {"pool": repr(pool)}, pool=pool) from None
 
 
 def pool_id_of(pool: ResourcePool | int | str) -> int:
@@ -96,37 +97,60 @@ def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | s
         try:
             return queryset.get(pk=record_id(resource_id, field="resource_id"))
         except Resource.DoesNotExist:
-            raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id) from None
+            raise no_such_resource(resource_id) from None
     if pool is None or key is None:
-        raise InvalidInput("name a resource by resource_id, or by pool and key", field="resource_id")
+        raise InvalidInput(gettext("name a resource by resource_id, or by pool and key"), field="resource_id")
     pool = get_pool(pool)
     if not isinstance(key, str):
-        raise InvalidInput(f"key must be text, got {type(key).__name__}", field="key")
+        raise InvalidInput(gettext("%(field)s must be text, got %(type)s") % {
+            "field": "key", "type": type(key).__name__}, field="key")
     try:
         return queryset.get(pool=pool, key=_lookup_text(key, field="key"))
     except Resource.DoesNotExist:
-        raise ResourceNotFound(f"pool {pool.name} has no {pool.resource_noun} with key {key!r}",
-                               pool=pool.name, key=key) from None
+        raise ResourceNotFound(gettext("pool %(pool)s has no %(noun)s with key %(key)s") % {
+            "pool": pool.name, "noun": pool.resource_noun, "key": repr(key)}, pool=pool.name, key=key) from None
+
+
+def no_such_resource(resource_id) -> ResourceNotFound:
+    return ResourceNotFound(gettext("no resource with id %(id)s") % {"id": resource_id}, resource_id=resource_id)
+
+
+def not_a_uuid_sentence(lease_token) -> str:
+    return gettext("lease token %(token)s is not a UUID") % {"token": repr(lease_token)}
+
+
+def listing(items: list[str], *, last_joined_by: str = "and") -> str:
+    """Words as a sentence lists them in the current language: "a, b or c" ("a、b或c")."""
+    if len(items) < 2:
+        return "".join(items)
+    head = pgettext("list separator", ", ").join(items[:-1])
+    if last_joined_by == "or":
+        return gettext("%(items)s or %(last)s") % {"items": head, "last": items[-1]}
+    return gettext("%(items)s and %(last)s") % {"items": head, "last": items[-1]}
 
 
 def describe_unavailability(resource: Resource) -> ResourceUnavailable:
     """Why a named resource cannot be claimed, in an operator's words. A resource that is claimable
     again (available, failed) was taken and freed while a claim ran: that is reported as in use,
     which a retry gets past, never as a reason to give up."""
-    name = f"{resource.pool.resource_noun} {resource.key}"
+    words = {"noun": resource.pool.resource_noun, "key": resource.key}
     state = resource.state
     facts = {}
     if state == ResourceState.IN_USE:
-        message, reason = f"{name} is in use by {resource.lease_holder} until {when(resource.leased_until)}", "in_use"
+        message = gettext("%(noun)s %(key)s is in use by %(holder)s until %(until)s") % {
+            **words, "holder": resource.lease_holder, "until": when(resource.leased_until)}
+        reason = "in_use"
         facts = {"holder": resource.lease_holder, "until": _iso(resource.leased_until)}
     elif state == ResourceState.QUARANTINED:
-        message = f"{name} is quarantined since {when(resource.quarantined_at)}: {resource.quarantine_reason}"
+        message = gettext("%(noun)s %(key)s is quarantined since %(since)s: %(reason)s") % {
+            **words, "since": when(resource.quarantined_at), "reason": resource.quarantine_reason}
         reason, facts = "quarantined", {"since": _iso(resource.quarantined_at)}
     elif state == ResourceState.DONE:
-        message = f"{name} was consumed by a successful run at {when(resource.last_success_at)} and is done"
+        message = gettext("%(noun)s %(key)s was consumed by a successful run at %(at)s and is done") % {
+            **words, "at": when(resource.last_success_at)}
         reason, facts = "done", {"since": _iso(resource.last_success_at)}
     else:
-        message = f"{name} was taken and freed again while this claim ran; try again"
+        message = gettext("%(noun)s %(key)s was taken and freed again while this claim ran; try again") % words
         reason = "in_use"
     return ResourceUnavailable(message, reason=reason, resource_id=resource.pk, **facts)
 
@@ -152,13 +176,16 @@ def describe_exhaustion(pool_id: int) -> PoolExhausted | PoolNotFound:
     try:
         pool = ResourcePool.objects.get(pk=pool_id)
     except ResourcePool.DoesNotExist:
-        return PoolNotFound(f"no resource pool with id {pool_id}", pool=pool_id)
+        return PoolNotFound(gettext("no resource pool with id %(id)s") % {"id": pool_id}, pool=pool_id)
     counts = pool_state_counts(pool=pool).get(pool.pk, {})
+    words = {"pool": pool.name, "noun": pool.resource_noun}
     if not counts:
-        return PoolExhausted(f"pool {pool.name} has no {pool.resource_noun}s at all", pool=pool.name, counts={})
-    busy = ", ".join(f"{n} {ResourceState(state).label.lower()}" for state, n in sorted(counts.items()))
-    return PoolExhausted(f"pool {pool.name} has no available {pool.resource_noun}: {busy}", pool=pool.name,
-                         counts=counts)
+        return PoolExhausted(gettext("pool %(pool)s has no %(noun)ss at all") % words, pool=pool.name, counts={})
+    busy = pgettext("list separator", ", ").join(
+        gettext("%(count)d %(state)s") % {"count": n, "state": ResourceState(state).label.lower()}
+        for state, n in sorted(counts.items()))
+    return PoolExhausted(gettext("pool %(pool)s has no available %(noun)s: %(busy)s") % {**words, "busy": busy},
+                         pool=pool.name, counts=counts)
 
 
 def describe_lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> LeaseMismatch | ResourceNotFound:
@@ -168,26 +195,29 @@ def describe_lease_mismatch(resource_id: int, lease_token: uuid.UUID | str) -> L
         resource = get_resource(resource_id=resource_id)
     except ResourceNotFound as missing:
         return missing
-    name = f"{resource.pool.resource_noun} {resource.key}"
     try:
         token = lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
     except ValueError:
         token = None
+    words = {"token": token, "noun": resource.pool.resource_noun, "key": resource.key}
     events = ResourceEvent.objects.filter(resource_id=resource_id, lease_token=token) if token else None
     expired = events.filter(kind=EventKind.LEASE_EXPIRED).first() if token else None
     if token is None:
-        why, sentence = "never_granted", f"lease token {lease_token!r} is not a UUID"
+        why, sentence = "never_granted", not_a_uuid_sentence(lease_token)
     elif expired is not None:
-        why, sentence = "expired", f"lease {token} on {name} expired and was swept back at {when(expired.created_at)}"
+        why, sentence = "expired", gettext(
+            "lease %(token)s on %(noun)s %(key)s expired and was swept back at %(at)s") % {
+            **words, "at": when(expired.created_at)}
     elif events.exists():
-        why, sentence = "released", f"lease {token} on {name} was already released"
+        why, sentence = "released", gettext("lease %(token)s on %(noun)s %(key)s was already released") % words
     else:
-        why, sentence = "never_granted", f"lease {token} was never granted on {name}"
+        why, sentence = "never_granted", gettext("lease %(token)s was never granted on %(noun)s %(key)s") % words
     if resource.state == ResourceState.IN_USE:
-        now = f"it is now held by {resource.lease_holder}"
+        now = gettext("it is now held by %(holder)s") % {"holder": resource.lease_holder}
     else:
-        now = f"it is now {resource.get_state_display().lower()}"
-    return LeaseMismatch(f"{sentence}; {now}", why=why, resource_id=resource_id, lease_token=str(lease_token))
+        now = gettext("it is now %(state)s") % {"state": resource.get_state_display().lower()}
+    return LeaseMismatch(gettext("%(what)s; %(now)s") % {"what": sentence, "now": now}, why=why,
+                         resource_id=resource_id, lease_token=str(lease_token))
 
 
 def failed_since(queryset: QuerySet[Resource], since: datetime) -> QuerySet[Resource]:
@@ -329,8 +359,8 @@ def filter_diagnosis(queryset: QuerySet[Resource], diagnosis: str, rule: Diagnos
         return failing.filter(~environment, succeeds, consecutive_failures__gte=rule.min_failures)
     if diagnosis == Diagnosis.UNCLEAR:
         return failing.filter(~environment).filter(Q(consecutive_failures__lt=rule.min_failures) | ~succeeds)
-    raise InvalidInput(f"diagnosis must be one of {', '.join(Diagnosis.values)}, got {diagnosis!r}",
-                       field="diagnosis")
+    raise InvalidInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
+        "field": "diagnosis", "values": ", ".join(Diagnosis.values), "value": repr(diagnosis)}, field="diagnosis")
 
 
 def diagnose(resources, rule: DiagnosisRule | None = None) -> dict[int, str]:
@@ -362,15 +392,23 @@ class DiagnosisReport:
                    "success": when(self.pool_succeeded_at) if self.pool_succeeded_at else ""}
         if self.diagnosis == "":
             return gettext("Not failing: its last use succeeded, or it never failed.")
+        n = self.same_failure_resources
         if self.diagnosis == Diagnosis.ENVIRONMENT:
-            return gettext("%(n)d resources of its pool failed last with “%(signature)s” within %(minutes)s minutes "
-                           "of its latest failure: the upstream or the network is the likelier cause.") % figures
+            return ngettext(
+                "%(n)d resource of its pool failed last with “%(signature)s” within %(minutes)s minutes of its "
+                "latest failure: the upstream or the network is the likelier cause.",
+                "%(n)d resources of its pool failed last with “%(signature)s” within %(minutes)s minutes of its "
+                "latest failure: the upstream or the network is the likelier cause.", n) % figures
         if self.diagnosis == Diagnosis.RESOURCE:
             return gettext("It keeps failing while another resource of its pool succeeded at %(success)s: the "
                            "resource itself is the likelier cause.") % figures
-        return gettext("Unclear: %(n)d resource(s) of its pool failed last with its signature within %(minutes)s "
-                       "minutes, too few for the environment, and it has not failed %(failures)d times in a row while "
-                       "the rest of its pool succeeded.") % figures
+        return ngettext(
+            "Unclear: %(n)d resource of its pool failed last with its signature within %(minutes)s minutes, too few "
+            "for the environment, and it has not failed %(failures)d times in a row while the rest of its pool "
+            "succeeded.",
+            "Unclear: %(n)d resources of its pool failed last with its signature within %(minutes)s minutes, too "
+            "few for the environment, and it has not failed %(failures)d times in a row while the rest of its pool "
+            "succeeded.", n) % figures
 
 
 def diagnosis_report(resource: Resource | int, rule: DiagnosisRule | None = None) -> DiagnosisReport:
@@ -383,6 +421,6 @@ def diagnosis_report(resource: Resource | int, rule: DiagnosisRule | None = None
            .annotate(same=Subquery(nearby), succeeded=_pool_last_success())
            .values("diagnosis", "last_failure_signature", "same", "succeeded").first())
     if row is None:
-        raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id)
+        raise no_such_resource(resource_id)
     return DiagnosisReport(diagnosis=row["diagnosis"], signature=row["last_failure_signature"] or "",
                            same_failure_resources=row["same"] or 0, pool_succeeded_at=row["succeeded"], rule=rule)

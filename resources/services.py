@@ -19,6 +19,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext, pgettext, pgettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -45,6 +46,9 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
     describe_unavailability,
     get_pool,
     get_resource,
+    listing,
+    no_such_resource,
+    not_a_uuid_sentence,
     pool_id_of,
     record_id,
     when,
@@ -79,15 +83,17 @@ class ExpiredLease:
 
 def _text(value, *, field: str, max_length: int | None = None, required: bool = False) -> str:
     if not isinstance(value, str):
-        raise InvalidInput(f"{field} must be text, got {type(value).__name__}", field=field)
+        raise InvalidInput(gettext("%(field)s must be text, got %(type)s") % {
+            "field": field, "type": type(value).__name__}, field=field)
     value = value.strip()
     if required and not value:
-        raise InvalidInput(f"{field} must not be empty", field=field)
+        raise InvalidInput(gettext("%(field)s must not be empty") % {"field": field}, field=field)
     problem = check_text(value)
     if problem:
-        raise InvalidInput(f"{field} {problem}", field=field)
+        raise InvalidInput(gettext("%(field)s %(problem)s") % {"field": field, "problem": problem}, field=field)
     if max_length is not None and len(value) > max_length:
-        raise InvalidInput(f"{field} is {len(value)} characters long; at most {max_length} fit", field=field)
+        raise InvalidInput(gettext("%(field)s is %(length)d characters long; at most %(max)d fit") % {
+            "field": field, "length": len(value), "max": max_length}, field=field)
     return value
 
 
@@ -97,14 +103,16 @@ def _whole(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTEGER) -
 
 def _json(value: dict | None, *, field: str) -> str:
     if value is not None and not isinstance(value, dict):
-        raise InvalidInput(f"{field} must be a JSON object, got {type(value).__name__}", field=field)
+        raise InvalidInput(gettext("%(field)s must be a JSON object, got %(type)s") % {
+            "field": field, "type": type(value).__name__}, field=field)
     try:
         refuse_unstorable(value or {}, name=field)
         return json.dumps(value or {}, cls=DjangoJSONEncoder)
     except UnstorableValue as exc:
         raise InvalidInput(str(exc), field=field, path=exc.path) from None
     except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
-        raise InvalidInput(f"{field} is nested too deeply to store", field=field) from None
+        raise InvalidInput(gettext("%(field)s is nested too deeply to store") % {"field": field},
+                           field=field) from None
 
 
 def _lease_seconds(value: int | None) -> int | None:
@@ -132,7 +140,7 @@ def _token(lease_token: uuid.UUID | str, resource_id: int) -> uuid.UUID:
     try:
         return lease_token if isinstance(lease_token, uuid.UUID) else uuid.UUID(str(lease_token))
     except ValueError:
-        raise LeaseMismatch(f"lease token {lease_token!r} is not a UUID", why="never_granted",
+        raise LeaseMismatch(not_a_uuid_sentence(lease_token), why="never_granted",
                             resource_id=resource_id, lease_token=str(lease_token)) from None
 
 
@@ -299,7 +307,8 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
     if outcome not in Outcome.values:
-        raise InvalidInput(f"outcome must be one of {', '.join(Outcome.values)}, got {outcome!r}", field="outcome")
+        raise InvalidInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
+            "field": "outcome", "values": ", ".join(Outcome.values), "value": repr(outcome)}, field="outcome")
     params = {"resource_id": resource_id, "token": token, "actor": _actor(actor) if actor else "",
               "details": _json(details, field="details")}
     if outcome == Outcome.SUCCESS:
@@ -307,7 +316,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     else:
         if classification is None:
             if error is None:
-                raise InvalidInput("a failure needs the error that caused it", field="error")
+                raise InvalidInput(gettext("a failure needs the error that caused it"), field="error")
             classification = classify(error)
         if probation_seconds:
             _whole(probation_seconds, field="probation_seconds", maximum=MAX_PROBATION_SECONDS)
@@ -365,7 +374,7 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
     with transaction.atomic():
         current = _held(resource, lease_token)
         if not classification.retryable:
-            raise IllegalTransition("a non-retryable failure cannot hold its resource for a retry",
+            raise IllegalTransition(gettext("a non-retryable failure cannot hold its resource for a retry"),
                                     state=current.state, action="hold", resource_id=current.pk)
         now = timezone.now()
         current.failure_count += 1
@@ -422,11 +431,12 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
     with transaction.atomic():
         current = lock_resource(resource)
         if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
+            words = {"noun": current.pool.resource_noun, "key": current.key,
+                     "state": current.get_state_display().lower(), "after": when(current.probe_after)}
             raise IllegalTransition(
-                f"{current.pool.resource_noun} {current.key} is not due for a probe: it is "
-                f"{current.get_state_display().lower()}" + (f", probe after {when(current.probe_after)}"
-                                                           if current.probe_after else ""),
-                state=current.state, action="probe", resource_id=current.pk,
+                (gettext("%(noun)s %(key)s is not due for a probe: it is %(state)s, probe after %(after)s")
+                 if current.probe_after else gettext("%(noun)s %(key)s is not due for a probe: it is %(state)s"))
+                % words, state=current.state, action="probe", resource_id=current.pk,
             )
         current.state, current.probe_after, current.lease_kind = ResourceState.IN_USE, None, LeaseKind.PROBE
         current.lease_token, current.lease_holder = uuid.uuid4(), holder
@@ -510,19 +520,34 @@ def lock_resource(resource: Resource | int) -> Resource:
     resource_id = _resource_id(resource)
     current = Resource.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=resource_id).first()
     if current is None:
-        raise ResourceNotFound(f"no resource with id {resource_id}", resource_id=resource_id)
+        raise no_such_resource(resource_id)
     return current
+
+
+# The verbs of _locked_in's refusals, as an operator reads them.
+_ACTION_VERBS = {
+    "reset": pgettext_lazy("refused action", "reset"),
+    "quarantine": pgettext_lazy("refused action", "quarantine"),
+    "unquarantine": pgettext_lazy("refused action", "unquarantine"),
+}
+_STATE_NAMES = {
+    ResourceState.AVAILABLE: pgettext_lazy("state name", "available"),
+    ResourceState.IN_USE: pgettext_lazy("state name", "in use"),
+    ResourceState.DONE: pgettext_lazy("state name", "done"),
+    ResourceState.FAILED: pgettext_lazy("state name", "failed"),
+    ResourceState.QUARANTINED: pgettext_lazy("state name", "quarantined"),
+}
 
 
 def _locked_in(resource: Resource | int, action: str, allowed: tuple[str, ...]) -> Resource:
     """The locked row, if its state allows `action`; else IllegalTransition naming both."""
     current = lock_resource(resource)
     if current.state not in allowed:
-        names = [ResourceState(s).value.replace("_", " ") for s in allowed]
-        states = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
         raise IllegalTransition(
-            f"cannot {action} {current.pool.resource_noun} {current.key}: it is "
-            f"{current.get_state_display().lower()}; only {states} ones can be",
+            gettext("cannot %(action)s %(noun)s %(key)s: it is %(state)s; only %(allowed)s ones can be") % {
+                "action": _ACTION_VERBS.get(action, action), "noun": current.pool.resource_noun, "key": current.key,
+                "state": current.get_state_display().lower(),
+                "allowed": listing([str(_STATE_NAMES[s]) for s in allowed], last_joined_by="or")},
             state=current.state, action=action, resource_id=current.pk,
         )
     return current
@@ -622,7 +647,8 @@ def _pool_name(name) -> str:
     try:
         validate_slug(name)
     except ValidationError:
-        raise InvalidInput(f"pool name {name!r} must be letters, digits, hyphens or underscores", field="name") from None
+        raise InvalidInput(gettext("pool name %(name)s must be letters, digits, hyphens or underscores") % {
+            "name": repr(name)}, field="name") from None
     return name
 
 
@@ -643,7 +669,7 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
 
 
 def _name_taken(name: str) -> InvalidInput:
-    return InvalidInput(f"a resource pool named {name!r} exists already", field="name")
+    return InvalidInput(gettext("a resource pool named %(name)s exists already") % {"name": repr(name)}, field="name")
 
 
 def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
@@ -717,7 +743,8 @@ def change_pool(*, pool: ResourcePool | int | str, actor: str, name: str | None 
 
 def _resource_fields(item, n: int) -> dict:
     if not isinstance(item, dict):
-        raise InvalidInput(f"resource {n} must be an object with a key, got {type(item).__name__}", field="resources")
+        raise InvalidInput(gettext("resource %(n)d must be an object with a key, got %(type)s") % {
+            "n": n, "type": type(item).__name__}, field="resources")
     attributes = item.get("attributes") or {}
     _json(attributes, field="attributes")
     return {
@@ -730,11 +757,12 @@ def _resource_fields(item, n: int) -> dict:
 
 def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> InvalidInput | None:
     taken = sorted(Resource.objects.filter(pool=target, key__in=keys).values_list("key", flat=True))
-    problems = ([f"pool {target.name} already has {', '.join(taken)}"] if taken else []) + (
-        [f"keys given twice: {', '.join(repeated)}"] if repeated else [])
+    problems = ([gettext("pool %(pool)s already has %(keys)s") % {"pool": target.name, "keys": ", ".join(taken)}]
+                if taken else []) + (
+        [gettext("keys given twice: %(keys)s") % {"keys": ", ".join(repeated)}] if repeated else [])
     if not problems:
         return None
-    return InvalidInput("; ".join(problems), field="key", taken=taken, repeated=repeated)
+    return InvalidInput(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated)
 
 
 def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
@@ -745,7 +773,7 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
     actor = actor and _actor(actor)
     target = get_pool(pool)
     if not isinstance(resources, (list, tuple)):
-        raise InvalidInput("resources must be a list of objects", field="resources")
+        raise InvalidInput(gettext("resources must be a list of objects"), field="resources")
     rows = [_resource_fields(item, n) for n, item in enumerate(resources)]
     if not rows:
         return []
@@ -767,4 +795,5 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
             raise
         # Another add committed one of these keys while this one waited for it.
         raise _keys_taken(target, keys, []) or InvalidInput(
-            f"a key of these was added to pool {target.name} meanwhile", field="key") from None
+            gettext("a key of these was added to pool %(pool)s meanwhile") % {"pool": target.name},
+            field="key") from None

@@ -2,6 +2,8 @@
 string, a bool, a float or a number past bigint would otherwise reach PostgreSQL (a bare
 ValueError from the ORM, or a DataError that aborts the caller's transaction)."""
 
+from django.utils.translation import gettext
+
 from retryops.errors import BadInput
 
 # A bigint primary key; a larger number names nothing and PostgreSQL would refuse to compare it.
@@ -15,7 +17,8 @@ def whole_number(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTE
     """`value` if it is a whole number (an int, not a bool) from `minimum` to `maximum`; else
     `error` (the caller's app's BadInput) naming `field`."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise error(f"{field} must be a whole number from {minimum} to {maximum}, got {value!r}", field=field)
+        raise error(gettext("%(field)s must be a whole number from %(minimum)d to %(maximum)d, got %(value)s") % {
+            "field": field, "minimum": minimum, "maximum": maximum, "value": repr(value)}, field=field)
     return value
 
 
@@ -23,7 +26,8 @@ def flag(value, *, field: str, error: type[BadInput] = BadInput) -> bool:
     """`value` if it is True or False; else `error` naming `field`. Never bool(value): "no" and
     "false" are true strings, and a flag sent as text would flip to on."""
     if not isinstance(value, bool):
-        raise error(f"{field} must be true or false, got {value!r}", field=field)
+        raise error(gettext("%(field)s must be true or false, got %(value)s") % {"field": field, "value": repr(value)},
+                    field=field)
     return value
 
 

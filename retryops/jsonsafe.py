@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.translation import gettext, gettext_noop
 
 # Past this, PostgreSQL's jsonb numeric is fine but every consumer (JavaScript, RQ's JSON) is not.
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -34,24 +35,34 @@ class UnstorableValue(ValueError):
 _UNSTORABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
 
 
-def check_text(text: str) -> str | None:
-    """What keeps a text column from holding `text`, as the end of a sentence naming it ("contains
-    a NUL character (\\u0000)"); None when it can be stored."""
+def _as_stored(message: str) -> str:
+    """The English text, for notes that are stored (repairs): stored data stays language-neutral."""
+    return message
+
+
+def _text_problem(text: str, say: Callable[[str], str]) -> str | None:
     found = _UNSTORABLE_CHARACTER.search(text)
     if found is None:
         return None
     if found.group() == "\x00":
-        return "contains a NUL character (\\u0000)"
-    return f"contains a lone surrogate (\\u{ord(found.group()):04x}), which UTF-8 cannot encode"
+        return say(gettext_noop("contains a NUL character (\\u0000)"))
+    return say(gettext_noop("contains a lone surrogate (\\u%(code)s), which UTF-8 cannot encode")) % {
+        "code": f"{ord(found.group()):04x}"}
 
 
-def _problem(value: Any) -> str | None:
+def check_text(text: str) -> str | None:
+    """What keeps a text column from holding `text`, as the end of a sentence naming it ("contains
+    a NUL character (\\u0000)"), in the current language; None when it can be stored."""
+    return _text_problem(text, gettext)
+
+
+def _problem(value: Any, say: Callable[[str], str]) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
-        return f"is {value!r}, which JSON cannot hold"
+        return say(gettext_noop("is %(value)s, which JSON cannot hold")) % {"value": repr(value)}
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return f"is {value}, larger than {MAX_SAFE_INTEGER}"
+        return say(gettext_noop("is %(value)s, larger than %(max)s")) % {"value": value, "max": MAX_SAFE_INTEGER}
     if isinstance(value, str):
-        return check_text(value)
+        return _text_problem(value, say)
     return None
 
 
@@ -71,22 +82,23 @@ def refuse_unstorable(value: Any, *, name: str) -> Any:
     the first bad place, e.g. "payload.amount is nan, which JSON cannot hold"."""
 
     def check(item: Any, path: str) -> Any:
-        problem = _problem(item)
+        problem = _problem(item, gettext)
         if problem:
-            raise UnstorableValue(f"{path} {problem}", path=path)
+            raise UnstorableValue(gettext("%(place)s %(problem)s") % {"place": path, "problem": problem}, path=path)
         return item
 
     _walk(value, name, check)
     try:
         json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise UnstorableValue(f"{name} cannot be stored as JSON: {exc}", path=name) from None
+        raise UnstorableValue(gettext("%(place)s cannot be stored as JSON: %(error)s") % {
+            "place": name, "error": exc}, path=name) from None
     return value
 
 
 def clean_text(text: str) -> str:
     """Text a PostgreSQL text column can hold: NUL characters and lone surrogates become U+FFFD."""
-    return _UNSTORABLE_CHARACTER.sub("\ufffd", text) if check_text(text) else text
+    return _UNSTORABLE_CHARACTER.sub("\ufffd", text) if _UNSTORABLE_CHARACTER.search(text) else text
 
 
 def make_storable(value: Any) -> tuple[Any, list[str]]:
@@ -96,7 +108,7 @@ def make_storable(value: Any) -> tuple[Any, list[str]]:
     notes: list[str] = []
 
     def fix(item: Any, path: str) -> Any:
-        problem = _problem(item)
+        problem = _problem(item, _as_stored)
         if problem is None:
             return item
         notes.append(f"{path} {problem}")

@@ -92,6 +92,13 @@ if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
                                    "a transaction-mode pooler cannot keep prepared statements")
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
+# PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
+# filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
+# never won back by queries that short. A pooler may refuse startup options: there, set it on the
+# role instead (ALTER ROLE app SET jit = off).
+if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
 if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     from django.core.exceptions import ImproperlyConfigured
 
@@ -105,6 +112,9 @@ RQ_QUEUES = {
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
 RQ = {"COMMIT_MODE": "on_db_commit"}
+# django-rq's pages are mounted once, at /admin/rq/, behind the console's permissions (retryops/rq_dashboard.py),
+# not a second time, staff-only, as an admin model.
+RQ_SHOW_ADMIN_LINK = False
 
 # Django's cache, in the app's Redis (the embedded one too, through its unix socket): the API's
 # throttle counters. Short timeouts: a Redis that hangs must not hang requests (the throttle then

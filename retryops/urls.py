@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 
 from compensation import dashboard
+from retryops import rq_dashboard
 
 admin.site.site_header = _("RetryOps console")
 admin.site.site_title = _("RetryOps")
@@ -12,7 +13,8 @@ admin.site.site_url = None
 urlpatterns = [
     # The console's language switcher posts here (templates/admin/base_site.html).
     path("i18n/", include("django.conf.urls.i18n")),
-    path("admin/rq/", include("django_rq.urls")),
+    # django-rq's pages, readable by the console's groups; its buttons are the superusers'.
+    path("admin/rq/", rq_dashboard.urls()),
     # The ops dashboard's fragment, which the admin index's panel fetches (templates/admin/index.html).
     path("admin/dashboard/", admin.site.admin_view(dashboard.fragment), name="ops_dashboard"),
     path("admin/", admin.site.urls),

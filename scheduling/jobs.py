@@ -5,9 +5,12 @@ import logging
 
 from rq import get_current_job
 
+from retryops.language import in_stored_language
+
 log = logging.getLogger(__name__)
 
 
+@in_stored_language
 def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None):
     from scheduling.runner import run_attempt
 
@@ -18,6 +21,7 @@ def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None)
     return attempt.outcome if attempt else "skipped"
 
 
+@in_stored_language
 def dispatch_job():
     """Periodic: one dispatcher pass (see scheduling.services.recovery.run_dispatcher)."""
     from scheduling.services import run_dispatcher
@@ -25,6 +29,7 @@ def dispatch_job():
     return run_dispatcher()
 
 
+@in_stored_language
 def batch_tick_job():
     """Periodic: one tick of every enabled batch config."""
     from scheduling.services import run_batches

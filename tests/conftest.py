@@ -2,6 +2,7 @@ import os
 
 import pytest
 from django.conf import settings
+from django.utils import translation
 
 from resources import services
 from retryops import devservices
@@ -14,6 +15,14 @@ pytest_plugins = ["tests.compensation.notify_fixtures", "tests.api_fixtures"]
 
 def pytest_report_header(config):
     return [f"retryops: {what} from {where}" for what, where in devservices.SOURCES.items()]
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in LANGUAGE_CODE: LocaleMiddleware activates the language a request asks for
+    in the thread, and nothing deactivates it after the response."""
+    yield
+    translation.deactivate()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _rq_on_test_redis():

@@ -33,3 +33,21 @@ def test_a_transaction_pooler_turns_prepared_statements_off():
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
                          text=True, check=True).stdout.split()[-2:]
     assert out == ["None", "None"]
+
+
+@pytest.mark.django_db
+def test_the_apps_connections_never_jit_compile():
+    # JIT compiling costs the console's filtered counts more than it ever saves (bench/admin.py).
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone() == ("off",)
+
+
+def test_a_transaction_pooler_sends_no_startup_options():
+    # pgbouncer refuses unknown startup parameters: behind it jit is set on the role instead.
+    code = ("import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'retryops.settings'; django.setup(); "
+            "from django.conf import settings; print(repr(settings.DATABASES['default'].get('OPTIONS', {}).get('options')))")
+    env = {**os.environ, "DB_TRANSACTION_POOLER": "true"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
+                         text=True, check=True).stdout.split()[-1]
+    assert out == "None"

@@ -5,6 +5,7 @@ import getpass
 import os
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext
 
 from audit.choices import Channel
 from audit.context import acting_as, clean_actor
@@ -25,8 +26,12 @@ class AuditedCommand(BaseCommand):
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
+        if parser.description:
+            # A translated `help` (gettext_lazy) in the language the command runs in: argparse
+            # formats it with re, which takes only a real string.
+            parser.description = str(parser.description)
         try:
-            parser.add_argument("--actor", help="Who runs this, for the audit log (default: the OS user).")
+            parser.add_argument("--actor", help=gettext("Who runs this, for the audit log (default: the OS user)."))
         except argparse.ArgumentError:
             pass  # the command declares its own --actor (retry_resource's is required): that one is it
         return parser
@@ -34,6 +39,6 @@ class AuditedCommand(BaseCommand):
     def execute(self, *args, **options):
         actor = options.get("actor")
         if actor is not None and not str(actor).strip():
-            raise CommandError("--actor must name who runs this command")
+            raise CommandError(gettext("--actor must name who runs this command"))
         with acting_as(actor=clean_actor(actor) if actor else os_user(), channel=Channel.COMMAND):
             return super().execute(*args, **options)

@@ -14,15 +14,16 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from compensation.choices import BulkReplayState, DeadLetterState
+from compensation.choices import BulkReplayState, DeadLetterState, state_words
 from compensation.errors import BadInput, BulkReplayRunning, IllegalTransition
 from compensation.models import BulkReplay, DeadLetter
-from compensation.services.common import actor_name, locked, text
+from compensation.services.common import actor_name, field_name, locked, text
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
 from retryops.errors import DomainError
@@ -47,7 +48,8 @@ def _when(value, field: str) -> str:
             parsed = None
         value = parsed if parsed is not None else value
     if not isinstance(value, datetime) or timezone.is_naive(value):
-        raise BadInput(f"{field} must be a date and time with a time zone, got {value!r}", field=field)
+        raise BadInput(_("%(field)s must be a date and time with a time zone, got %(value)r") % {
+            "field": field_name(field), "value": value}, field=field)
     return value.isoformat()
 
 
@@ -56,11 +58,12 @@ def parse_filter(filter) -> dict:
     error_signature as text, pool and resource as ids, died_after/died_before as ISO times.
     Unknown keys and bad values are refused by name."""
     if not isinstance(filter, dict):
-        raise BadInput(f"filter must be an object with some of {', '.join(FILTER_FIELDS)}", field="filter")
+        raise BadInput(_("filter must be an object with some of %(fields)s") % {"fields": ", ".join(FILTER_FIELDS)},
+                       field="filter")
     unknown = sorted(set(filter) - set(FILTER_FIELDS))
     if unknown:
-        raise BadInput(f"unknown filter field {', '.join(map(str, unknown))}: use {', '.join(FILTER_FIELDS)}",
-                       field=f"filter.{unknown[0]}")
+        raise BadInput(_("unknown filter field %(unknown)s: use %(fields)s") % {
+            "unknown": ", ".join(map(str, unknown)), "fields": ", ".join(FILTER_FIELDS)}, field=f"filter.{unknown[0]}")
     canonical = {}
     for field in ("flow", "error_signature"):
         if filter.get(field) not in (None, ""):
@@ -96,8 +99,8 @@ def _rate(rate) -> float:
         rate = settings.RETRYOPS_REPLAY_RATE
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) \
             or not MIN_RATE <= rate <= MAX_RATE:
-        raise BadInput(f"rate must be a number of replays per second from {MIN_RATE} to {MAX_RATE}, got {rate!r}",
-                       field="rate")
+        raise BadInput(_("rate must be a number of replays per second from %(min)s to %(max)s, got %(value)r") % {
+            "min": MIN_RATE, "max": MAX_RATE, "value": rate}, field="rate")
     return float(rate)
 
 
@@ -118,7 +121,8 @@ def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_reso
         except IntegrityError:
             running = BulkReplay.objects.filter(filter_key=key, state=BulkReplayState.RUNNING).first()
             raise BulkReplayRunning(
-                f"{running or 'a bulk replay'} with the same filter is running: cancel it or wait for it",
+                _("bulk replay %(id)s with the same filter is running: cancel it or wait for it") % {"id": running.pk}
+                if running else _("a bulk replay with the same filter is running: cancel it or wait for it"),
                 bulk_replay_id=running.pk if running else None) from None
         record_audit(action=AuditAction.BULK_REPLAY_START, target=bulk, before=None,
                      after={"filter": canonical, "rate": rate, "any_resource": bulk.any_resource,
@@ -143,7 +147,8 @@ def cancel_bulk_replay(*, bulk_replay: BulkReplay | int, actor: str) -> BulkRepl
     with transaction.atomic():
         bulk = locked(BulkReplay, bulk_replay, kind="bulk_replay")
         if bulk.state != BulkReplayState.RUNNING:
-            raise IllegalTransition(f"cannot cancel {bulk}: it is {bulk.state}", kind="bulk_replay", id=bulk.pk,
+            raise IllegalTransition(_("cannot cancel bulk replay %(id)s: it is %(state)s") % {
+                "id": bulk.pk, "state": state_words(BulkReplayState, bulk.state)}, kind="bulk_replay", id=bulk.pk,
                                     from_state=bulk.state, to_state=BulkReplayState.CANCELLED)
         bulk.state, bulk.finished_at = BulkReplayState.CANCELLED, timezone.now()
         bulk.save(update_fields=["state", "finished_at"])
@@ -173,8 +178,11 @@ def _step(bulk_id: int) -> bool:
             bulk.save(update_fields=["state", "finished_at", "heartbeat_at"])
             return False
         try:
-            replay_dead_letter(dead_letter=letter.pk, actor=bulk.requested_by, any_resource=bulk.any_resource,
-                               reason=f"{bulk}")
+            # A refusal is kept on the bulk replay (last_error): stored text is English whatever
+            # the language of whoever runs this slice (as retryops.language.in_stored_language).
+            with translation.override(None):
+                replay_dead_letter(dead_letter=letter.pk, actor=bulk.requested_by, any_resource=bulk.any_resource,
+                                   reason=f"{bulk}")
             bulk.done += 1
         except DomainError as exc:  # this dead letter refuses; the others still get theirs
             bulk.refused += 1

@@ -1,6 +1,8 @@
 """Checks of what the operators hand the compensation services: names, texts, ids."""
 
 from django.db import models
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from compensation.errors import BadInput, NotFound
 from retryops.inputs import record_id
@@ -8,14 +10,48 @@ from retryops.jsonsafe import check_text
 
 NAME_LENGTH = 200
 
+# The fields an operator fills in, as a refusal names them in the operator's language; the
+# error's `field` detail stays the field's own name.
+FIELD_NAMES = {
+    "actor": gettext_lazy("actor"),
+    "reason": gettext_lazy("reason"),
+    "resolution": gettext_lazy("resolution"),
+    "title": gettext_lazy("title"),
+    "flow": gettext_lazy("flow"),
+    "runbook": gettext_lazy("runbook"),
+    "notes": gettext_lazy("notes"),
+    "assignee": gettext_lazy("assignee"),
+    "token": gettext_lazy("token"),
+    "error_signature": gettext_lazy("error signature"),
+    "filter.flow": gettext_lazy("flow"),
+    "filter.error_signature": gettext_lazy("error signature"),
+    "filter.died_after": gettext_lazy("died after"),
+    "filter.died_before": gettext_lazy("died before"),
+    "rate": gettext_lazy("rate"),
+}
+
+# What `locked` names in "no work order with id 7".
+KIND_NAMES = {
+    "work_order": gettext_lazy("work order"),
+    "dead_letter": gettext_lazy("dead letter"),
+    "bulk_replay": gettext_lazy("bulk replay"),
+    "runbook_run": gettext_lazy("runbook run"),
+}
+
+
+def field_name(field: str) -> str:
+    """A field as a sentence for operators names it."""
+    return str(FIELD_NAMES.get(field, field))
+
 
 def actor_name(actor, *, field: str = "actor") -> str:
     """Who acts: a non-empty line of text without NUL characters."""
     if not isinstance(actor, str) or not actor.strip():
-        raise BadInput(f"{field} must name who acts, got {actor!r}", field=field)
+        raise BadInput(_("%(field)s must name who acts, got %(value)r") % {"field": field_name(field), "value": actor},
+                       field=field)
     problem = check_text(actor)
     if problem:
-        raise BadInput(f"{field} {problem}", field=field)
+        raise BadInput(_("%(field)s %(problem)s") % {"field": field_name(field), "problem": problem}, field=field)
     return actor.strip()[:NAME_LENGTH]
 
 
@@ -24,15 +60,17 @@ def text(value, *, field: str, max_length: int | None = None, required: bool = F
     if value is None:
         value = ""
     if not isinstance(value, str):
-        raise BadInput(f"{field} must be text, got {type(value).__name__}", field=field)
+        raise BadInput(_("%(field)s must be text, got %(type)s") % {
+            "field": field_name(field), "type": type(value).__name__}, field=field)
     problem = check_text(value)
     if problem:
-        raise BadInput(f"{field} {problem}", field=field)
+        raise BadInput(_("%(field)s %(problem)s") % {"field": field_name(field), "problem": problem}, field=field)
     value = value.strip()
     if required and not value:
-        raise BadInput(f"{field} must not be empty", field=field)
+        raise BadInput(_("%(field)s must not be empty") % {"field": field_name(field)}, field=field)
     if max_length is not None and len(value) > max_length:
-        raise BadInput(f"{field} is {len(value)} characters long; at most {max_length} fit", field=field)
+        raise BadInput(_("%(field)s is %(length)d characters long; at most %(limit)d fit") % {
+            "field": field_name(field), "length": len(value), "limit": max_length}, field=field)
     return value
 
 
@@ -41,5 +79,6 @@ def locked(model: type[models.Model], row: models.Model | int, *, kind: str) -> 
     row_id = row.pk if isinstance(row, model) else record_id(row, field=kind, error=BadInput)
     found = model.objects.select_for_update(of=("self",)).filter(pk=row_id).first()
     if found is None:
-        raise NotFound(f"no {kind.replace('_', ' ')} with id {row_id}", kind=kind, id=row_id)
+        raise NotFound(_("no %(kind)s with id %(id)s") % {"kind": KIND_NAMES.get(kind, kind.replace("_", " ")),
+                                                          "id": row_id}, kind=kind, id=row_id)
     return found

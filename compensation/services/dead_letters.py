@@ -10,10 +10,11 @@ from itertools import groupby
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState
+from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState, state_words
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter
 from compensation.services.common import actor_name, locked, text
@@ -101,7 +102,9 @@ def _settle(dead_letter: DeadLetter | int, *, to: str, action: str, actor: str, 
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")
         if letter.state != DeadLetterState.OPEN:
-            raise IllegalTransition(f"cannot mark {letter} {to}: it is {letter.state}; only an open one can be",
+            raise IllegalTransition(_("cannot mark dead letter %(id)s %(to)s: it is %(state)s; only an open one can be")
+                                    % {"id": letter.pk, "to": state_words(DeadLetterState, to),
+                                       "state": state_words(DeadLetterState, letter.state)},
                                     kind="dead_letter", id=letter.pk, from_state=letter.state, to_state=to)
         before = {"state": letter.state}
         letter.state, letter.settled_at = to, timezone.now()

@@ -3,10 +3,11 @@ through the operator retry (strict), or on any resource of the pool when the ope
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from compensation.choices import REPLAYABLE_STATES, DeadLetterState
+from compensation.choices import REPLAYABLE_STATES, DeadLetterState, state_words
 from compensation.errors import BadInput, IllegalTransition, ReplayRefused
 from compensation.models import DeadLetter
 from compensation.services.common import actor_name, locked, text
@@ -21,6 +22,10 @@ from scheduling.models import Task
 from scheduling.services import instance_to_run_again, retry_resource, start_task
 
 
+def _refusal(letter: DeadLetter, why) -> str:
+    return _("cannot replay dead letter %(id)s: %(why)s") % {"id": letter.pk, "why": why}
+
+
 def _refuse_unusable(letter: DeadLetter) -> Resource:
     """The dead letter's resource, if a strict replay could run on it; else why not, in the
     operators' words. retry_resource re-checks under the resource's lock: this read only names
@@ -28,13 +33,14 @@ def _refuse_unusable(letter: DeadLetter) -> Resource:
     resource = Resource.objects.select_related("pool").filter(pk=letter.resource_id).first() \
         if letter.resource_id else None
     if resource is None:
-        raise ReplayRefused(f"cannot replay {letter} on its resource: the resource was removed; replay it on any "
-                            f"resource of the pool instead", reason="removed", dead_letter_id=letter.pk)
+        raise ReplayRefused(_("cannot replay dead letter %(id)s on its resource: the resource was removed; replay it "
+                              "on any resource of the pool instead") % {"id": letter.pk},
+                            reason="removed", dead_letter_id=letter.pk)
     if resource.state == ResourceState.QUARANTINED:
-        raise ReplayRefused(f"cannot replay {letter}: {describe_unavailability(resource)}", reason="quarantined",
+        raise ReplayRefused(_refusal(letter, describe_unavailability(resource)), reason="quarantined",
                             dead_letter_id=letter.pk, resource_id=resource.pk)
     if resource.state == ResourceState.DONE and resource.pool.consume_on_success:
-        raise ReplayRefused(f"cannot replay {letter}: {describe_unavailability(resource)}", reason="consumed",
+        raise ReplayRefused(_refusal(letter, describe_unavailability(resource)), reason="consumed",
                             dead_letter_id=letter.pk, resource_id=resource.pk)
     return resource
 
@@ -52,10 +58,13 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")
         if letter.state not in REPLAYABLE_STATES:
+            words = {"id": letter.pk, "state": state_words(DeadLetterState, letter.state),
+                     "task": letter.replay_task_id}
             raise IllegalTransition(
-                f"cannot replay {letter}: it is {letter.state}"
-                + (f" (task {letter.replay_task_id})" if letter.replay_task_id else "")
-                + "; only an open dead letter can be replayed",
+                (_("cannot replay dead letter %(id)s: it is %(state)s (task %(task)s); only an open dead letter can "
+                   "be replayed") if letter.replay_task_id else
+                 _("cannot replay dead letter %(id)s: it is %(state)s; only an open dead letter can be replayed"))
+                % words,
                 kind="dead_letter", id=letter.pk, from_state=letter.state, to_state=DeadLetterState.REPLAYING,
                 replay_task_id=letter.replay_task_id)
         dead = Task.objects.select_related("policy", "pool").get(pk=letter.task_id)
@@ -63,7 +72,7 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
             if any_resource:
                 # The same business instance as an operator's retry of it: refused while a run of
                 # it is live or has succeeded, wherever that run was started from.
-                repeats = instance_to_run_again(dead, str(letter))
+                repeats = instance_to_run_again(dead, letter.display_name)
                 task = start_task(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy,
                                   created_by=actor, audit=False, repeats=repeats)
             else:
@@ -73,15 +82,15 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
                     # refused when a run of it succeeded or is live elsewhere since.
                     task = retry_resource(resource=resource, actor=actor, instance=dead, audit=False)
                 except ResourceUnavailable as exc:
-                    raise ReplayRefused(f"cannot replay {letter}: {exc}", reason=exc.reason,
+                    raise ReplayRefused(_refusal(letter, exc), reason=exc.reason,
                                         dead_letter_id=letter.pk, resource_id=resource.pk) from None
         except TaskLive as exc:
-            raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="task_live", dead_letter_id=letter.pk,
+            raise ReplayRefused(_refusal(letter, exc), reason="task_live", dead_letter_id=letter.pk,
                                 **exc.details) from None
         except SchedulingBadInput as exc:
             if exc.details.get("field") != "payload" or "task_id" not in exc.details:
                 raise
-            raise ReplayRefused(f"cannot replay {letter}: {exc}", reason="succeeded", dead_letter_id=letter.pk,
+            raise ReplayRefused(_refusal(letter, exc), reason="succeeded", dead_letter_id=letter.pk,
                                 task_id=exc.details["task_id"]) from None
         before = {"state": letter.state, "replay_task": letter.replay_task_id}
         letter.state, letter.replay_task, letter.replay_count = DeadLetterState.REPLAYING, task, letter.replay_count + 1

@@ -6,11 +6,13 @@ outside world."""
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from compensation.choices import WORK_ORDER_LIVE, WorkOrderState
+from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
 from compensation.errors import BadInput, IllegalTransition
 from compensation.models import WorkOrder
 from compensation.runbook_models import RunbookRun, RunbookRunState
@@ -32,6 +34,12 @@ from retryops.errors import DomainError
 from retryops.jsonsafe import UnstorableValue, make_storable, refuse_unstorable
 
 R = RunbookRunState
+# What a refusal says was asked, and what only some runs can be: "cannot approve runbook run 4 ...
+# only a run that is waiting for approval can be approved".
+VERBS = {"approve": pgettext_lazy("runbook run", "approve"), "reject": pgettext_lazy("runbook run", "reject"),
+         "run": pgettext_lazy("runbook run", "run")}
+DONE = {"approve": pgettext_lazy("runbook run", "approved"), "reject": pgettext_lazy("runbook run", "rejected"),
+        "run": pgettext_lazy("runbook run", "run")}
 
 
 def _snapshot(run: RunbookRun) -> dict:
@@ -60,15 +68,18 @@ def check_runbook_request(*, runbook: str, action: str, input: Any) -> tuple[Run
     return book, step, _checked_input(step, input)
 
 
-def _refuse_state(run: RunbookRun, *, verb: str, done: str, allowed: tuple, to_state: str):
+def _refuse_state(run: RunbookRun, *, verb: str, allowed: tuple, to_state: str):
     if run.state not in allowed:
         # Evaluated for the state at hand only: the others' fields are empty.
-        who = {R.RUNNING: lambda: f" (run by {run.run_by} since {run.started_at:%Y-%m-%d %H:%M:%S %Z})",
-               R.SUCCEEDED: lambda: f" (it ran already, by {run.run_by})",
-               R.FAILED: lambda: f" (it ran already, by {run.run_by})",
-               R.REJECTED: lambda: f" (by {run.rejected_by})"}.get(run.state, lambda: "")()
+        who = {R.RUNNING: lambda: _(" (run by %(who)s since %(since)s)") % {
+                   "who": run.run_by, "since": f"{run.started_at:%Y-%m-%d %H:%M:%S %Z}"},
+               R.SUCCEEDED: lambda: _(" (it ran already, by %(who)s)") % {"who": run.run_by},
+               R.FAILED: lambda: _(" (it ran already, by %(who)s)") % {"who": run.run_by},
+               R.REJECTED: lambda: _(" (by %(who)s)") % {"who": run.rejected_by}}.get(run.state, lambda: "")()
         raise IllegalTransition(
-            f"cannot {verb} {run}: it is {run.state}{who}; only a run that is {' or '.join(allowed)} can be {done}",
+            _("cannot %(verb)s runbook run %(id)s: it is %(state)s%(who)s; only a run that is %(allowed)s can be "
+              "%(done)s") % {"verb": VERBS[verb], "id": run.pk, "state": state_words(R, run.state), "who": who,
+                             "allowed": state_words(R, *allowed), "done": DONE[verb]},
             kind="runbook_run", id=run.pk, from_state=run.state, to_state=to_state, action=verb)
 
 
@@ -81,7 +92,8 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
     actor = actor_name(actor)
     token = text(token, field="token", required=True)
     if not is_token(token):
-        raise BadInput(f"token must be 1 to 100 letters, digits or ._:@/+=-, got {token!r}", field="token")
+        raise BadInput(_("token must be 1 to 100 letters, digits or ._:@/+=-, got %(value)r") % {"value": token},
+                       field="token")
     book, step, value = check_runbook_request(runbook=runbook, action=action, input=input)
     with transaction.atomic():
         order = locked(WorkOrder, work_order, kind="work_order")
@@ -89,8 +101,10 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
         if run is None:
             if order.state not in WORK_ORDER_LIVE:
                 raise IllegalTransition(
-                    f"cannot run a runbook action for {order}: it is {order.state}; only a live work order "
-                    f"({', '.join(WORK_ORDER_LIVE)}) can be compensated", kind="work_order", id=order.pk,
+                    _("cannot run a runbook action for work order %(id)s: it is %(state)s; only a live work order "
+                      "(%(live)s) can be compensated") % {
+                        "id": order.pk, "state": state_words(WorkOrderState, order.state),
+                        "live": state_words(WorkOrderState, *WORK_ORDER_LIVE)}, kind="work_order", id=order.pk,
                     from_state=order.state, to_state=order.state, action="runbook")
             try:
                 with transaction.atomic():
@@ -110,8 +124,10 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
                 return run
         if (run.work_order_id, run.runbook, run.action, run.input) != (order.pk, book.name, step.name, value):
             raise TokenReused(
-                f"token {token!r} is already {run} ({run.runbook} / {run.action} for work order "
-                f"{run.work_order_id}); use a new token for a different request", token=token, run_id=run.pk)
+                _("token %(token)r is already runbook run %(id)s (%(runbook)s / %(action)s for work order "
+                  "%(order)s); use a new token for a different request") % {
+                    "token": token, "id": run.pk, "runbook": run.runbook, "action": run.action,
+                    "order": run.work_order_id}, token=token, run_id=run.pk)
         return run
 
 
@@ -126,10 +142,11 @@ def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
         now_external = (run.state == R.APPROVED and not run.approved_by
                         and get_runbook(run.runbook).action(run.action).external)
         if not now_external:
-            _refuse_state(run, verb="approve", done="approved", allowed=(R.REQUESTED,), to_state=R.APPROVED)
+            _refuse_state(run, verb="approve", allowed=(R.REQUESTED,), to_state=R.APPROVED)
         if actor.casefold() == run.requested_by.casefold():
-            raise FourEyes(f"{run.requested_by} requested {run} and cannot approve it too: another operator must approve "
-                           f"an action that changes things outside RetryOps", run_id=run.pk, actor=actor)
+            raise FourEyes(_("%(who)s requested runbook run %(id)s and cannot approve it too: another operator must "
+                             "approve an action that changes things outside RetryOps") % {
+                               "who": run.requested_by, "id": run.pk}, run_id=run.pk, actor=actor)
         before = _snapshot(run)
         run.state, run.approved_by, run.approved_at = R.APPROVED, actor, timezone.now()
         run.save(update_fields=["state", "approved_by", "approved_at", "updated_at"])
@@ -143,7 +160,7 @@ def reject_runbook_action(*, run: RunbookRun | int, actor: str, reason: str) -> 
     reason = text(reason, field="reason", max_length=2000, required=True)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
-        _refuse_state(run, verb="reject", done="rejected", allowed=(R.REQUESTED, R.APPROVED), to_state=R.REJECTED)
+        _refuse_state(run, verb="reject", allowed=(R.REQUESTED, R.APPROVED), to_state=R.REJECTED)
         before = _snapshot(run)
         run.state, run.rejected_by, run.rejected_at, run.reject_reason = R.REJECTED, actor, timezone.now(), reason
         run.save(update_fields=["state", "rejected_by", "rejected_at", "reject_reason", "updated_at"])
@@ -168,16 +185,19 @@ def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
         run = locked(RunbookRun, run, kind="runbook_run")
         step = get_runbook(run.runbook).action(run.action)
         if run.state == R.REQUESTED:
-            raise ApprovalRequired(f"{run} ({run.runbook} / {run.action}) changes things outside RetryOps and waits "
-                                   f"for another operator's approval", run_id=run.pk)
-        _refuse_state(run, verb="run", done="run", allowed=(R.APPROVED,), to_state=R.RUNNING)
+            raise ApprovalRequired(_("runbook run %(id)s (%(runbook)s / %(action)s) changes things outside RetryOps "
+                                     "and waits for another operator's approval") % {
+                                       "id": run.pk, "runbook": run.runbook, "action": run.action}, run_id=run.pk)
+        _refuse_state(run, verb="run", allowed=(R.APPROVED,), to_state=R.RUNNING)
         if step.external and not run.approved_by:
-            raise ApprovalRequired(f"{run.runbook} / {run.action} is now marked external: {run} needs another "
-                                   f"operator's approval before it runs", run_id=run.pk)
+            raise ApprovalRequired(_("%(runbook)s / %(action)s is now marked external: runbook run %(id)s needs "
+                                     "another operator's approval before it runs") % {
+                                       "id": run.pk, "runbook": run.runbook, "action": run.action}, run_id=run.pk)
         order = locked(WorkOrder, run.work_order_id, kind="work_order")
         if order.state not in WORK_ORDER_LIVE:
-            raise IllegalTransition(f"cannot run {run}: {order} is {order.state}", kind="work_order", id=order.pk,
-                                    from_state=order.state, to_state=order.state, action="runbook")
+            raise IllegalTransition(_("cannot run runbook run %(id)s: work order %(order)s is %(state)s") % {
+                "id": run.pk, "order": order.pk, "state": state_words(WorkOrderState, order.state)},
+                kind="work_order", id=order.pk, from_state=order.state, to_state=order.state, action="runbook")
         before = _snapshot(run)
         run.state, run.run_by, run.started_at = R.RUNNING, actor, timezone.now()
         run.save(update_fields=["state", "run_by", "started_at", "updated_at"])
@@ -186,7 +206,10 @@ def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
                             input=run.input, token=run.token, requested_by=run.requested_by,
                             approved_by=run.approved_by, actor=actor)
     try:
-        result, error = step.function()(context), ""
+        # Its result and error are kept on the run: stored text is English whatever the language
+        # of the operator who runs it (as retryops.language.in_stored_language does for jobs).
+        with translation.override(None):
+            result, error = step.function()(context), ""
     except Exception as exc:  # the action's failure is its outcome, kept on the run
         result, error = None, _error_text(exc)
     return _finish(run, actor=actor, result=result, error=error)

@@ -5,6 +5,8 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
@@ -13,6 +15,7 @@ from compensation.choices import (
     DeadLetterState,
     WorkOrderSource,
     WorkOrderState,
+    state_words,
 )
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter, WorkOrder
@@ -31,6 +34,16 @@ TRANSITIONS = {
     "compensate": ((S.ACKNOWLEDGED, S.IN_PROGRESS), S.COMPENSATED),
     "close": (WORK_ORDER_LIVE, S.CLOSED),
     "cancel": (WORK_ORDER_LIVE, S.CANCELLED),
+}
+
+
+# Each transition as its refusal says it: "cannot <verb> work order 7".
+VERBS = {
+    "acknowledge": pgettext_lazy("work order transition", "acknowledge"),
+    "start": pgettext_lazy("work order transition", "start"),
+    "compensate": pgettext_lazy("work order transition", "compensate"),
+    "close": pgettext_lazy("work order transition", "close"),
+    "cancel": pgettext_lazy("work order transition", "cancel"),
 }
 
 
@@ -56,7 +69,7 @@ def join_work_order(*, flow: str, error_signature: str, pool_id: int, first_dead
     """The live work order of this flow and signature, joined by `count` new dead letters; opened
     when there is none. Called by collect_dead_letters in its transaction; the system's own act,
     so no audit entry (the dead letters are the record)."""
-    for _ in range(2):
+    for _attempt in range(2):
         order = (WorkOrder.objects.select_for_update()
                  .filter(source=WorkOrderSource.DEAD_LETTERS, state__in=WORK_ORDER_LIVE, flow=flow,
                          error_signature=error_signature).first())
@@ -106,8 +119,10 @@ def _move(order: WorkOrder | int, *, action: str, actor: str, reason: str = "", 
         order = locked(WorkOrder, order, kind="work_order")
         if order.state not in sources:
             raise IllegalTransition(
-                f"cannot {action} {order}: it is {order.state}, and only a work order that is "
-                f"{' or '.join(sources)} can become {target}",
+                _("cannot %(action)s work order %(id)s: it is %(state)s, and only a work order that is %(sources)s "
+                  "can become %(target)s") % {
+                    "action": VERBS[action], "id": order.pk, "state": state_words(S, order.state),
+                    "sources": state_words(S, *sources), "target": state_words(S, target)},
                 kind="work_order", id=order.pk, from_state=order.state, to_state=target, action=action)
         before = _snapshot(order)
         now = timezone.now()
@@ -182,7 +197,8 @@ def change_work_order(*, work_order: WorkOrder | int, actor: str, assignee: str 
     with transaction.atomic():
         order = locked(WorkOrder, work_order, kind="work_order")
         if order.state not in WORK_ORDER_LIVE:
-            raise IllegalTransition(f"cannot change {order}: it is {order.state}", kind="work_order", id=order.pk,
+            raise IllegalTransition(_("cannot change work order %(id)s: it is %(state)s") % {
+                "id": order.pk, "state": state_words(S, order.state)}, kind="work_order", id=order.pk,
                                     from_state=order.state, to_state=order.state, action="change")
         changes = {field: value for field, value in changes.items() if getattr(order, field) != value}
         if not changes:

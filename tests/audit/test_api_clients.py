@@ -83,9 +83,6 @@ def run(*args) -> str:
 
 
 def test_the_command_creates_a_client_and_its_service_user_and_prints_the_key_once(django_user_model):
-    from django.contrib.auth.models import Group
-
-    Group.objects.create(name="operators")
     out = run("create", "billing", "--user", "svc-billing", "--create-user", "--group", "operators")
     key = out.strip().splitlines()[-1]
     client = api_client_for_key(key).client
@@ -142,3 +139,10 @@ def test_the_admins_revoke_action_revokes_the_selected_clients(admin_client, svc
                       {"action": "revoke_selected", "_selected_action": [client.pk]})
     assert api_client_for_key(key).client is None
     assert AuditEntry.objects.get(action="api_client.revoke").actor == "admin"
+
+
+def test_a_key_whose_service_user_was_deleted_finds_no_client(svc):
+    client, key = create_api_client(name="billing", user=svc)
+    svc.delete()
+    assert api_client_for_key(key).client is None
+    assert ApiClient.objects.get(pk=client.pk).user is None

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
@@ -68,6 +68,10 @@ actions:
     callable: tests.compensation.test_runbooks_services.unstorable
     description: Answers what jsonb cannot hold.
     input_schema: {type: object}
+  - name: refused
+    callable: tests.compensation.test_runbooks_services.refused
+    description: Asks a service for what it refuses.
+    input_schema: {type: object}
 ---
 1. Do the thing.
 """
@@ -85,6 +89,10 @@ def explode(context):
 
 def unstorable(context):
     return {"ratio": math.nan, "text": "a\x00b"}
+
+
+def refused(context):
+    services.replay_dead_letter(dead_letter=10**9, actor=context.actor)
 
 
 @pytest.fixture(autouse=True)
@@ -232,7 +240,7 @@ def test_an_action_later_marked_external_runs_once_a_second_operator_approves_it
 
 def test_an_unknown_action_is_refused_naming_the_runbooks_actions(order):
     with pytest.raises(UnknownRunbookAction, match="runbook 'test-book' has no action 'refnud'; its actions: "
-                                                   "credit, refund, explode, unstorable") as refused:
+                                                   "credit, refund, explode, unstorable, refused") as refused:
         request(order, action="refnud")
     assert refused.value.code == "unknown_runbook_action"
     assert not RunbookRun.objects.exists()
@@ -300,6 +308,13 @@ def test_a_failing_action_is_kept_failed_with_its_error_and_cannot_run_again(ord
         run_runbook_action(run=run, actor="ops:carol")
     assert len(calls) == 1
     assert WorkOrder.objects.get().state == "open"
+
+
+def test_an_actions_refusal_is_kept_in_english_whatever_the_operators_language(order):
+    run = request(order, action="refused", input={})
+    with translation.override("zh-hans"):
+        failed = run_runbook_action(run=run, actor="ops:carol")
+    assert failed.error == "not_found: no dead letter with id 1000000000"
 
 
 def test_a_successful_action_moves_an_open_work_order_in_progress_with_its_runbook(order):

@@ -1,6 +1,7 @@
 """retryops.inputs: ids and counts that come in from outside, refused with the field named."""
 
 import pytest
+from django.utils import translation
 
 from retryops.errors import BadInput
 from retryops.inputs import MAX_ID, record_id, whole_number
@@ -30,3 +31,9 @@ def test_whole_number_refuses_what_is_out_of_range_or_not_whole(value):
     with pytest.raises(BadInput) as refused:
         whole_number(value, field="limit", minimum=1, maximum=2**31 - 1)
     assert refused.value.details["field"] == "limit"
+
+
+def test_whole_number_refuses_in_the_operators_language():
+    with translation.override("zh-hans"), pytest.raises(BadInput) as refused:
+        whole_number(0, field="rate", minimum=1, maximum=500)
+    assert str(refused.value) == "rate 必须是 1 到 500 之间的整数，收到的是 0"

@@ -1,6 +1,7 @@
 """retryops.jsonsafe: the one guard on text and JSON that PostgreSQL refuses."""
 
 import pytest
+from django.utils import translation
 
 from retryops.jsonsafe import (
     UnstorableValue,
@@ -50,3 +51,15 @@ def test_make_storable_keeps_the_repr_of_an_object_json_cannot_hold_storable():
 
     stored, notes = make_storable(Odd())
     assert stored == {"repr": "odd\ufffd"} and notes
+
+
+def test_a_refusal_is_in_the_operators_language():
+    with translation.override("zh-hans"), pytest.raises(UnstorableValue) as refused:
+        refuse_unstorable({"amount": float("nan")}, name="payload")
+    assert str(refused.value) == "payload.amount 为 nan，JSON 无法表示"
+
+
+def test_repair_notes_are_stored_in_english_whatever_the_language():
+    with translation.override("zh-hans"):
+        _stored, notes = make_storable({"amount": float("nan"), "note": "a\x00b"})
+    assert notes == ["result.amount is nan, which JSON cannot hold", "result.note contains a NUL character (\\u0000)"]

@@ -68,3 +68,18 @@ def test_periodic_jobs_have_a_worker_of_their_own_in_manage_py_up():
     assert FLOW_QUEUE not in periodic[0] and RETRY_QUEUE not in periodic[0]
     flow_worker = next(argv for argv in workers if FLOW_QUEUE in argv)
     assert flow_worker.index(RETRY_QUEUE) < flow_worker.index(FLOW_QUEUE)  # due retries before new work
+
+
+def test_a_job_stores_errors_in_english_whatever_language_the_worker_speaks(redis_conn, alice, instant_policy):
+    from django.utils import translation
+
+    from resources import services as pool_services
+    from scheduling.jobs import run_attempt_job
+
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant", resource=alice)
+    pool_services.claim_by_id(resource_id=alice.pk, holder="someone else")
+    with translation.override("zh-hans"):  # a worker of a deployment whose LANGUAGE_CODE is zh-hans
+        run_attempt_job(task.pk, 1)
+
+    task.refresh_from_db()
+    assert "alice@x is in use by someone else" in task.last_error

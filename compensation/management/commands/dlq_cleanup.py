@@ -4,6 +4,8 @@ import signal
 import sys
 
 from django.core.management.base import CommandError
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from tqdm import tqdm
 
 from audit.management.base import AuditedCommand
@@ -14,21 +16,25 @@ from compensation.services.cleanup import DEFAULT_BATCH
 
 
 class Command(AuditedCommand):
-    help = ("Archive (to a JSON Lines file) and/or purge dead letters that died more than N days ago in the given "
-            "states, in batches of ids with constant memory; optionally replay the open, retryable ones first. "
-            "Prints what it did; --dry-run only counts.")
+    @property
+    def help(self) -> str:
+        # Read when the parser is made (argparse needs a str, not a lazy translation).
+        return gettext("Archive (to a JSON Lines file) and/or purge dead letters that died more than N days ago in "
+                       "the given states, in batches of ids with constant memory; optionally replay the open, "
+                       "retryable ones first. Prints what it did; --dry-run only counts.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--older-than-days", type=int, required=True, help="Only dead letters older than this.")
+        parser.add_argument("--older-than-days", type=int, required=True,
+                            help=_("Only dead letters older than this."))
         parser.add_argument("--state", default="resolved,discarded",
-                            help="Comma-separated states (open, replayed, resolved, discarded); default "
-                                 "resolved,discarded.")
-        parser.add_argument("--archive", metavar="FILE.jsonl", help="Append each dead letter as a JSON line here.")
-        parser.add_argument("--purge", action="store_true", help="Delete them (after archiving, with --archive).")
+                            help=_("Comma-separated states (open, replayed, resolved, discarded); default "
+                                   "resolved,discarded."))
+        parser.add_argument("--archive", metavar="FILE.jsonl", help=_("Append each dead letter as a JSON line here."))
+        parser.add_argument("--purge", action="store_true", help=_("Delete them (after archiving, with --archive)."))
         parser.add_argument("--replay-retryable", action="store_true",
-                            help="First replay the open ones whose error is retryable; those are kept.")
+                            help=_("First replay the open ones whose error is retryable; those are kept."))
         parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
-        parser.add_argument("--dry-run", action="store_true", help="Count what it would do; change nothing.")
+        parser.add_argument("--dry-run", action="store_true", help=_("Count what it would do; change nothing."))
 
     def handle(self, *args, **options):
         command_requires_dlq_inspector()

@@ -1,6 +1,9 @@
 """One escalation run from the shell; see compensation.services.escalation."""
 
 from django.core.management.base import CommandError
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
 from compensation.errors import CompensationError
@@ -9,17 +12,21 @@ from compensation.services.escalation import STEPS
 
 
 class Command(AuditedCommand):
-    help = ("Run the escalation the periodic job runs every RETRYOPS_ESCALATE_INTERVAL seconds: collect the "
-            "task deaths the dead-letter consumer missed, give open dead letters without a live work order one, "
-            "queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at most "
-            "RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, acknowledge, "
-            "compensate) once. Prints a summary; exits non-zero when a step or a row failed. --dry-run only counts.")
+    @property
+    def help(self) -> str:
+        # Read when the parser is made (argparse needs a str, not a lazy translation).
+        return gettext("Run the escalation the periodic job runs every RETRYOPS_ESCALATE_INTERVAL seconds: collect "
+                       "the task deaths the dead-letter consumer missed, give open dead letters without a live work "
+                       "order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
+                       "most RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, "
+                       "acknowledge, compensate) once. Prints a summary; exits non-zero when a step or a row failed. "
+                       "--dry-run only counts.")
 
     def add_arguments(self, parser):
         parser.add_argument("--steps", default=",".join(STEPS),
-                            help=f"Comma-separated steps to run, in this order whatever the order given "
-                                 f"({', '.join(STEPS)}); default all.")
-        parser.add_argument("--dry-run", action="store_true", help="Count what it would do; change nothing.")
+                            help=format_lazy(_("Comma-separated steps to run, in this order whatever the order "
+                                               "given ({steps}); default all."), steps=", ".join(STEPS)))
+        parser.add_argument("--dry-run", action="store_true", help=_("Count what it would do; change nothing."))
 
     def handle(self, *args, **options):
         try:

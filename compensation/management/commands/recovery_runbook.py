@@ -6,6 +6,8 @@ import json
 
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
 from audit.management.base import AuditedCommand
@@ -30,37 +32,43 @@ def _rolled_back(call):
 
 
 class Command(AuditedCommand):
-    help = ("Runbooks for work orders. `list [--work-order ID]` (the suggested ones for that work order), "
-            "`show NAME` (its steps and actions), `run NAME ACTION --work-order ID --input JSON --token T` "
-            "(request the action and run it when it needs no approval; the same token again is the same run), "
-            "`approve RUN_ID --actor A` (a second operator approves an external action, then it runs), "
-            "`reject RUN_ID --reason R`. --dry-run checks without changing anything.")
+    @property
+    def help(self) -> str:
+        # Read when the parser is made (argparse needs a str, not a lazy translation).
+        return gettext("Runbooks for work orders. `list [--work-order ID]` (the suggested ones for that work order), "
+                       "`show NAME` (its steps and actions), `run NAME ACTION --work-order ID --input JSON --token T`"
+                       " (request the action and run it when it needs no approval; the same token again is the same "
+                       "run), `approve RUN_ID --actor A` (a second operator approves an external action, then it "
+                       "runs), `reject RUN_ID --reason R`. --dry-run checks without changing anything.")
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="{list,show,run,approve,reject}")
-        listing = commands.add_parser("list", help="The runbooks, or those suggested for a work order.")
-        listing.add_argument("--work-order", type=int, help="Only the runbooks suggested for this work order.")
-        show = commands.add_parser("show", help="A runbook's steps and actions.")
+        listing = commands.add_parser("list", help=_("The runbooks, or those suggested for a work order."))
+        listing.add_argument("--work-order", type=int, help=_("Only the runbooks suggested for this work order."))
+        show = commands.add_parser("show", help=_("A runbook's steps and actions."))
         show.add_argument("name")
-        run = commands.add_parser("run", help="Request a runbook action for a work order, and run it if it may.")
+        run = commands.add_parser("run", help=_("Request a runbook action for a work order, and run it if it may."))
         run.add_argument("name")
         run.add_argument("action")
         run.add_argument("--work-order", type=int, required=True)
-        run.add_argument("--input", default="{}", help="The action's input, a JSON value (default {}).")
-        run.add_argument("--token", required=True, help="Idempotency key: the same token again is the same run.")
-        run.add_argument("--dry-run", action="store_true", help="Check the runbook, action and input; write nothing.")
-        approve = commands.add_parser("approve", help="Approve an external action (not your own request), then run it.")
+        run.add_argument("--input", default="{}", help=_("The action's input, a JSON value (default {})."))
+        run.add_argument("--token", required=True, help=_("Idempotency key: the same token again is the same run."))
+        run.add_argument("--dry-run", action="store_true",
+                         help=_("Check the runbook, action and input; write nothing."))
+        approve = commands.add_parser("approve",
+                                      help=_("Approve an external action (not your own request), then run it."))
         approve.add_argument("run_id", type=int)
-        approve.add_argument("--no-run", action="store_true", help="Approve only; run it later.")
-        approve.add_argument("--dry-run", action="store_true", help="Check that you may approve it; write nothing.")
-        reject = commands.add_parser("reject", help="Turn down a run that has not started.")
+        approve.add_argument("--no-run", action="store_true", help=_("Approve only; run it later."))
+        approve.add_argument("--dry-run", action="store_true",
+                             help=_("Check that you may approve it; write nothing."))
+        reject = commands.add_parser("reject", help=_("Turn down a run that has not started."))
         reject.add_argument("run_id", type=int)
         reject.add_argument("--reason", required=True)
         reject.add_argument("--dry-run", action="store_true")
         for sub in (run, approve, reject):
             # Also after the subcommand; SUPPRESS keeps an --actor given before it (AuditedCommand's).
-            sub.add_argument("--actor", default=argparse.SUPPRESS, help="Who acts, for the audit log "
-                             "(default: the OS user; approve needs it).")
+            sub.add_argument("--actor", default=argparse.SUPPRESS,
+                             help=_("Who acts, for the audit log (default: the OS user; approve needs it)."))
 
     def handle(self, *args, subcommand, **options):
         try:

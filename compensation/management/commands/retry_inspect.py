@@ -3,18 +3,24 @@
 import json
 
 from django.core.management.base import BaseCommand
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from compensation.flags import command_requires_dlq_inspector
 from compensation.selectors import retry_overview
 
 
 class Command(BaseCommand):
-    help = ("Show the retry queues (RQ), scheduled retries, running attempts, the dead letters by flow and error "
-            "signature, and the live work orders with their SLA state. --json for scripts. Changes nothing.")
+    @property
+    def help(self) -> str:
+        # Read when the parser is made (argparse needs a str, not a lazy translation).
+        return gettext("Show the retry queues (RQ), scheduled retries, running attempts, the dead letters by flow and"
+                       " error signature, and the live work orders with their SLA state. --json for scripts. Changes "
+                       "nothing.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", help="Print one JSON object instead of tables.")
-        parser.add_argument("--limit", type=int, default=50, help="Rows per table at most (default 50).")
+        parser.add_argument("--json", action="store_true", help=_("Print one JSON object instead of tables."))
+        parser.add_argument("--limit", type=int, default=50, help=_("Rows per table at most (default 50)."))
 
     def handle(self, *args, **options):
         command_requires_dlq_inspector()

@@ -1,4 +1,6 @@
 from django.core.management.base import CommandError
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
 from resources import services
@@ -6,11 +8,11 @@ from retryops.errors import DomainError
 
 
 class Command(AuditedCommand):
-    help = ("Take back resources whose lease has expired: a used lease becomes a failure (retryable, "
-            "'lease expired'); an unused one (reserved, held, a probe's) goes back without counting one.")
+    help = _("Take back resources whose lease has expired: a used lease becomes a failure (retryable, "
+             "'lease expired'); an unused one (reserved, held, a probe's) goes back without counting one.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--limit", type=int, default=1000, help="Most leases to sweep in one run (default 1000).")
+        parser.add_argument("--limit", type=int, default=1000, help=gettext("Most leases to sweep in one run (default 1000)."))
 
     def handle(self, *args, limit, **options):
         try:

@@ -15,6 +15,7 @@ from typing import Callable
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.html import escape
+from django.utils.translation import gettext
 
 DEFAULT_PORT = 8025
 SLACK_PATH = "/slack"
@@ -123,9 +124,9 @@ class Command(BaseCommand):
             "`manage.py up` starts it for the demo.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
-        parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"Port (default {DEFAULT_PORT}).")
-        parser.add_argument("--keep", type=int, default=KEEP, help=f"Messages shown at / (default {KEEP}).")
+        parser.add_argument("--host", default="127.0.0.1", help=gettext("Address to listen on (default 127.0.0.1)."))
+        parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=gettext("Port (default %(port)s).") % {"port": DEFAULT_PORT})
+        parser.add_argument("--keep", type=int, default=KEEP, help=gettext("Messages shown at / (default %(keep)s).") % {"keep": KEEP})
 
     def handle(self, *args, host, port, keep, **options):
         if keep < 1:

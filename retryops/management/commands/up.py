@@ -12,6 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.core.management.commands.runserver import naiveip_re
 from django.db import connections, transaction
+from django.utils.translation import gettext
 
 from resources import services as pool_services
 from resources.models import ResourcePool
@@ -37,14 +38,16 @@ class Command(BaseCommand):
             "and a demo receiver for the Slack and PagerDuty messages of channels nobody configured.")
 
     def add_arguments(self, parser):
-        parser.add_argument("--addrport", default="127.0.0.1:8000", help="Where to serve (default 127.0.0.1:8000).")
-        parser.add_argument("--no-serve", action="store_true", help="Prepare everything, then exit.")
-        parser.add_argument("--no-demo", action="store_true", help="Do not create the demo pool and batch.")
+        parser.add_argument("--addrport", default="127.0.0.1:8000", help=gettext("Where to serve (default 127.0.0.1:8000)."))
+        parser.add_argument("--no-serve", action="store_true", help=gettext("Prepare everything, then exit."))
+        parser.add_argument("--no-demo", action="store_true", help=gettext("Do not create the demo pool and batch."))
         parser.add_argument("--receiver-port", type=int, default=RECEIVER_PORT,
-                            help=f"Port of the demo receiver of Slack and PagerDuty messages (default {RECEIVER_PORT}); "
-                                 "it is started for the channels whose settings are empty.")
+                            help=gettext("Port of the demo receiver of Slack and PagerDuty messages (default "
+                                         "%(port)s); it is started for the channels whose settings are empty.")
+                            % {"port": RECEIVER_PORT})
         parser.add_argument("--no-receiver", action="store_true",
-                            help="Do not start the demo receiver: unconfigured channels are recorded as skipped.")
+                            help=gettext("Do not start the demo receiver: unconfigured channels are recorded as "
+                                         "skipped."))
 
     def handle(self, *args, addrport, no_serve, no_demo, receiver_port, no_receiver, **options):
         receiver_port = None if no_receiver else receiver_port

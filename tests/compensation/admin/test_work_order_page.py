@@ -120,7 +120,7 @@ def test_cancel_confirmed_keeps_its_reason_in_the_audit_entry(carol, order):
 def test_an_illegal_transition_shows_the_services_error_and_changes_nothing(carol, order):
     response = carol.post(transition_url(order, "compensate"), {"resolution": "refunded"}, follow=True)
     assert said(response) == (f"cannot compensate {order}: it is open, and only a work order that is acknowledged "
-                              "or in_progress can become compensated")
+                              "or in progress can become compensated")
     assert state_of(order) == "open"
 
 

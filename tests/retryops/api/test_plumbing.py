@@ -172,14 +172,13 @@ def test_a_revoked_client_keeps_its_name_in_the_log_and_the_name_may_be_taken_ag
 
 
 def test_a_permission_the_service_user_has_through_a_group_counts(django_user_model):
-    from django.contrib.auth.models import Group, Permission
+    from django.contrib.auth.models import Group
 
     from audit.services import create_api_client
+    from retryops import roles
 
-    viewers = Group.objects.create(name="viewers")
-    viewers.permissions.add(Permission.objects.get(content_type__app_label="resources", codename="view_resource"))
     user = django_user_model.objects.create_user(username="svc-reports")
-    user.groups.add(viewers)
+    user.groups.add(Group.objects.get(name=roles.VIEWERS))
     _, key = create_api_client(name="reports", user=user, actor="test")
     assert keyed_client(key).get("/api/probe/").status_code == 200
     assert keyed_client(key).post("/api/probe/", {"name": "a"}, format="json").status_code == 403

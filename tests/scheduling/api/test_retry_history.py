@@ -93,7 +93,11 @@ def test_the_history_of_an_unknown_resource_is_404(api, db):
 
 
 def test_a_page_has_exactly_the_fields_its_schema_documents(api, alice):
-    from scheduling.api.serializers import HistoryEntrySerializer, RetryHistorySerializer, TotalsSerializer
+    from scheduling.api.serializers import (
+        HistoryEntrySerializer,
+        RetryHistorySerializer,
+        TotalsSerializer,
+    )
 
     fail_on(alice)
     body = history(api, f"/api/resources/{alice.pk}/retry_history")
