@@ -330,5 +330,7 @@ SPECTACULAR_SETTINGS = {
         "BulkReplayStateEnum": "compensation.choices.BulkReplayState",
         "WorkOrderStateEnum": "compensation.choices.WorkOrderState",
         "RunbookRunStateEnum": "compensation.runbook_models.RunbookRunState",
+        # A resource's last failure and a task's attempt share the categories.
+        "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
