@@ -28,9 +28,8 @@ from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.services.runbooks import request_runbook_action
 from resources import services as pool_services
+from retryops import roles
 from scheduling import services as scheduling
-from tests.api_fixtures import OPERATE
-from tests.compensation.api.conftest import OPERATE as COMPENSATE
 from tests.compensation.conftest import dead_tasks
 from tests.factories import AttemptFactory, ResourceFactory, TaskFactory
 
@@ -89,7 +88,7 @@ def known(tmp_path, settings, make_api_client, pool, alice, bob, default_policy)
     """Rows of every kind an endpoint names by id, and the key of "fuzz", an operator's client."""
     (tmp_path / "fuzz-book.md").write_text(BOOK)
     settings.RETRYOPS_RUNBOOK_DIR = tmp_path
-    key = make_api_client("fuzz", *OPERATE, *COMPENSATE)[1]
+    key = make_api_client("fuzz", *roles.ROLES[roles.OPERATORS])[1]
     quarantined = ResourceFactory(pool=pool, key="carol@x")
     pool_services.quarantine(resource=quarantined.pk, actor="fuzz", reason="banned upstream")
     dead = TaskFactory(pool=pool, policy=default_policy, state="dead", next_run_at=None, resource=alice,

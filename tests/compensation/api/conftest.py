@@ -1,19 +1,18 @@
 """API clients of the compensation endpoints' tests, each allowed what its role grants
-(retryops/roles.py): "oncall" operates, "approvals" approves, "reports" reads."""
+(retryops/roles.py): "oncall" operates, "approvals" approves, "reports" views."""
 
 import pytest
 
 from compensation import services
 from compensation.models import DeadLetter
-from tests.api_fixtures import VIEW, keyed_client
+from retryops import roles
+from tests.api_fixtures import keyed_client
 from tests.compensation.conftest import dead_tasks
 
-READ = [*VIEW, "compensation.view_deadletter", "compensation.view_bulkreplay", "compensation.view_workorder",
-        "compensation.view_runbookrun"]
-OPERATE = [*READ, "compensation.replay_deadletter", "compensation.discard_deadletter", "compensation.add_workorder",
-           "compensation.change_workorder", "compensation.run_runbook_action", "compensation.add_bulkreplay",
-           "compensation.change_bulkreplay"]
-APPROVE = [*READ, "compensation.approve_runbookrun"]
+# What the console's groups grant (retryops/roles.py), as their API clients' service users hold it.
+READ = roles.ROLES[roles.VIEWERS]
+OPERATE = roles.ROLES[roles.OPERATORS]
+APPROVE = roles.ROLES[roles.APPROVERS]
 
 
 @pytest.fixture
