@@ -11,9 +11,11 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
-from compensation.models import SLA_CLOCKS, SLA_START, DeadLetter, WorkOrder
+from compensation.errors import BadInput, NotFound
+from compensation.models import SLA_CLOCKS, SLA_START, BulkReplay, DeadLetter, WorkOrder
 from compensation.notifications_models import Notification
 from compensation.runbook_models import RunbookRun
+from retryops.inputs import record_id
 
 
 @dataclass(frozen=True)
@@ -304,3 +306,48 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
             queues.append({**row, "error": gettext("Redis did not answer: %(error)s") % {"error": exc}})
     return {"queues": queues, "workers": sorted(workers.values(), key=lambda worker: worker["name"]),
             "errors": list(errors.values())}
+
+
+# One row by id, for the API's pages: NotFound (404) naming what is missing.
+
+
+def _get(queryset: QuerySet, row, *, kind: str):
+    row_id = row.pk if hasattr(row, "pk") else record_id(row, field=kind, error=BadInput)
+    found = queryset.filter(pk=row_id).first()
+    if found is None:
+        raise NotFound(f"no {kind.replace('_', ' ')} with id {row_id}", kind=kind, id=row_id)
+    return found
+
+
+def get_dead_letter(dead_letter: DeadLetter | int) -> DeadLetter:
+    """A dead letter with its task (whose payload a replay runs again), pool and resource."""
+    return _get(DeadLetter.objects.select_related("task", "pool", "resource"), dead_letter, kind="dead_letter")
+
+
+def get_bulk_replay(bulk_replay: BulkReplay | int) -> BulkReplay:
+    """A bulk replay and its progress."""
+    return _get(BulkReplay.objects.all(), bulk_replay, kind="bulk_replay")
+
+
+def get_runbook_run(run: RunbookRun | int) -> RunbookRun:
+    """A runbook run and its outcome."""
+    return _get(RunbookRun.objects.all(), run, kind="runbook_run")
+
+
+def get_work_order(work_order: WorkOrder | int) -> WorkOrder:
+    """A work order with its pool."""
+    return _get(WorkOrder.objects.select_related("pool"), work_order, kind="work_order")
+
+
+def work_order_detail(work_order: WorkOrder | int, *, now: datetime | None = None) -> WorkOrder:
+    """A work order with what its page shows beside its fields: `sla_clocks` (sla_clocks) and
+    `dead_letter_states` (dead_letter_states_of)."""
+    order = get_work_order(work_order)
+    order.sla_clocks = sla_clocks(order, now=now)
+    order.dead_letter_states = dead_letter_states_of(order)
+    return order
+
+
+def runbook_runs_for(work_order: WorkOrder | int) -> QuerySet[RunbookRun]:
+    """A work order's runbook runs (newest first once paginated); NotFound when there is no such work order."""
+    return RunbookRun.objects.filter(work_order=get_work_order(work_order))

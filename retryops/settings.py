@@ -323,7 +323,14 @@ SPECTACULAR_SETTINGS = {
     # One name for a set of choices several fields share.
     "ENUM_NAME_OVERRIDES": {
         "ServerStateEnum": "retryops.api.views.SERVER_STATES",
+        # Every model's `state` has choices of its own.
         "ResourceStateEnum": "resources.choices.ResourceState",
         "TaskStateEnum": "scheduling.choices.TaskState",
+        "DeadLetterStateEnum": "compensation.choices.DeadLetterState",
+        "BulkReplayStateEnum": "compensation.choices.BulkReplayState",
+        "WorkOrderStateEnum": "compensation.choices.WorkOrderState",
+        "RunbookRunStateEnum": "compensation.runbook_models.RunbookRunState",
+        # A resource's last failure and a task's attempt share the categories.
+        "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }

@@ -23,6 +23,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The REST API: its own endpoints (schema, docs, health), then each app's.
     path("api/", include("retryops.api.urls")),
+    path("api/", include("scheduling.api.task_urls")),
+    path("api/", include("compensation.api.urls")),
     path("api/", include("resources.api.urls")),
     path("api/", include("scheduling.api.urls")),
 ]

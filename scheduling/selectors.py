@@ -5,7 +5,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Count,
+    Exists,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    prefetch_related_objects,
+)
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -131,6 +141,24 @@ def get_task(task: Task | int) -> Task:
     if found is None:
         raise TaskNotFound(_("no task with id %(id)s") % {"id": task_id}, task_id=task_id)
     return found
+
+
+def get_task_with_attempts(task: Task | int) -> Task:
+    """get_task with its attempts loaded, in order, each with its resource: a task's page in the API."""
+    found = get_task(task)
+    prefetch_related_objects([found], Prefetch("attempts", queryset=Attempt.objects.select_related("resource")
+                                               .order_by("number")))
+    return found
+
+
+def changed_since(tasks: QuerySet[Task], since: datetime) -> QuerySet[Task]:
+    """The tasks of `tasks` that changed at `since` or later: created or finished then, or an
+    attempt of theirs started or ended, or one of their events was written (a retry scheduled,
+    run now, cancelled, dead). A task row keeps no time of its last change; the rows written with
+    each change do (attempt_number_unique_per_task and the events' task index find them)."""
+    attempts = Attempt.objects.filter(Q(started_at__gte=since) | Q(finished_at__gte=since), task_id=OuterRef("pk"))
+    events = TaskEvent.objects.filter(task_id=OuterRef("pk"), created_at__gte=since)
+    return tasks.filter(Q(created_at__gte=since) | Q(finished_at__gte=since) | Exists(attempts) | Exists(events))
 
 
 def attempts_on(resource: Resource | int, *, limit: int = 20) -> list[Attempt]:

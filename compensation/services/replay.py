@@ -78,8 +78,9 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
             else:
                 resource = _refuse_unusable(letter)
                 try:
-                    task = retry_resource(resource=resource, actor=actor, flow=dead.flow, payload=dead.payload,
-                                          policy=dead.policy, audit=False)
+                    # The dead task's own business instance (not whichever task ran there last):
+                    # refused when a run of it succeeded or is live elsewhere since.
+                    task = retry_resource(resource=resource, actor=actor, instance=dead, audit=False)
                 except ResourceUnavailable as exc:
                     raise ReplayRefused(_refusal(letter, exc), reason=exc.reason,
                                         dead_letter_id=letter.pk, resource_id=resource.pk) from None

@@ -35,7 +35,7 @@ STATUS_BY_CODE = {
     # an interface switched off by a feature flag is not there
     "feature_off": 404,
     # programming errors: a service was called the wrong way, never the client's fault
-    "needs_transaction": 500, "not_in_transaction": 500, "audit_error": 500,
+    "needs_transaction": 500, "not_in_transaction": 500, "audit_error": 500, "internal_error": 500,
 }
 
 # Codes of DRF's own exceptions, as this API names them.

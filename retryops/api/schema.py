@@ -2,6 +2,7 @@
 error shape, added to each operation by ApiSchema so that no view documents it by hand; the
 headers every request may send (Idempotency-Key, X-Request-ID) and every answer carries."""
 
+from django.core.exceptions import FieldDoesNotExist
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
@@ -46,6 +47,17 @@ def error_response(status: int, description: str | None = None) -> OpenApiRespon
     return OpenApiResponse(ErrorSerializer, description=description or ERRORS.get(status, ""))
 
 
+def _model_field_is_blank(field) -> bool:
+    """Whether a ModelSerializer's field stands for a model field that may hold ""."""
+    model = getattr(getattr(field.parent, "Meta", None), "model", None)
+    if model is None or not isinstance(field.source, str) or "." in field.source:
+        return False
+    try:
+        return model._meta.get_field(field.source).blank
+    except FieldDoesNotExist:
+        return False
+
+
 class ApiSchema(AutoSchema):
     """AutoSchema with the errors an operation can answer, in the one shape: 429 if throttled; 401 and
     403 unless the endpoint is public; 404 with an id in the path or a body; 400 with a body, a
@@ -59,6 +71,15 @@ class ApiSchema(AutoSchema):
 
     def get_response_serializers(self):
         return getattr(self.view, "output_serializer", None) or super().get_response_serializers()
+
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        # DRF drops allow_blank from a ModelSerializer's read-only fields, so a choice column that
+        # may be empty (a resource's lease_kind) would be documented without "": put it back, and
+        # drf-spectacular documents the blank choice as it does for a writable field.
+        if isinstance(field, serializers.ChoiceField) and field.read_only and not field.allow_blank \
+                and _model_field_is_blank(field):
+            field.allow_blank = True
+        return super()._map_serializer_field(field, direction, bypass_extensions)
 
     def _is_public(self) -> bool:
         permissions = self.view.get_permissions()

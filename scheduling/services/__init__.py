@@ -34,6 +34,7 @@ from scheduling.services.recovery import (
     recover_lost_attempts,
     run_dispatcher,
 )
+from scheduling.services.task_retry import TaskRetry, retry_task, retry_tasks
 from scheduling.services.tasks import (
     cancel_task,
     parse_payload,
@@ -46,4 +47,5 @@ __all__ = [
     "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies", "parse_payload",
     "policy_snapshot", "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher",
     "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
+    "TaskRetry", "retry_task", "retry_tasks",
 ]

@@ -72,14 +72,17 @@ def instance_to_run_again(last: Task, name: str) -> Task:
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
-                   policy: RetryPolicy | str | None = None, audit: bool = True) -> Task:
+                   policy: RetryPolicy | str | None = None, audit: bool = True, instance: Task | None = None) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
     resource (TaskLive): that task would run beside the new one; likewise when the last task's
     flow and payload (copied or given) would run a business instance that runs elsewhere now or
-    has succeeded (BadInput): see instance_to_run_again. With `audit` False it records no
-    audit entry: the caller's own action (a dead letter's replay) records one of its own."""
+    has succeeded (BadInput): see instance_to_run_again. With `instance`, a task, the retry runs
+    that task's business instance again (its flow and payload; its policy unless `policy` names
+    one), whichever task ran on the resource last, under the same refusals (a task's retry by id,
+    scheduling.services.task_retry). With `audit` False it records no audit entry: the caller's
+    own action (a dead letter's replay) records one of its own."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
@@ -90,7 +93,10 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         if live is not None:
             raise _live(live, current, name)
         last, repeats = last_task_on(current), None
-        if flow is None:
+        if instance is not None:
+            flow, payload, policy = instance.flow, instance.payload, policy or instance.policy
+            repeats = instance_to_run_again(instance, name)
+        elif flow is None:
             if last is None:
                 raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
                                field="flow")
@@ -98,7 +104,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
         payload = parse_payload(payload)
-        if last is not None and (flow, payload) == (last.flow, last.payload):
+        if repeats is None and last is not None and (flow, payload) == (last.flow, last.payload):
             # The last task's business instance again: copied here, or typed back as the console's
             # retry form shows it, or a dead letter's replay.
             repeats = instance_to_run_again(last, name)
