@@ -91,6 +91,8 @@ class Resource(models.Model):
         ordering = ["pool_id", "id"]
         permissions = [
             ("reset_resource", "Can reset resources"),
+            # External systems that run flows of their own take and give back resources (the API).
+            ("claim_resource", "Can claim, release and heartbeat resources"),
             ("quarantine_resource", "Can quarantine resources and release them from quarantine"),
         ]
         constraints = [

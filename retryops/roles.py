@@ -39,6 +39,7 @@ VIEW = [
 ]
 
 OPERATE = [
+    "resources.claim_resource",  # claim, release, heartbeat (the API's external workers)
     "resources.reset_resource",
     "resources.quarantine_resource",  # and release from quarantine
     "scheduling.retry_resource",  # "retry this resource", "run a flow with a specified resource"

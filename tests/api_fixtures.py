@@ -10,8 +10,8 @@ from audit.services import create_api_client
 # What the roles grant (retryops/roles.py); the API asks for these codenames, never for a group.
 VIEW = ["resources.view_resourcepool", "resources.view_resource", "scheduling.view_task", "scheduling.view_attempt"]
 OPERATE = [*VIEW, "resources.add_resourcepool", "resources.add_resource", "resources.change_resource",
-           "resources.reset_resource", "resources.quarantine_resource", "scheduling.retry_resource",
-           "scheduling.cancel_task", "scheduling.run_task_now"]
+           "resources.claim_resource", "resources.reset_resource", "resources.quarantine_resource",
+           "scheduling.retry_resource", "scheduling.cancel_task", "scheduling.run_task_now"]
 
 
 def grant(user, *codenames: str) -> None:

@@ -30,6 +30,7 @@ from retryops.api.views import ApiView
 VIEW_POOLS, ADD_POOLS = "resources.view_resourcepool", "resources.add_resourcepool"
 VIEW, ADD, CHANGE = "resources.view_resource", "resources.add_resource", "resources.change_resource"
 RESET, QUARANTINE = "resources.reset_resource", "resources.quarantine_resource"
+CLAIM = "resources.claim_resource"
 
 LOCATION = OpenApiParameter("Location", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[201],
                             description="The new object's URL.")
@@ -152,7 +153,7 @@ class Claim(ResourceAction):
     it). The answer's lease_token releases the lease and extends it."""
 
     input_serializer, output_serializer = ClaimSerializer, LeaseSerializer
-    required_permissions = {"POST": [CHANGE]}
+    required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
         return services.claim_by_id(resource_id=resource.pk, actor=actor, audit=True, **data)
@@ -163,7 +164,7 @@ class ClaimNext(ApiView):
     409 pool_exhausted, with what the pool's resources are doing, when there is none."""
 
     input_serializer, output_serializer = ClaimNextSerializer, LeaseSerializer
-    required_permissions = {"POST": [CHANGE]}
+    required_permissions = {"POST": [CLAIM]}
 
     def post(self, request):
         data = _body(ClaimNextSerializer, request)
@@ -180,7 +181,7 @@ class Release(ResourceAction):
     (expired, released, never_granted)."""
 
     input_serializer = ReleaseSerializer
-    required_permissions = {"POST": [CHANGE]}
+    required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
         return services.release(resource=resource.pk, lease_token=data["lease_token"], outcome=data["outcome"],
@@ -191,7 +192,7 @@ class Heartbeat(ResourceAction):
     """Extend the lease: it then ends `seconds` (default: the pool's lease length) from now."""
 
     input_serializer = HeartbeatSerializer
-    required_permissions = {"POST": [CHANGE]}
+    required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
         return services.extend_lease(resource=resource.pk, lease_token=data["lease_token"],

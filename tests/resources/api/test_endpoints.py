@@ -315,3 +315,36 @@ def test_extreme_filter_values_answer_without_a_server_error(api, alice, query):
 def test_a_malformed_path_answers_without_a_server_error(api, alice, path):
     response = api.post(path, {"holder": "w"}, format="json") if path.endswith("claim") else api.get(path)
     assert response.status_code in (400, 404), response.content
+
+
+def test_an_external_system_in_the_operators_group_claims_and_releases(django_user_model, alice):
+    from django.contrib.auth.models import Group
+
+    from audit.services import create_api_client
+    from retryops import roles
+    from tests.api_fixtures import keyed_client
+
+    user = django_user_model.objects.create_user(username="svc-signups")
+    user.groups.add(Group.objects.get(name=roles.OPERATORS))
+    worker = keyed_client(create_api_client(name="signups", user=user, actor="test")[1])
+
+    lease = ok(post(worker, "/api/resources/claim_next", {"pool": "accounts", "holder": "signup-worker"}))
+    released = ok(post(worker, f"/api/resources/{lease['id']}/release",
+                       {"lease_token": lease["lease_token"], "outcome": "success"}))
+    assert released["state"] == ResourceState.AVAILABLE
+
+
+def test_an_external_system_in_the_viewers_group_may_not_claim(django_user_model, alice):
+    from django.contrib.auth.models import Group
+
+    from audit.services import create_api_client
+    from retryops import roles
+    from tests.api_fixtures import keyed_client
+
+    user = django_user_model.objects.create_user(username="svc-reports")
+    user.groups.add(Group.objects.get(name=roles.VIEWERS))
+    reader = keyed_client(create_api_client(name="reports", user=user, actor="test")[1])
+
+    error = error_of(post(reader, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), 403)
+    assert "resources.claim_resource" in error["message"]
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
