@@ -8,7 +8,9 @@ The HTTP status of a domain error is looked up by its code in STATUS_BY_CODE, th
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -122,6 +124,12 @@ def exception_handler(exc, context) -> Response:
         if code >= 500:
             log.error("domain error %s answered 500: %s", exc.code, exc, exc_info=exc)
         return Response(domain_error_body(exc), status=code)
+    if isinstance(exc, RequestDataTooBig):
+        # Django raises it when the body is read (by the parser, or to fingerprint an idempotent
+        # request); DRF would let it through as a 500.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(error_body("request_too_large", f"the request's body is larger than the {limit} bytes this API "
+                                   "takes", {"limit_bytes": limit}), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

@@ -35,6 +35,7 @@ ERRORS = {
     409: "The state does not allow it now: resource_unavailable (reason, holder, until), pool_exhausted (counts), "
          "lease_mismatch (why), illegal_transition, task_live; or idempotency_key_in_progress (the first request "
          "with this Idempotency-Key is still being processed).",
+    413: "request_too_large: the body is larger than the server takes (DATA_UPLOAD_MAX_MEMORY_SIZE).",
     422: "idempotency_key_reused: this Idempotency-Key was first sent with another request.",
     429: "Too many requests from this client: `Retry-After` says in how many seconds to try again.",
     503: "A server this needs does not answer.",
@@ -97,6 +98,8 @@ class ApiSchema(AutoSchema):
                 any(isinstance(p, OpenApiParameter) and p.location == OpenApiParameter.QUERY
                     for p in self.get_override_parameters()):
             statuses.add(400)
+        if self.method in ("POST", "PATCH"):
+            statuses.add(413)
         if self.method == "POST":
             statuses |= {409, 422}
         return statuses | set(getattr(self.view, "error_statuses", ()))

@@ -21,3 +21,13 @@ def test_a_read_only_choice_column_that_may_be_empty_documents_the_empty_choice(
     assert {"$ref": "#/components/schemas/BlankEnum"} in lease_kind["oneOf"]
     state = schema["components"]["schemas"]["Task"]["properties"]["state"]
     assert "oneOf" not in state  # never empty: no blank choice
+
+
+@pytest.mark.parametrize("idempotency_key", [None, "big-body-1"])
+def test_a_body_past_the_upload_limit_is_refused_as_too_large_not_a_server_error(api, pool, settings, idempotency_key):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    headers = {"HTTP_IDEMPOTENCY_KEY": idempotency_key} if idempotency_key else {}
+    body = {"pool": pool.name, "key": "big", "attributes": {"note": "x" * 2000}}
+    response = api.post("/api/resources/", body, format="json", **headers)
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["code"] == "request_too_large"

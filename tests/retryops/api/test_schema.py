@@ -83,6 +83,14 @@ def test_the_docs_page_loads_its_assets_from_this_server_not_a_cdn(client):
     assert not [a for a in assets if a.startswith(("http:", "https:", "//"))], assets
 
 
+def test_the_redoc_page_loads_nothing_from_another_server(client):
+    response = client.get("/api/redoc/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "drf_spectacular_sidecar/redoc/bundles/redoc.standalone.js" in html
+    assert not re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", html)
+
+
 def test_the_vendored_swagger_ui_is_served(client):
     response = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert response.status_code == 200
