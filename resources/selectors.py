@@ -136,7 +136,14 @@ def describe_unavailability(resource: Resource) -> ResourceUnavailable:
     words = {"noun": resource.pool.resource_noun, "key": resource.key}
     state = resource.state
     facts = {}
-    if state == ResourceState.IN_USE:
+    if state == ResourceState.IN_USE and resource.leased_until <= timezone.now():
+        # Its holder stopped heartbeating: "in use until" a time already past would read as a bug.
+        message = gettext("%(noun)s %(key)s is still held by %(holder)s, whose lease ran out at %(until)s; "
+                          "the next lease sweep frees it") % {
+            **words, "holder": resource.lease_holder, "until": when(resource.leased_until)}
+        reason = "in_use"
+        facts = {"holder": resource.lease_holder, "until": _iso(resource.leased_until)}
+    elif state == ResourceState.IN_USE:
         message = gettext("%(noun)s %(key)s is in use by %(holder)s until %(until)s") % {
             **words, "holder": resource.lease_holder, "until": when(resource.leased_until)}
         reason = "in_use"

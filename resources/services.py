@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import validate_slug
@@ -115,8 +116,10 @@ def _json(value: dict | None, *, field: str) -> str:
                            field=field) from None
 
 
-def _lease_seconds(value: int | None) -> int | None:
-    return None if value is None else _whole(value, field="lease_seconds")
+def _lease_seconds(value: int | None, *, field: str = "lease_seconds") -> int | None:
+    """A lease's length: never longer than RETRYOPS_MAX_LEASE_SECONDS, so one careless client
+    cannot take a resource out of its pool for years, past every sweep."""
+    return None if value is None else _whole(value, field=field, maximum=settings.RETRYOPS_MAX_LEASE_SECONDS)
 
 
 def _holder(holder: str) -> str:
@@ -348,7 +351,7 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
     With `use`, the lease (a reservation, a hold, a probe's) is now in use by its attempt, so a
     sweep of it counts as a failure. With `audit`, a RESOURCE_HEARTBEAT entry by `actor` (an
     external system's heartbeat, through the API)."""
-    seconds = _lease_seconds(seconds)
+    seconds = _lease_seconds(seconds, field="seconds")
     actor = actor and _actor(actor)
     with transaction.atomic():
         current = _held(resource, lease_token)
@@ -660,7 +663,7 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
         "resource_noun": None if resource_noun is None else _text(
             resource_noun, field="resource_noun", required=True,
             max_length=ResourcePool._meta.get_field("resource_noun").max_length),
-        "lease_seconds": None if lease_seconds is None else _whole(lease_seconds, field="lease_seconds"),
+        "lease_seconds": _lease_seconds(lease_seconds),
         "consume_on_success": None if consume_on_success is None else inputs.flag(
             consume_on_success, field="consume_on_success", error=InvalidInput),
         "description": None if description is None else _text(description, field="description"),

@@ -195,6 +195,9 @@ RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 # MIN_RESOURCES resources of its pool (itself included) within WINDOW_SECONDS of it; "resource"
 # when it failed MIN_FAILURES times in a row while another resource of its pool succeeded within
 # WINDOW_SECONDS before its latest failure, or since; "unclear" otherwise.
+# The longest lease a claim, a heartbeat or a pool may ask for (a day): past it a resource held by
+# a client that forgot it would stay out of its pool however often the sweeper runs.
+RETRYOPS_MAX_LEASE_SECONDS = env_int("RETRYOPS_MAX_LEASE_SECONDS", 86_400, minimum=1)
 RETRYOPS_DIAGNOSIS_WINDOW_SECONDS = env_int("RETRYOPS_DIAGNOSIS_WINDOW_SECONDS", 900, minimum=1)
 RETRYOPS_DIAGNOSIS_MIN_RESOURCES = env_int("RETRYOPS_DIAGNOSIS_MIN_RESOURCES", 5, minimum=2)
 RETRYOPS_DIAGNOSIS_MIN_FAILURES = env_int("RETRYOPS_DIAGNOSIS_MIN_FAILURES", 3, minimum=1)
@@ -276,6 +279,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["retryops.api.permissions.Requires"],
     "DEFAULT_THROTTLE_CLASSES": ["retryops.api.throttles.ClientRateThrottle"],
+    # Who an anonymous caller is (the open schema and docs pages' limit): the address this many
+    # proxies in front of the app saw, never an X-Forwarded-For the caller wrote itself.
+    "NUM_PROXIES": env_int("RETRYOPS_API_NUM_PROXIES", 0, minimum=0),
     "DEFAULT_PAGINATION_CLASS": "retryops.api.pagination.CursorPage",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

@@ -129,3 +129,12 @@ def test_a_timeline_limit_that_is_not_a_positive_whole_number_is_bad_input(alice
 def test_a_probe_limit_below_one_is_bad_input(db):
     with pytest.raises(InvalidInput):
         selectors.due_for_probe(limit=-1)
+
+
+def test_describe_unavailability_says_a_lease_that_ran_out_will_be_swept_not_in_use_until_the_past(claimed_alice):
+    Resource.objects.filter(pk=claimed_alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5))
+
+    error = selectors.describe_unavailability(selectors.get_resource(resource_id=claimed_alice.pk))
+
+    assert error.reason == "in_use" and error.details["holder"] == "task 812"
+    assert "whose lease ran out at" in str(error) and "the next lease sweep frees it" in str(error)

@@ -55,3 +55,12 @@ def test_a_redis_that_does_not_answer_lets_requests_through(billing, settings):
 
     with override_settings(CACHES={"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:9/0"}}):
         assert {billing.get("/api/probe/").status_code for _ in range(5)} == {200}
+
+
+def test_an_anonymous_caller_cannot_dodge_its_limit_by_writing_its_own_forwarded_for():
+    from rest_framework.test import APIRequestFactory
+    from rest_framework.throttling import AnonRateThrottle
+
+    request = APIRequestFactory().get("/api/schema/", HTTP_X_FORWARDED_FOR="10.9.9.9", REMOTE_ADDR="192.0.2.7")
+
+    assert AnonRateThrottle().get_ident(request) == "192.0.2.7"
