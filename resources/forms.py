@@ -15,19 +15,23 @@ from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
 class StorableJSONField(forms.JSONField):
     """forms.JSONField that answers JSON it cannot read or show back with a field error instead of
     a server error: nesting past Python's recursion limit (json.loads raises RecursionError, which
-    Django does not catch), and, when the page comes back with an error, a lone surrogate, which
-    Django shows as itself (ensure_ascii=False) and no UTF-8 page can hold."""
+    Django does not catch), a number of more digits than int() reads (a ValueError that is no
+    JSONDecodeError, which is all Django catches), and, when the page comes back with an error, a
+    lone surrogate, which Django shows as itself (ensure_ascii=False) and no UTF-8 page can hold."""
 
     def to_python(self, value):
         try:
             return super().to_python(value)
         except RecursionError:
             raise forms.ValidationError(_("nested too deeply to store"), code="invalid") from None
+        except ValueError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid",
+                                        params={"value": value}) from None
 
     def bound_data(self, data, initial):
         try:
             return super().bound_data(data, initial)
-        except RecursionError:
+        except (RecursionError, ValueError):
             return InvalidJSONInput(data)
 
     def prepare_value(self, value):

@@ -47,7 +47,8 @@ def parse_payload(payload) -> dict:
     if isinstance(payload, str):
         try:
             payload = json.loads(payload)
-        except (json.JSONDecodeError, RecursionError) as exc:
+        # ValueError besides JSONDecodeError: a number of more digits than int() reads (4300).
+        except (ValueError, RecursionError) as exc:
             raise BadPayload(_("payload is not JSON: %(error)s") % {"error": exc}, path="payload") from None
     if payload is None:
         return {}

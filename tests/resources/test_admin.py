@@ -148,6 +148,7 @@ def test_attributes_postgresql_cannot_store_are_refused_with_the_field_named(sta
     ('{"\\ud800": 1}', "contains a lone surrogate"),
     ('{"note": "a\\udc00b"}', "contains a lone surrogate"),
     ("[" * 5000 + "]" * 5000, "nested too deeply"),
+    ('{"limit": %s}' % ("9" * 5000), "Enter a valid JSON"),  # more digits than int() reads
 ])
 def test_attributes_the_page_cannot_show_back_are_refused_with_the_field_named_not_a_server_error(staff, alice, typed,
                                                                                                  named):

@@ -138,6 +138,9 @@ def test_a_batch_payload_run_batches_could_not_use_is_refused_with_the_field_nam
     ("payload", '{"\\ud800": 1}', "contains a lone surrogate"),
     ("payload", "[" * 5000 + "]" * 5000, "nested too deeply"),
     ("retryable_error_patterns", '["a\\ud800"]', "contains a lone surrogate"),
+    # More digits than int() reads: a ValueError that is not a JSONDecodeError.
+    ("payload", '{"n": %s}' % ("9" * 5000), "Enter a valid JSON"),
+    ("retryable_error_patterns", "[%s]" % ("9" * 5000), "Enter a valid JSON"),
 ])
 def test_batch_json_the_page_cannot_show_back_is_refused_with_the_field_named_not_a_server_error(staff, batch_form,
                                                                                                 field, typed, named):
@@ -147,11 +150,16 @@ def test_batch_json_the_page_cannot_show_back_is_refused_with_the_field_named_no
     assert not BatchConfig.objects.exists()
 
 
-def test_policy_patterns_the_page_cannot_show_back_are_refused_with_the_field_named_not_a_server_error(staff, db):
+@pytest.mark.parametrize("typed, named", [
+    ('["time\\ud800out"]', "contains a lone surrogate"),
+    ("[%s]" % ("9" * 5000), "Enter a valid JSON"),  # more digits than int() reads
+])
+def test_policy_patterns_the_page_cannot_show_back_are_refused_with_the_field_named_not_a_server_error(staff, db,
+                                                                                                      typed, named):
     response = staff.post(reverse("admin:scheduling_retrypolicy_add"),
-                          {**POLICY_FORM, "retryable_error_patterns": '["time\\ud800out"]'})
+                          {**POLICY_FORM, "retryable_error_patterns": typed})
     assert response.status_code == 200
-    assert "contains a lone surrogate" in errors(response, "retryable_error_patterns")
+    assert named in errors(response, "retryable_error_patterns")
     assert not RetryPolicy.objects.exists()
 
 

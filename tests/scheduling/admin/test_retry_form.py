@@ -106,6 +106,7 @@ def test_a_resource_a_waiting_task_holds_names_that_task_and_until_when(carol, w
 
 @pytest.mark.parametrize("typed, named", [
     ("{not json", "payload is not JSON"),
+    ('{"x": %s}' % ("9" * 5000), "payload is not JSON"),
     ('{"x": NaN}', "payload.x is nan"),
     ('{"x": "a\\u0000b"}', "payload.x contains a NUL character"),
     ("{\"x\": \"a\x00b\"}", "payload contains a NUL character"),
