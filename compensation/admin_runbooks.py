@@ -92,7 +92,7 @@ class RunbookRequestForm(forms.Form):
     def clean_input(self):
         try:
             return json.loads(self.cleaned_data["input"])
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's limit
             raise forms.ValidationError(gettext("not JSON: %(error)s") % {"error": exc}) from None
 
 

@@ -66,6 +66,16 @@ def test_bad_input_on_the_runbooks_page_is_shown_and_nothing_is_requested(admin_
     assert not RunbookRun.objects.exists()
 
 
+def test_input_nested_past_the_recursion_limit_is_shown_as_not_json_not_a_server_error(admin_client, order):
+    url = reverse("admin:compensation_workorder_runbooks", args=[order.pk])
+    form = {"runbook": "replay-after-upstream-outage", "action": "resolve_dead_letters", "token": "t",
+            "input": "[" * 100_000 + "]" * 100_000}
+    response = admin_client.post(url, form, follow=True)
+    assert response.status_code == 200
+    assert "not JSON" in response.content.decode()
+    assert not RunbookRun.objects.exists()
+
+
 def test_the_requester_cannot_approve_in_the_admin_and_another_operator_can(admin_client, dave, order):
     run = request_refund(order)
     page = admin_client.post(RUNS, {"action": "approve", "_selected_action": [run.pk]}, follow=True).content.decode()
