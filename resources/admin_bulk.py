@@ -119,14 +119,23 @@ class ResourceBulkActions:
     def has_operation_permission(self, request, operation: ResourceOperation) -> bool:
         return getattr(self, f"has_{operation.permission}_permission")(request)
 
-    def _run_bulk(self, request, queryset, operation: ResourceOperation, *, back_url: str | None = None):
-        """The confirmation page (first POST from the list, or a button's GET), then, once confirmed,
-        the operation and its result page."""
+    def bulk_selection(self, request, queryset) -> list[Resource] | None:
+        """The selected resources in the order the pages list them, or None, said to the operator,
+        when there are more than one request may act on (MAX_BULK): "select all" on the whole list
+        selects every resource of the table."""
         resources = list(queryset.select_related("pool").order_by("pool_id", "key")[:MAX_BULK + 1])
         if len(resources) > MAX_BULK:
             self.message_user(request, gettext(
                 "At most %(max)d resources at once: narrow the list with its filters first. Nothing was changed.")
                 % {"max": MAX_BULK}, level="error")
+            return None
+        return resources
+
+    def _run_bulk(self, request, queryset, operation: ResourceOperation, *, back_url: str | None = None):
+        """The confirmation page (first POST from the list, or a button's GET), then, once confirmed,
+        the operation and its result page."""
+        resources = self.bulk_selection(request, queryset)
+        if resources is None:
             return None
         confirmed = request.method == "POST" and request.POST.get("post") == "yes"
         form = ResourceActionForm(request.POST if confirmed else None, reason_required=operation.reason_required)

@@ -331,7 +331,9 @@ class ResourceConsoleAdmin(ResourceAdmin):
 
     @admin.action(description=_("Retry selected resources (strict)"), permissions=["retry_resource"])
     def retry_selected(self, request, queryset):
-        resources = list(queryset.select_related("pool").order_by("pool_id", "key"))
+        resources = self.bulk_selection(request, queryset)
+        if resources is None:
+            return None
         if request.POST.get("post") != "yes":
             last = last_tasks_on(resources)
             rows = [{"resource": resource, "last": last.get(resource.pk),

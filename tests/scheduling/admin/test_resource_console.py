@@ -7,6 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audit.models import AuditEntry
+from resources import admin_bulk
 from resources import services as pool_services
 from resources.choices import ResourceState
 from resources.models import Resource
@@ -106,6 +107,14 @@ def test_retry_selected_says_which_started_and_why_each_other_was_refused(carol,
 def test_retry_selected_of_a_resource_without_history_says_a_flow_is_needed(carol, bob):
     page = carol.get(choose(carol, [bob], confirmed=True).url).content.decode()
     assert "Not retried, bob@x: no task has run on account bob@x yet: name the flow" in page
+
+
+def test_retry_selected_of_more_resources_than_one_request_acts_on_retries_none(carol, failed_alice, bob, monkeypatch):
+    monkeypatch.setattr(admin_bulk, "MAX_BULK", 1)
+    tasks = Task.objects.count()
+    page = carol.get(choose(carol, [failed_alice, bob], confirmed=True).url).content.decode()
+    assert "At most 1 resources at once" in page
+    assert Task.objects.count() == tasks
 
 
 def test_retry_selected_without_the_permission_starts_nothing(dave, failed_alice, dead_order):
