@@ -127,6 +127,11 @@ class AttemptAdmin(ReadOnlyAdmin):
 class PatternListField(StorableJSONField):
     widget = forms.Textarea(attrs={"rows": 4, "cols": 80})
 
+    def __init__(self, **kwargs):
+        # A declared field takes no initial value from the model's default either: a new policy's
+        # list would show as "null".
+        super().__init__(**{"initial": list, **kwargs})
+
 
 def _label(model, field: str):
     return model._meta.get_field(field).verbose_name

@@ -163,6 +163,16 @@ def test_policy_patterns_the_page_cannot_show_back_are_refused_with_the_field_na
     assert not RetryPolicy.objects.exists()
 
 
+@pytest.mark.parametrize("model, field", [
+    ("retrypolicy", "retryable_error_patterns"),
+    ("retrypolicy", "non_retryable_error_patterns"),
+    ("batchconfig", "retryable_error_patterns"),
+])
+def test_a_new_policy_or_batch_config_shows_its_pattern_lists_empty_not_null(staff, db, model, field):
+    form = staff.get(reverse(f"admin:scheduling_{model}_add")).context["adminform"].form
+    assert form[field].value() == "[]"
+
+
 @pytest.mark.parametrize("field, typed", [("name", "b\x00"), ("flow", "demo\x00")])
 def test_a_nul_character_in_a_batch_config_name_or_flow_is_refused(staff, batch_form, field, typed):
     response = staff.post(reverse("admin:scheduling_batchconfig_add"), {**batch_form, field: typed})
