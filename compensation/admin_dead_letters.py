@@ -139,13 +139,24 @@ class DeadLetterConsole:
 
     @admin.action(description=_("Replay on the same resource"), permissions=["replay"])
     def replay(self, request, queryset):
-        run_each(self, request, queryset, lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor),
-                 done=replays_started)
+        self._replay_selected(request, queryset, any_resource=False)
 
     @admin.action(description=_("Replay on any resource of the pool"), permissions=["replay"])
     def replay_on_any_resource(self, request, queryset):
+        self._replay_selected(request, queryset, any_resource=True)
+
+    def _replay_selected(self, request, queryset, *, any_resource: bool) -> None:
+        """Replay each selected dead letter at once. At most a page of them: "select all" would start
+        the whole queue in one request at no rate, against an upstream that may just have come
+        back; a bulk replay counts them first and paces them."""
+        if queryset[:self.list_per_page + 1].count() > self.list_per_page:
+            self.message_user(request, gettext(
+                "At most %(max)d dead letters are replayed from the list at once, and at no rate: narrow the list, "
+                "or start a bulk replay (it counts them first and replays them at the rate you choose). Nothing was "
+                "replayed.") % {"max": self.list_per_page}, messages.ERROR)
+            return
         run_each(self, request, queryset,
-                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=True),
+                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=any_resource),
                  done=replays_started)
 
     @admin.action(description=_("Discard (asks for a reason)"), permissions=["discard"])

@@ -5,6 +5,7 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
+from compensation.admin import DeadLetterAdmin
 from compensation.models import DeadLetter
 from resources import services as pool_services
 from tests.compensation.admin.conftest import said, states
@@ -58,6 +59,22 @@ def test_settling_from_the_list_without_the_permission_is_refused_and_changes_no
     assert "No action selected." in said(response)
     assert states(letters) == ["open", "open", "open"]
     assert not AuditEntry.objects.filter(action__startswith="dead_letter.").exists()
+
+
+@pytest.mark.parametrize("action", ["replay", "replay_on_any_resource"])
+def test_replay_from_the_list_of_more_than_a_page_replays_none_and_points_to_a_bulk_replay(carol, letters, action,
+                                                                                         monkeypatch):
+    monkeypatch.setattr(DeadLetterAdmin, "list_per_page", 2)
+    response = act(carol, action, letters)
+    assert "At most 2 dead letters are replayed from the list at once" in said(response)
+    assert states(letters) == ["open", "open", "open"]
+
+
+def test_replay_from_the_list_of_more_than_a_page_is_refused_in_the_readers_language(carol, letters, monkeypatch):
+    monkeypatch.setattr(DeadLetterAdmin, "list_per_page", 2)
+    response = carol.post(LIST, {"action": "replay", "index": 0, "_selected_action": [str(d.pk) for d in letters]},
+                          follow=True, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "从列表一次最多重放 2 个死信" in said(response)
 
 
 def test_replay_from_the_list_without_the_permission_is_refused_and_changes_nothing(dave, letters):
