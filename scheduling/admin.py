@@ -6,6 +6,7 @@ import json
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import display_for_value
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
@@ -21,7 +22,7 @@ from resources.admin import (
 from scheduling import services
 from scheduling.admin_console import TaskConsole
 from scheduling.admin_filters import FlowFilter
-from scheduling.choices import TaskState
+from scheduling.choices import WAITING_STATES, TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import (
     Attempt,
@@ -78,23 +79,25 @@ class TaskEventInline(admin.TabularInline):
 
 
 # What an operator reads first on a task's page; the rest follows below them.
-TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run_at", "last_error",
+TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run", "last_error",
                 "last_error_signature", "last_error_category")
 
 
 @admin.register(Task)
 class TaskAdmin(TaskConsole, ReadOnlyAdmin):
-    list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run_at", "short_error")
+    list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run", "short_error")
     list_filter = ("state", FlowFilter, "pool")
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
-    readonly_fields = ("strict_mode",)
+    readonly_fields = ("strict_mode", "next_run")
     inlines = [AttemptInline, TaskEventInline]
+    # Fields shown through a display method of their own, in the field's place.
+    SHOWN_AS = {"strict": "strict_mode", "next_run_at": "next_run"}
 
     def get_fields(self, request, obj=None):
-        fields = [f for f in super().get_fields(request, obj) if f != "strict_mode"]
-        return ["strict_mode" if f == "strict" else f for f in fields]
+        fields = [f for f in super().get_fields(request, obj) if f not in self.SHOWN_AS.values()]
+        return [self.SHOWN_AS.get(f, f) for f in fields]
 
     def get_fieldsets(self, request, obj=None):
         fields = self.get_fields(request, obj)
@@ -106,6 +109,14 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     def short_error(self, task):
         # A succeeded task's last error is history; its attempts keep it.
         return "" if task.state == TaskState.SUCCEEDED else truncatechars(task.last_error, 80)
+
+    @admin.display(description=Task._meta.get_field("next_run_at").verbose_name, ordering="next_run_at")
+    def next_run(self, task):
+        # A task that runs or has ended keeps the time it was last due: shown as its next run, a
+        # dead task would read as scheduled.
+        # Formatted here: a read-only method's value is shown as str(), not as a date.
+        return display_for_value(task.next_run_at if task.state in WAITING_STATES else None,
+                                 self.get_empty_value_display())
 
     @admin.display(description=_("strict"))
     def strict_mode(self, task):

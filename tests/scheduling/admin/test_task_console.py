@@ -2,6 +2,7 @@
 and "retry this resource" on a dead task's page."""
 
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import display_for_value
 from django.urls import reverse
 
 from audit.models import AuditEntry
@@ -51,6 +52,21 @@ def test_a_task_page_offers_no_console_button_without_the_permissions(dave, wait
 def test_a_task_page_shows_its_state_and_last_error_before_its_payload(carol, waiting_order):
     page = task_page(carol, waiting_order)
     assert page.index("Last error:") < page.index("Payload:")
+
+
+def task_summary(client, task) -> dict:
+    """The first fieldset of a task's page as it reads: {field or method name: the value shown}."""
+    adminform = client.get(reverse("admin:scheduling_task_change", args=[task.pk])).context["adminform"]
+    summary = next(iter(adminform))
+    return {field.field["name"]: str(field.contents()) for line in summary for field in line}
+
+
+def test_a_waiting_task_page_shows_when_it_runs_next(carol, waiting_order):
+    assert task_summary(carol, waiting_order)["next_run"] == display_for_value(waiting_order.next_run_at, "-")
+
+
+def test_a_dead_task_page_shows_no_next_run(carol, dead_order):
+    assert task_summary(carol, dead_order)["next_run"] == "-"
 
 
 def test_cancel_asks_for_confirmation_first(carol, waiting_order):
