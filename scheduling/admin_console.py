@@ -141,7 +141,7 @@ class TaskConsole:
         form = RetryResourceForm(request.POST if request.method == "POST" else None, resource=resource,
                                  initial=initial)
         if request.method == "POST" and form.is_valid():
-            task = self._start(request, form)
+            task = self._start(request, form, source)
             if task is not None:
                 return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
         target = form.resource
@@ -153,13 +153,18 @@ class TaskConsole:
             keys_url=reverse("admin:scheduling_task_retry_keys"), media=self.media + form.media)
         return TemplateResponse(request, "admin/scheduling/task/retry_form.html", context)
 
-    def _start(self, request, form: RetryResourceForm) -> Task | None:
+    def _start(self, request, form: RetryResourceForm, source: Task | None) -> Task | None:
+        """Start what the form says; `source` is the task whose flow and payload it was filled with."""
         data, resource = form.cleaned_data, form.resource
         policy = data["policy"].name if data["policy"] else None
         try:
             if data["strict"]:
-                task = services.retry_resource(resource=resource.pk, actor=_actor(request), flow=data["flow"],
-                                               payload=data["payload"], policy=policy)
+                # Flow and payload kept as the source task's: the operator retries that task's
+                # business instance, which the service refuses to run again where it runs or has
+                # succeeded since, whichever task ran on the resource last. Changed: a new one.
+                again = source is not None and (data["flow"], data["payload"]) == (source.flow, source.payload)
+                what = {"instance": source} if again else {"flow": data["flow"], "payload": data["payload"]}
+                task = services.retry_resource(resource=resource.pk, actor=_actor(request), policy=policy, **what)
             else:
                 task = services.start_task(flow=data["flow"], pool_name=resource.pool_id, payload=data["payload"],
                                            policy=policy, resource=resource.pk, strict=False,

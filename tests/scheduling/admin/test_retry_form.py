@@ -6,12 +6,14 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
+from compensation import services as compensation
 from resources import services as pool_services
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
+from scheduling import services
 from scheduling.models import Task
-from tests.scheduling.admin.conftest import another
+from tests.scheduling.admin.conftest import another, run
 
 RETRY = reverse("admin:scheduling_task_retry")
 KEYS = reverse("admin:scheduling_task_retry_keys")
@@ -161,6 +163,25 @@ def test_the_form_opened_from_a_dead_task_is_prefilled_with_its_resource_flow_an
     form = form_of(carol.get(f"{RETRY}?task={dead_order.pk}"))
     assert (form["key"].value(), form["flow"].value(), json.loads(form["payload"].value())) == (
         "alice@x", "demo", {"order": 42})
+
+
+def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeeded_since_elsewhere(carol, dead_order,
+                                                                                                 bob):
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    replay = run(Task.objects.get(repeats=dead_order))
+    assert (replay.state, replay.resource_id) == ("succeeded", bob.pk)
+    alice = pool_services.reset(resource=dead_order.resource_id, actor="ops")
+    order_43 = services.start_task(flow="demo", pool_name=alice.pool, payload={"order": 43}, resource=alice,
+                                   created_by="shop", policy="once")
+    assert run(order_43).state == "succeeded"  # the dead task is no longer alice's last
+    tasks = Task.objects.count()
+
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page)))
+
+    assert "succeeded already" in field_errors(response, "payload")
+    assert Task.objects.count() == tasks
 
 
 def test_the_form_for_a_resource_without_history_asks_for_a_flow(carol, alice, once):
