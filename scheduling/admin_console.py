@@ -346,8 +346,12 @@ class ResourceConsoleAdmin(ResourceAdmin):
                     for resource in resources]
             title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
                 "count": len(rows)}
+            # Confirmed to the list without its filters, as the other bulk actions are: a resource
+            # that left the filtered list meanwhile is still retried, or refused with its reason,
+            # instead of dropping out of the selection unsaid.
             context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
-                       "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME}
+                       "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                       "changelist_url": reverse("admin:resources_resource_changelist")}
             return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
         started, actor = [], _actor(request)
         for resource in resources:

@@ -109,6 +109,16 @@ def test_retry_selected_of_a_resource_without_history_says_a_flow_is_needed(caro
     assert "Not retried, bob@x: no task has run on account bob@x yet: name the flow" in page
 
 
+def test_retry_selected_confirmed_from_a_filtered_list_reports_a_resource_that_left_the_filter(carol, failed_alice,
+                                                                                               dead_order):
+    data = {"action": "retry_selected", ACTION_CHECKBOX_NAME: [failed_alice.pk], "index": 0}
+    page = carol.post(f"{RESOURCES}?state__exact=failed", data).content.decode()
+    assert f'<form method="post" action="{RESOURCES}">' in page
+    pool_services.quarantine(resource=failed_alice, actor="someone else", reason="stolen")  # it leaves the filter
+    confirmed = carol.post(RESOURCES, {**data, "post": "yes"})
+    assert "Not retried, alice@x: account alice@x is quarantined since" in carol.get(confirmed.url).content.decode()
+
+
 def test_retry_selected_of_more_resources_than_one_request_acts_on_retries_none(carol, failed_alice, bob, monkeypatch):
     monkeypatch.setattr(admin_bulk, "MAX_BULK", 1)
     tasks = Task.objects.count()
