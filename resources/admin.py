@@ -113,9 +113,11 @@ class ResourcePoolAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
 class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmin):
     form = ResourceForm
     change_form_template = "admin/resources/resource/change_form.html"
+    # The diagnosis beside the state: at 1366 px the last columns may be beyond the list's edge,
+    # and "the resource or the environment?" is what an operator opens the list to see.
     list_display = (
-        "key", "pool", "state_badge", "failures", "successes", "in_a_row", "reason", "category", "failed_at",
-        "succeeded_at", "diagnosis_badge",
+        "key", "pool", "state_badge", "diagnosis_badge", "failures", "successes", "in_a_row", "reason", "category",
+        "failed_at", "succeeded_at",
     )
     list_filter = ("pool", "state", "last_failure_category", DiagnosisFilter, FailedWithinFilter)
     list_select_related = ("pool",)

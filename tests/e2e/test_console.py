@@ -4,6 +4,7 @@ login form on, with a screenshot of every step in artifacts/e2e/<test>/."""
 import re
 
 import pytest
+from django.utils import timezone
 
 from audit.models import AuditEntry
 from compensation.choices import DeadLetterState
@@ -11,7 +12,7 @@ from compensation.models import DeadLetter
 from resources.models import Resource
 from scheduling.models import Task
 from tests.e2e.conftest import log_in, order
-from tests.factories import ResourceFactory
+from tests.factories import ResourceFactory, ResourcePoolFactory
 
 try:
     from playwright.sync_api import expect
@@ -135,6 +136,23 @@ def test_the_dashboard_shows_a_new_failure_without_a_reload(page, shot, carol, a
     expect(panel).to_contain_text("e2e_upstream_down", timeout=30_000)
     shot("dashboard after the failure")
     assert page.evaluate("window.e2eSamePage === true")
+
+
+def test_a_failed_resources_diagnosis_is_on_screen_at_1366_px_without_scrolling_the_list(page, shot, carol):
+    # Shaped like the demo's pool: its keys and its pool's name are what the list is widest with.
+    ResourceFactory(pool=ResourcePoolFactory(name="demo-accounts"), key="user07@demo.example", state="failed",
+                    failure_count=1, success_count=12, consecutive_failures=1, last_failure_category="non_retryable",
+                    last_failure_reason="PermissionError: HTTP 403: account suspended by upstream",
+                    last_failure_at=timezone.now(), last_success_at=timezone.now())
+    log_in(page)
+    open_resources(page)
+    filter_state(page, "Failed")
+    shot("failed resources at 1366 px")
+    diagnosis = row_of(page, "user07@demo.example").locator("td.field-diagnosis_badge")
+    expect(diagnosis).to_have_text("Unclear")
+    shown = page.locator("#changelist .results").bounding_box()
+    cell = diagnosis.bounding_box()
+    assert cell["x"] + cell["width"] <= shown["x"] + shown["width"], "the diagnosis is past the list's right edge"
 
 
 def test_a_browser_asking_for_chinese_gets_the_console_in_chinese(screens, carol, failed_alice):
