@@ -9,23 +9,10 @@ from audit.models import AuditEntry
 from resources import services
 from resources.choices import ResourceState
 from resources.models import Resource, ResourcePool
+from tests.api_helpers import error_of, ok, post
 from tests.factories import ResourceFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def ok(response, status: int = 200) -> dict:
-    assert response.status_code == status, response.content
-    return response.json()
-
-
-def error_of(response, status: int) -> dict:
-    assert response.status_code == status, response.content
-    return response.json()["error"]
-
-
-def post(api, path: str, body: dict | None = None, **headers):
-    return api.post(path, body or {}, format="json", **headers)
 
 
 @pytest.fixture

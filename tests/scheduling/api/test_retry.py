@@ -7,14 +7,10 @@ from audit.models import AuditEntry
 from resources import services as pool_services
 from resources.models import Resource
 from scheduling.models import Task
+from tests.api_helpers import error_of
 from tests.factories import AttemptFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def error_of(response, status: int) -> dict:
-    assert response.status_code == status, response.content
-    return response.json()["error"]
 
 
 def retry(api, resource, body=None, **headers):
