@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "resources",
     "scheduling",
     "compensation",
+    "telemetry",
 ]
 
 MIDDLEWARE = [

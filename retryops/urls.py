@@ -16,6 +16,8 @@ admin.site.enable_nav_sidebar = False
 urlpatterns = [
     # The console's language switcher posts here (templates/admin/base_site.html).
     path("i18n/", include("django.conf.urls.i18n")),
+    # /metrics, /healthz, /readyz.
+    path("", include("telemetry.urls")),
     # django-rq's pages, readable by the console's groups; its buttons are the superusers'.
     path("admin/rq/", rq_dashboard.urls()),
     # The ops dashboard's fragment, which the admin index's panel fetches (templates/admin/index.html).

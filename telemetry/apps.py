@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class TelemetryConfig(AppConfig):
+    """Metrics, the acceptance figures, alerts and health: reads every app below it, owned by none."""
+
+    name = "telemetry"
+    verbose_name = _("Telemetry and alerts")
