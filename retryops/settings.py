@@ -44,6 +44,8 @@ MIDDLEWARE = [
     # (a cookie); LANGUAGE_CODE when neither names one of LANGUAGES.
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # ?state__exact=%00 would reach PostgreSQL from an admin list filter: 400 naming the parameter.
+    "retryops.middleware.RefuseNulInQuery",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "audit.middleware.AuditContextMiddleware",
