@@ -9,6 +9,8 @@ failure retried once costs less than a good resource lost to quarantine.
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from re import _constants as sre_constants
+from re import _parser as sre_parser
 
 from resources.choices import FailureCategory
 
@@ -51,6 +53,61 @@ def error_text(error: BaseException | str) -> str:
         message = str(error)
         return f"{type(error).__name__}: {message}" if message else type(error).__name__
     return str(error)
+
+
+_REPEATS = (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT)
+
+
+def _repeats_within(items) -> bool:
+    """Whether the parsed pattern `items` repeats something a varying number of times, in a way the
+    engine may backtrack into (atomic groups and possessive repeats never give back what they took)."""
+    for op, arg in items:
+        if op in (sre_constants.ATOMIC_GROUP, sre_constants.POSSESSIVE_REPEAT):
+            continue
+        if op in _REPEATS and arg[0] != arg[1]:
+            return True
+        for sub in _subpatterns(op, arg):
+            if _repeats_within(sub):
+                return True
+    return False
+
+
+def _subpatterns(op, arg):
+    if op in _REPEATS:
+        return [arg[2]]
+    if op is sre_constants.SUBPATTERN:
+        return [arg[3]]
+    if op is sre_constants.BRANCH:
+        return arg[1]
+    if op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
+        return [arg[1]]
+    if op is sre_constants.ATOMIC_GROUP:
+        return [arg]
+    if op is sre_constants.GROUPREF_EXISTS:
+        return [branch for branch in arg[1:] if branch is not None]
+    return []
+
+
+def _nested_repeat(items) -> bool:
+    for op, arg in items:
+        # A group repeated without bound around something that itself repeats ("(a+)+", "(\w*\s?)*"):
+        # Python's backtracking engine takes exponential time on a near miss, and a worker classifying
+        # an error would hang on it.
+        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[1] == sre_constants.MAXREPEAT \
+                and _repeats_within(arg[2]):
+            return True
+        if any(_nested_repeat(sub) for sub in _subpatterns(op, arg)):
+            return True
+    return False
+
+
+def backtracking_risk(pattern: str) -> bool:
+    """Whether `pattern` repeats without bound a part that repeats itself, the shape of catastrophic
+    backtracking. A syntax error is not this check's business: compiling reports it."""
+    try:
+        return _nested_repeat(sre_parser.parse(pattern, re.IGNORECASE))
+    except re.error:
+        return False
 
 
 @lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.utils.translation import gettext as _
 
 from resources.choices import FailureCategory
-from resources.classification import Classification, compile_patterns, error_text
+from resources.classification import Classification, backtracking_risk, compile_patterns, error_text
 from resources.services import MAX_PROBATION_SECONDS
 from retryops.jsonsafe import check_text
 from scheduling.choices import Backoff, PatternAction
@@ -95,6 +95,11 @@ def clean_patterns(field: str, entries) -> list[dict]:
         except re.error as exc:
             raise BadPolicy(_("%(field)s: invalid error pattern %(pattern)r: %(reason)s") % {
                 "field": where, "pattern": entry["pattern"], "reason": exc}, field=where) from None
+        if backtracking_risk(entry["pattern"]):
+            raise BadPolicy(_("%(field)s: error pattern %(pattern)r repeats a group that itself repeats (as in "
+                              "“(a+)+”), which can take a worker minutes on an error that nearly matches; write it "
+                              "without the nested repeat (as “a+”)") % {
+                "field": where, "pattern": entry["pattern"]}, field=where)
         cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
     return cleaned
 

@@ -66,6 +66,19 @@ def test_a_missing_field_is_named(field):
         clean_policy({k: v for k, v in GOOD.items() if k != field})
 
 
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(\w+\s?)*timeout", r"(?:(x|y)*z)+"])
+def test_a_pattern_with_a_nested_repeat_is_refused_naming_its_place(pattern):
+    data = {**GOOD, "retryable_error_patterns": ["timeout", pattern]}
+
+    with pytest.raises(BadPolicy, match=r"retryable_error_patterns\[1\]: error pattern .* repeats a group that itself"):
+        clean_policy(data)
+
+
+@pytest.mark.parametrize("pattern", [r"(ab){1,3}", r"(\d{3})+", r"(?>a+)+", r"time(d)?[ _-]?out"])
+def test_a_repeat_of_a_fixed_or_atomic_part_is_accepted(pattern):
+    assert clean_policy({**GOOD, "retryable_error_patterns": [pattern]})["retryable_error_patterns"][0]["pattern"] == pattern
+
+
 def test_a_bad_regex_is_named_with_its_place():
     with pytest.raises(BadPolicy, match=r"retryable_error_patterns\[1\]: invalid error pattern '\(oops'"):
         clean_policy({**GOOD, "retryable_error_patterns": ["ok", "(oops"]})
