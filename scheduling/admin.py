@@ -5,8 +5,9 @@ service that records each change."""
 import json
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_value
+from django.http import HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
@@ -33,6 +34,7 @@ from scheduling.models import (
     TaskEvent,
 )
 from scheduling.policies import clean_patterns, clean_policy
+from scheduling.services.policies import POLICY_FIELDS, policy_snapshot
 
 
 def _shown(value) -> str:
@@ -169,6 +171,11 @@ class RetryPolicyForm(forms.ModelForm):
         for field in ("retryable_error_patterns", "non_retryable_error_patterns"):
             data[field] = data.get(field) or []
         values = {"name": self.instance.name, **data}  # the name is read-only once the policy exists
+        if self.instance.pk:
+            # Saved are only the fields changed on the page, over the policy as it is now (another
+            # editor may have changed other fields since the page was read): checked as that whole.
+            values = {"name": self.instance.name, **policy_snapshot(self.instance),
+                      **{field: data[field] for field in self.changed_data if field in POLICY_FIELDS}}
         try:
             self.cleaned_policy = clean_policy({k: v for k, v in values.items() if v is not None or k == "deadline_seconds"})
         except BadPolicy as exc:
@@ -198,7 +205,7 @@ def _form_position(field: str) -> int:
 
 
 @admin.register(RetryPolicy)
-class RetryPolicyAdmin(admin.ModelAdmin):
+class RetryPolicyAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
     form = RetryPolicyForm
     fields = RetryPolicyForm.Meta.fields  # the name first, also when it is read-only
     list_display = ("name", "max_attempts", "backoff", "initial_delay_seconds", "max_delay_seconds",
@@ -209,8 +216,17 @@ class RetryPolicyAdmin(admin.ModelAdmin):
         return ("name",) if obj else ()
 
     def save_model(self, request, obj, form, change):
-        saved = services.save_retry_policy(data=form.cleaned_policy, actor=request.user.get_username())
+        fields = [field for field in form.changed_data if field in POLICY_FIELDS] if change else None
+        saved = services.save_retry_policy(data=form.cleaned_policy, actor=request.user.get_username(), fields=fields)
         obj.pk = saved.pk
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except BadPolicy as exc:
+            # Another editor's change, made between the form's check and the save, made this one invalid.
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
     def has_delete_permission(self, request, obj=None):
         return False  # tasks refer to their policy; change it instead

@@ -1,5 +1,7 @@
 """Retry policies: saved with a record of each change, loaded from YAML all or none."""
 
+from collections.abc import Iterable
+
 from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -19,10 +21,14 @@ def policy_snapshot(policy: RetryPolicy) -> dict:
     return {field: getattr(policy, field) for field in POLICY_FIELDS}
 
 
-def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
+def save_retry_policy(*, data: dict, actor: str, fields: Iterable[str] | None = None) -> RetryPolicy:
     """Create or change one policy from validated data, recording who changed what (a policy
-    change row and an audit entry); saving it unchanged records nothing."""
+    change row and an audit entry); saving it unchanged records nothing. With `fields` (what a
+    change page edited), only those fields of `data` are written, over the policy as it is under
+    its row lock, and the result is checked again as a whole (BadPolicy naming the field): another
+    editor's change to another field since the page was read stays."""
     from scheduling.models import RetryPolicyChange
+    from scheduling.policies import clean_policy
 
     actor = name_of(actor, field="actor", what=gettext_lazy("who changes the policy"))
     with transaction.atomic():
@@ -30,6 +36,10 @@ def save_retry_policy(*, data: dict, actor: str) -> RetryPolicy:
         before = policy_snapshot(policy) if policy else {}
         if policy is None:
             policy = RetryPolicy(name=data["name"])
+        elif fields is not None:
+            merged = {**before, **{field: data[field] for field in fields if field in POLICY_FIELDS}}
+            data = clean_policy({"name": policy.name, **{field: value for field, value in merged.items()
+                                                         if value is not None or field == "deadline_seconds"}})
         for field in POLICY_FIELDS:
             setattr(policy, field, data[field])
         after = policy_snapshot(policy)
