@@ -164,11 +164,12 @@ class TaskConsole:
                 # succeeded since, whichever task ran on the resource last. Changed: a new one.
                 again = source is not None and (data["flow"], data["payload"]) == (source.flow, source.payload)
                 what = {"instance": source} if again else {"flow": data["flow"], "payload": data["payload"]}
-                task = services.retry_resource(resource=resource.pk, actor=_actor(request), policy=policy, **what)
+                task = services.retry_resource(resource=resource.pk, actor=_actor(request), policy=policy,
+                                               idempotency_key=f"console-{data['token']}", **what)
             else:
-                task = services.start_task(flow=data["flow"], pool_name=resource.pool_id, payload=data["payload"],
-                                           policy=policy, resource=resource.pk, strict=False,
-                                           created_by=_actor(request), idempotency_key=f"console-{data['token']}")
+                task = services.retry_on_resource_or_another(
+                    resource=resource.pk, actor=_actor(request), flow=data["flow"], payload=data["payload"],
+                    policy=policy, instance=source, idempotency_key=f"console-{data['token']}")
         except DomainError as exc:
             form.add_refusal(exc)
             return None
@@ -353,23 +354,24 @@ class ResourceConsoleAdmin(ResourceAdmin):
                        "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
                        "changelist_url": reverse("admin:resources_resource_changelist")}
             return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
-        started, actor = [], _actor(request)
+        started, refused, actor = [], [], _actor(request)
         for resource in resources:
             try:
-                task = services.retry_resource(resource=resource.pk, actor=actor)
+                started.append((resource, services.retry_resource(resource=resource.pk, actor=actor)))
             except DomainError as exc:
-                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
-                    "key": resource.key, "reason": exc}, messages.ERROR)
+                refused.append((resource, str(exc)))
             except Exception as exc:  # one surprise must not stop the other retries
                 log.exception("retry of resource %s failed", resource.pk)
-                self.message_user(request, gettext("Not retried, %(key)s: %(reason)s") % {
-                    "key": resource.key, "reason": f"{type(exc).__name__}: {exc}"}, messages.ERROR)
-            else:
-                started.append(gettext("%(key)s → task %(task)s") % {"key": resource.key, "task": task.pk})
-        if started:
-            self.message_user(request, gettext("Retried %(count)d, strict: %(started)s.") % {
-                "count": len(started), "started": pgettext("list separator", "; ").join(started)}, messages.SUCCESS)
-
+                refused.append((resource, gettext("unexpected error: %(error)s") % {
+                    "error": f"{type(exc).__name__}: {exc}"}))
+        # A page of its own, as reset and quarantine answer: which started as which task, and why
+        # each other one was refused, one row each, instead of a sentence per refusal.
+        title = gettext("Retry selected resources: %(done)d of %(count)d started") % {
+            "done": len(started), "count": len(resources)}
+        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
+                   "started": started, "refused": refused,
+                   "changelist_url": reverse("admin:resources_resource_changelist")}
+        return TemplateResponse(request, "admin/scheduling/resource/retry_selected_result.html", context)
 
 admin.site.unregister(Resource)
 admin.site.register(Resource, ResourceConsoleAdmin)

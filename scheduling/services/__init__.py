@@ -22,7 +22,7 @@ from scheduling.services.batches import (
 )
 from scheduling.services.events import claim_task_events
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
-from scheduling.services.operator_retry import instance_to_run_again, retry_resource
+from scheduling.services.operator_retry import instance_to_run_again, retry_on_resource_or_another, retry_resource
 from scheduling.services.policies import (
     load_retry_policies,
     policy_snapshot,
@@ -44,8 +44,8 @@ from scheduling.services.tasks import (
 
 __all__ = [
     "ABANDONED_REASON", "BatchTicks", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
-    "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies", "parse_payload",
-    "policy_snapshot", "recover_lost_attempts", "retry_resource", "run_batch", "run_batches", "run_dispatcher",
-    "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
+    "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
+    "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
+    "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
     "TaskRetry", "retry_task", "retry_tasks",
 ]

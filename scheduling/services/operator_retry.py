@@ -72,7 +72,8 @@ def instance_to_run_again(last: Task, name: str) -> Task:
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
-                   policy: RetryPolicy | str | None = None, audit: bool = True, instance: Task | None = None) -> Task:
+                   policy: RetryPolicy | str | None = None, audit: bool = True, instance: Task | None = None,
+                   idempotency_key: str | None = None) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused while a task that has not finished is bound to the
@@ -82,12 +83,18 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     that task's business instance again (its flow and payload; its policy unless `policy` names
     one), whichever task ran on the resource last, under the same refusals (a task's retry by id,
     scheduling.services.task_retry). With `audit` False it records no audit entry: the caller's
-    own action (a dead letter's replay) records one of its own."""
+    own action (a dead letter's replay) records one of its own. A repeated `idempotency_key` (a
+    form's token: a double click) returns the task the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
         # writes such a task), so no live task can appear between this check and the new task.
         current = pool.lock_resource(resource)
+        # After the lock: a second click waits for the first one's transaction, then finds its task
+        # here instead of reading that task as the one in the way.
+        started = _started_already(idempotency_key)
+        if started is not None:
+            return started
         name = f"{current.pool.resource_noun} {current.key}"
         live = live_task_on(current)
         if live is not None:
@@ -115,10 +122,36 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         elif current.state != ResourceState.AVAILABLE:
             raise pool.describe_unavailability(current)
         task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
-                          resource=current, strict=True, reserve=True, audit=False, repeats=repeats)
+                          resource=current, strict=True, reserve=True, audit=False, repeats=repeats,
+                          idempotency_key=idempotency_key)
         if audit:
             record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
                          after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
                                 "policy": task.policy.name},
                          reason=f"retry this resource as task {task.pk}", actor=actor)
         return task
+
+
+def _started_already(idempotency_key: str | None) -> Task | None:
+    return Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
+
+
+def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: str, payload=None,
+                                 policy: RetryPolicy | str | None = None, instance: Task | None = None,
+                                 idempotency_key: str | None = None) -> Task:
+    """The console's retry with strict mode unchecked: a task that asks for `resource` but may run on
+    another resource of its pool. With `instance` (the task the form was filled from) and that
+    task's flow and payload, it runs that business instance again, refused as instance_to_run_again
+    refuses (live elsewhere, or succeeded already), in the transaction that starts it. A repeated
+    `idempotency_key` returns the task the first request started."""
+    actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
+    with transaction.atomic():
+        current = pool.lock_resource(resource)
+        started = _started_already(idempotency_key)
+        if started is not None:
+            return started
+        repeats = None
+        if instance is not None and (flow, parse_payload(payload)) == (instance.flow, instance.payload):
+            repeats = instance_to_run_again(instance, f"{current.pool.resource_noun} {current.key}")
+        return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, resource=current,
+                          strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats)

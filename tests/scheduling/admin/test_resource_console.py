@@ -80,6 +80,13 @@ def choose(client, resources, *, confirmed: bool):
     return client.post(RESOURCES, data)
 
 
+def refusal_row(page: str, key: str) -> str:
+    """The refused table's row of `key` on the result page."""
+    refused = page[page.index('id="retry-refused"'):]
+    row = refused[refused.index(f">{key}</a>"):]
+    return row[:row.index("</tr>")]
+
+
 def test_retry_selected_first_asks_naming_how_many_and_which(carol, failed_alice, quarantined_bob):
     response = choose(carol, [failed_alice, quarantined_bob], confirmed=False)
     page = response.content.decode()
@@ -97,16 +104,16 @@ def test_retry_selected_confirmed_starts_each_retryable_one(carol, failed_alice,
 def test_retry_selected_says_which_started_and_why_each_other_was_refused(carol, failed_alice, bob, once):
     run(order_42(bob), error=TimeoutError("upstream slow"))
     pool_services.quarantine(resource=bob, actor="ops", reason="banned upstream")
-    response = choose(carol, [failed_alice, bob], confirmed=True)
-    page = carol.get(response.url).content.decode()
+    page = choose(carol, [failed_alice, bob], confirmed=True).content.decode()
     task = Task.objects.get(requested_resource=failed_alice, created_by="carol")
-    assert f"Retried 1, strict: alice@x → {task}." in page
-    assert "Not retried, bob@x: account bob@x is quarantined since" in page
+    assert "Retry selected resources: 1 of 2 started" in page
+    assert f'<a href="{reverse("admin:scheduling_task_change", args=[task.pk])}">{task}</a> (demo)' in page
+    assert "account bob@x is quarantined since" in refusal_row(page, "bob@x")
 
 
 def test_retry_selected_of_a_resource_without_history_says_a_flow_is_needed(carol, bob):
-    page = carol.get(choose(carol, [bob], confirmed=True).url).content.decode()
-    assert "Not retried, bob@x: no task has run on account bob@x yet: name the flow" in page
+    page = choose(carol, [bob], confirmed=True).content.decode()
+    assert "no task has run on account bob@x yet: name the flow" in refusal_row(page, "bob@x")
 
 
 def test_retry_selected_confirmed_from_a_filtered_list_reports_a_resource_that_left_the_filter(carol, failed_alice,
@@ -116,7 +123,7 @@ def test_retry_selected_confirmed_from_a_filtered_list_reports_a_resource_that_l
     assert f'<form method="post" action="{RESOURCES}">' in page
     pool_services.quarantine(resource=failed_alice, actor="someone else", reason="stolen")  # it leaves the filter
     confirmed = carol.post(RESOURCES, {**data, "post": "yes"})
-    assert "Not retried, alice@x: account alice@x is quarantined since" in carol.get(confirmed.url).content.decode()
+    assert "account alice@x is quarantined since" in refusal_row(confirmed.content.decode(), "alice@x")
 
 
 def test_retry_selected_of_more_resources_than_one_request_acts_on_retries_none(carol, failed_alice, bob, monkeypatch):

@@ -153,6 +153,40 @@ def test_the_same_non_strict_page_submitted_twice_starts_one_task(carol, failed_
     assert Task.objects.count() == 2
 
 
+def test_the_same_strict_page_submitted_twice_starts_one_task_and_shows_it_both_times(carol, failed_alice,
+                                                                                      dead_order):
+    form = form_of(retry_page(carol, failed_alice))
+    first, second = (carol.post(f"{RETRY}?resource={failed_alice.pk}", posted(form)) for _ in range(2))
+
+    task = Task.objects.exclude(pk=dead_order.pk).get()
+    assert first.url == second.url == reverse("admin:scheduling_task_change", args=[task.pk])
+
+
+def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewhere(carol, dead_order, bob):
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+    tasks = Task.objects.count()
+
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False))
+
+    assert "succeeded already" in field_errors(response, "payload")
+    assert Task.objects.count() == tasks
+
+
+def test_unchecked_strict_with_a_changed_payload_is_a_new_order_and_starts(carol, dead_order, bob):
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")
+    carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False, payload='{"order": 43}'))
+
+    task = Task.objects.order_by("-id").first()
+    assert (task.payload, task.strict, task.repeats_id) == ({"order": 43}, False, None)
+
+
 def test_a_quarantined_resource_form_warns_that_a_strict_retry_is_refused(carol, quarantined_bob):
     page = retry_page(carol, quarantined_bob).content.decode()
     assert "account bob@x is quarantined since" in page and "banned upstream" in page
