@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+import structlog
+
 from audit.choices import Channel
 from audit.errors import AuditError
 from retryops.jsonsafe import clean_text
@@ -88,6 +90,8 @@ def acting_as(*, actor: str | Callable[[], str], channel: str,
                            actor_source=actor)
     token = _current.set(context)
     try:
-        yield context
+        # Log lines written meanwhile carry the request id too (telemetry/logs.py).
+        with structlog.contextvars.bound_contextvars(request_id=context.request_id):
+            yield context
     finally:
         _current.reset(token)

@@ -253,15 +253,6 @@ def dead_letter_queue_by_flow() -> list[dict]:
                 .order_by("-open", "-replaying", "flow"))
 
 
-@functools.lru_cache(maxsize=8)
-def _redis(url: str, timeout: float):
-    """A client of the Redis at `url` that gives up after `timeout` seconds, kept per process so
-    a page polled every few seconds reuses its connections instead of opening new ones."""
-    from redis import Redis
-
-    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-
-
 def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
     """The RQ queues and workers at a glance (django-rq's dashboard at /admin/rq/ has the rest):
     each queue's waiting, scheduled, running and failed jobs and how many workers listen to it;
@@ -274,6 +265,7 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
     from rq.defaults import DEFAULT_WORKER_TTL
     from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
+    from retryops.probes import redis_client
     from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
 
     now = now or timezone.now()
@@ -282,7 +274,7 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
     workers, errors = {}, {}
     for url in dict.fromkeys(urls.values()):
         try:
-            for worker in Worker.all(connection=_redis(url, timeout)):
+            for worker in Worker.all(connection=redis_client(url, timeout)):
                 age = (now - worker.last_heartbeat).total_seconds() if worker.last_heartbeat else None
                 workers[worker.name] = {"name": worker.name, "state": worker.get_state(),
                                         "queues": worker.queue_names(), "last_heartbeat": worker.last_heartbeat,
@@ -296,7 +288,7 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
             queues.append({**row, "error": errors[urls[name]]})
             continue
         try:
-            queue = django_rq.get_queue(name, connection=_redis(urls[name], timeout))
+            queue = django_rq.get_queue(name, connection=redis_client(urls[name], timeout))
             # Counted without the registries' clean-up, which moves and fails jobs: a page only reads.
             registries = {"scheduled": ScheduledJobRegistry, "running": StartedJobRegistry,
                           "failed": FailedJobRegistry}

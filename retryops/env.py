@@ -74,3 +74,14 @@ def env_rate(name: str, default: str) -> str:
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
     return raw.strip()
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices`, matched without regard to case (empty is the default)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    for choice in choices:
+        if raw.strip().lower() == choice.lower():
+            return choice
+    raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")

@@ -5,7 +5,8 @@ from pathlib import Path
 import dj_database_url
 
 from retryops import devservices
-from retryops.env import env_bool, env_int, env_list, env_rate, env_str
+from retryops.env import env_bool, env_choice, env_int, env_list, env_rate, env_str
+from telemetry.logs import FORMATS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -36,6 +37,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before the host check: load balancers probe by address.
+    "telemetry.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from the app itself, also with DEBUG off (the default), so the admin is styled.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -163,17 +166,11 @@ if WHITENOISE_USE_FINDERS:
     # WhiteNoise warns at every start that STATIC_ROOT is missing, which is expected here.
     warnings.filterwarnings("ignore", message=re.escape(f"No directory at: {STATIC_ROOT}"))
 
-LOG_LEVEL = (env_str("LOG_LEVEL", "INFO") or "INFO").upper()
-if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(f"LOG_LEVEL={LOG_LEVEL!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": LOG_LEVEL},
-}
+LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+# json: one JSON object a line, with the request, task, attempt and resource bound where known
+# (telemetry/logs.py); text: the same as plain lines, for a developer's terminal.
+LOG_FORMAT = env_choice("LOG_FORMAT", "json", FORMATS)
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
 
 
 # Flows: name -> dotted path of a callable(FlowContext). Add your own here or with @flow.

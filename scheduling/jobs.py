@@ -3,6 +3,7 @@ their bodies, because the queueing module imports this one to name the job it en
 
 import logging
 
+import structlog
 from rq import get_current_job
 
 from retryops.language import in_stored_language
@@ -16,8 +17,11 @@ def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None)
 
     job = get_current_job()
     worker = (getattr(job, "worker_name", "") or "") if job else ""
-    attempt = run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
-                          rq_job_id=job.id if job else "")
+    # The id of the request that made the attempt due (scheduling.queueing), for the log lines.
+    request_id = job.meta.get("request_id") if job else None
+    with structlog.contextvars.bound_contextvars(**({"request_id": request_id} if request_id else {})):
+        attempt = run_attempt(task_id=task_id, attempt_number=attempt_number, due=due, worker=worker,
+                              rq_job_id=job.id if job else "")
     return attempt.outcome if attempt else "skipped"
 
 

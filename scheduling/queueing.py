@@ -6,6 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 
 import django_rq
+import structlog
 from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -47,6 +48,10 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
     not raised: the task is safe in the database and the dispatcher enqueues it later."""
 
     job_id = f"task-{task_id}-{attempt_number}-{uuid.uuid4().hex[:8]}"
+    # The request (or job run) that made the attempt due, so the worker's log lines of the attempt
+    # carry its id; an attempt run in a worker hands it on to the retries it schedules.
+    request_id = structlog.contextvars.get_contextvars().get("request_id") or ""
+    options = {"job_id": job_id, "result_ttl": 0, "meta": {"request_id": request_id}}
     # Every wake-up carries its due time, so one that arrives early waits instead of deferring
     # through RQ again (a 0.4 s retry once took a dozen deliveries).
     due = at.timestamp() if at is not None else None
@@ -54,12 +59,16 @@ def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = 
         queue = queue_for(attempt_number)
         if at is not None and at > timezone.now() + IMMEDIATE_WITHIN:
             # Up to a second early (see MAX_EARLY_WAIT): run_attempt waits out the rest.
-            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, due, job_id=job_id, result_ttl=0)
+            queue.enqueue_at(at, run_attempt_job, task_id, attempt_number, due, **options)
         else:
             # The outcome lives in the Attempt row; RQ need not keep a copy (result_ttl=0).
-            queue.enqueue(run_attempt_job, task_id, attempt_number, due, job_id=job_id, result_ttl=0)
+            queue.enqueue(run_attempt_job, task_id, attempt_number, due, **options)
     except RedisError as exc:
-        log.warning("task %s attempt %s not enqueued (%s); the dispatcher will", task_id, attempt_number, exc)
+        log.warning("task %s attempt %s not enqueued (%s); the dispatcher will", task_id, attempt_number, exc,
+                    extra={"task_id": task_id, "attempt": attempt_number})
         return None
+    log.info("task %s attempt %s enqueued on %s", task_id, attempt_number, queue.name,
+             extra={"task_id": task_id, "attempt": attempt_number, "queue": queue.name,
+                                                              "due": at.isoformat() if at else None})
     Task.objects.filter(pk=task_id, attempt_count=attempt_number - 1).update(rq_job_id=job_id)
     return job_id

@@ -1,10 +1,12 @@
 """What a worker does with one wake-up: begin the attempt, run the flow outside any transaction
 with a lease heartbeat beside it, and record the outcome."""
 
+import contextvars
 import logging
 import threading
 import time
 
+import structlog
 from django.db import connection
 
 from resources.errors import LeaseMismatch
@@ -34,11 +36,24 @@ def _wait_out_early_wakeup(due: float | None) -> None:
 def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
                 rq_job_id: str = "") -> Attempt | None:
     """Run one attempt of a task: what the RQ job does. `due` is the attempt's due time (a Unix
-    timestamp); a wake-up may come up to a second and a half early, and waits out the rest."""
-    _wait_out_early_wakeup(due)
-    started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
-    if started is None:
-        return None
+    timestamp); a wake-up may come up to a second and a half early, and waits out the rest. Log
+    lines written meanwhile carry the task, the attempt and its resource (telemetry/logs.py)."""
+    with structlog.contextvars.bound_contextvars(task_id=task_id, attempt=attempt_number):
+        _wait_out_early_wakeup(due)
+        started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
+        if started is None:
+            return None
+        with structlog.contextvars.bound_contextvars(resource_key=started.context.resource_key):
+            log.info("task %s attempt %s started on %s", task_id, attempt_number, started.context.resource_key)
+            attempt = _run(started)
+            if attempt is not None:
+                log.info("task %s attempt %s %s", task_id, attempt_number, attempt.outcome,
+                         extra={"outcome": attempt.outcome, "duration_ms": attempt.duration_ms,
+                                "error_class": attempt.error_class or None})
+            return attempt
+
+
+def _run(started) -> Attempt | None:
     began = time.monotonic()
     heartbeat = _Heartbeat(started.context.heartbeat, interval=started.lease_seconds / 3)
     heartbeat.start()
@@ -122,7 +137,9 @@ class _Heartbeat:
     def __init__(self, beat, *, interval: float):
         self._beat, self._interval = beat, max(interval, 0.5)
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+        # In a copy of the attempt's context, so its log lines name the task, attempt and resource.
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name="lease-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

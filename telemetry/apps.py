@@ -7,3 +7,8 @@ class TelemetryConfig(AppConfig):
 
     name = "telemetry"
     verbose_name = _("Telemetry and alerts")
+
+    def ready(self):
+        from telemetry.logs import configure_structlog
+
+        configure_structlog()

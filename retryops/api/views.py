@@ -1,17 +1,12 @@
 """The bases every app's endpoints derive from, and the API's own endpoints: health, 404."""
 
-from functools import cache
-
-from django.conf import settings
-from django.db import DatabaseError, connection
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from redis import Redis
-from redis.exceptions import RedisError
 from rest_framework import generics, serializers, viewsets
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from retryops import probes
 from retryops.api.errors import error_body
 from retryops.api.idempotency import Idempotent
 
@@ -52,27 +47,6 @@ class HealthSerializer(serializers.Serializer):
     redis = serializers.ChoiceField(choices=SERVER_STATES)
 
 
-@cache
-def _redis(url: str) -> Redis:
-    return Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-
-
-def _database_ok() -> bool:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return True
-    except DatabaseError:
-        return False
-
-
-def _redis_ok() -> bool:
-    try:
-        return bool(_redis(settings.RQ_QUEUES["default"]["URL"]).ping())
-    except (RedisError, OSError):
-        return False
-
-
 class HealthView(APIView):
     """For load balancers and probes: open, unthrottled, and 200 unless PostgreSQL is down."""
 
@@ -83,7 +57,7 @@ class HealthView(APIView):
     @extend_schema(operation_id="health", tags=["health"], responses={
         200: HealthSerializer, 503: OpenApiResponse(HealthSerializer, description="PostgreSQL does not answer.")})
     def get(self, request):
-        database, redis = _database_ok(), _redis_ok()
+        database, redis = probes.database_ok(), probes.redis_ok()
         state = "down" if not database else "ok" if redis else "degraded"
         return Response({"status": state, "database": "ok" if database else "down", "redis": "ok" if redis else "down"},
                         status=200 if database else 503)

@@ -167,9 +167,13 @@ class Command(BaseCommand):
         which moves delayed retries onto their queue. The demo receiver stands in for the
         notification channels nobody configured (no receiver when `receiver_port` is None)."""
         from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES
+        from telemetry.heartbeats import WORKER_TTL
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        worker_class = ["--worker-class", settings.RETRYOPS_WORKER_CLASS] if settings.RETRYOPS_WORKER_CLASS else []
+        # A short TTL makes an idle worker heartbeat every 30 s, so /readyz sees it (telemetry.heartbeats).
+        worker_options = ["--worker-ttl", str(WORKER_TTL)]
+        if settings.RETRYOPS_WORKER_CLASS:
+            worker_options += ["--worker-class", settings.RETRYOPS_WORKER_CLASS]
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         env = os.environ.copy()
@@ -181,8 +185,8 @@ class Command(BaseCommand):
         # persistent connection would stay open, idle, until garbage collection (dozens of them).
         web_env = {**env, "DB_CONN_MAX_AGE": "0"}
         children = {
-            "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_class], env),
-            "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_class], env),
+            "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_options], env),
+            "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_options], env),
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
             "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own

@@ -1,0 +1,39 @@
+"""Quick looks at the servers RetryOps needs, shared by every health check (the API's /api/health/,
+/readyz, the console's RQ panel): each answers within a short timeout, never hangs a request."""
+
+import functools
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from redis import Redis
+from redis.exceptions import RedisError
+
+
+@functools.lru_cache(maxsize=8)
+def redis_client(url: str, timeout: float) -> Redis:
+    """A client of the Redis at `url` that gives up after `timeout` seconds, kept per process so
+    a check polled every few seconds reuses its connections instead of opening new ones."""
+    return Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def queues_redis(timeout: float = 1.0) -> Redis:
+    """The Redis of the RQ queues (all of them share RQ_QUEUES["default"]'s URL)."""
+    return redis_client(settings.RQ_QUEUES["default"]["URL"], timeout)
+
+
+def database_ok() -> bool:
+    """Whether PostgreSQL answers a query."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        return False
+
+
+def redis_ok(timeout: float = 1.0) -> bool:
+    """Whether the queues' Redis answers a PING within `timeout` seconds."""
+    try:
+        return bool(queues_redis(timeout).ping())
+    except (RedisError, OSError):
+        return False
