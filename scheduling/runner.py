@@ -47,9 +47,9 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
             log.info("task %s attempt %s started on %s", task_id, attempt_number, started.context.resource_key)
             attempt = _run(started)
             if attempt is not None:
+                error = {"error_class": attempt.error_class} if attempt.error_class else {}
                 log.info("task %s attempt %s %s", task_id, attempt_number, attempt.outcome,
-                         extra={"outcome": attempt.outcome, "duration_ms": attempt.duration_ms,
-                                "error_class": attempt.error_class or None})
+                         extra={"outcome": attempt.outcome, "duration_ms": attempt.duration_ms, **error})
             return attempt
 
 

@@ -1,0 +1,105 @@
+"""Structured logs: one JSON object a line from the web app and the workers, with the request, the
+task, the attempt and the resource bound where known; plain text on request; a bad format refused."""
+
+import io
+import json
+import logging
+import subprocess
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from retryops.env import env_choice
+from scheduling.models import Task
+from telemetry.logs import logging_config
+from tests.api_helpers import ok, post
+from tests.factories import RetryPolicyFactory
+from tests.telemetry.processes import environment, manage
+
+
+def formatter_of(config: dict) -> logging.Formatter:
+    spec = dict(config["formatters"]["structured"])
+    return spec.pop("()")(**spec)
+
+
+@pytest.fixture
+def web_log():
+    """What this process logs, through the formatter settings.LOGGING gives its console handler."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter_of(settings.LOGGING))
+    logging.getLogger().addHandler(handler)
+    yield stream
+    logging.getLogger().removeHandler(handler)
+
+
+def json_lines(text: str) -> list[dict]:
+    """Every line of `text` as JSON: a line that is not fails the test."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_task_is_followed_from_the_api_request_into_the_worker_by_its_ids(api, alice, redis_conn, web_log):
+    RetryPolicyFactory(name="instant", max_attempts=3, initial_delay_seconds=0)
+    response = post(api, "/api/tasks/", {"flow": "demo", "pool": "accounts", "policy": "instant",
+                                          "payload": {"script": ["TimeoutError: upstream slow", "ok"]}},
+                    HTTP_X_REQUEST_ID="req-follow-me")
+    task_id = ok(response, 201)["id"]
+    worker = manage("rqworker", "retries", "flows", "--burst", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True)
+    out, err = worker.communicate(timeout=120)
+
+    assert Task.objects.get(pk=task_id).state == "succeeded"
+    web = [line for line in json_lines(web_log.getvalue()) if line.get("task_id") == task_id]
+    assert web and {line["request_id"] for line in web} == {"req-follow-me"}
+    lines = json_lines(err)  # every line the worker wrote, RQ's own included, is JSON
+    assert out == "" and any(line["logger"].startswith("rq.") for line in lines)
+    ours = [line for line in lines if line.get("task_id") == task_id]
+    finished = [(line["attempt"], line["outcome"]) for line in ours if "outcome" in line]
+    assert finished == [(1, "failed"), (2, "succeeded")]
+    # The retry, enqueued by the worker itself, still carries the request that started the task.
+    assert {(line["request_id"], line["resource_key"]) for line in ours} == {("req-follow-me", "alice@x")}
+    assert all({"timestamp", "level", "logger", "event"} <= set(line) for line in lines)
+
+
+def test_log_format_text_gives_plain_lines_with_the_bound_values():
+    shell = manage("shell", "-c", "import logging; logging.getLogger('retryops.demo').warning("
+                   "'slow upstream', extra={'task_id': 7})", env=environment(LOG_FORMAT="text"),
+                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = shell.communicate(timeout=60)
+    line = next(line for line in err.splitlines() if "slow upstream" in line)
+    assert not line.startswith("{")
+    assert "[warning" in line and "[retryops.demo]" in line and "task_id=7" in line
+
+
+def test_an_exception_is_one_json_line_with_its_traceback():
+    record = logging.getLogger("retryops.demo").makeRecord(
+        "retryops.demo", logging.ERROR, __file__, 1, "could not %s", ("store",), None)
+    try:
+        raise ValueError("NUL \x00 in a result")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    rendered = formatter_of(logging_config(log_format="json", level="INFO")).format(record)
+    assert "\n" not in rendered
+    line = json.loads(rendered)
+    assert line["event"] == "could not store" and "ValueError: NUL \x00 in a result" in line["exception"]
+
+
+def test_a_bad_log_format_stops_start_up_naming_the_variable():
+    check = manage("check", env=environment(LOG_FORMAT="xml"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                   text=True)
+    _, err = check.communicate(timeout=60)
+    assert check.returncode != 0
+    assert "LOG_FORMAT='xml' is not one of json, text" in err
+
+
+def test_env_choice_takes_any_case_and_refuses_the_rest(monkeypatch):
+    monkeypatch.setenv("LOG_FORMAT", "TEXT")
+    assert env_choice("LOG_FORMAT", "json", ("json", "text")) == "text"
+    monkeypatch.setenv("LOG_LEVEL", "verbose")
+    with pytest.raises(ImproperlyConfigured, match="LOG_LEVEL='verbose' is not one of DEBUG, INFO"):
+        env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING"))
