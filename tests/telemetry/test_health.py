@@ -99,3 +99,10 @@ def _get(url: str):
         return httpx.get(url, timeout=5)
     except httpx.TransportError:
         return None
+
+
+def test_a_probe_of_a_process_that_is_not_ready_logs_no_error(client, db, redis_conn, caplog):
+    # A balancer probes every few seconds: Django would log each 503 as an error.
+    with caplog.at_level("INFO"):
+        assert client.get("/readyz").status_code == 503
+    assert [record for record in caplog.records if record.name.startswith("django")] == []

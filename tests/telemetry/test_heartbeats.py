@@ -151,3 +151,12 @@ def test_an_idle_worker_started_as_up_starts_it_is_seen_after_a_minute_and_more(
 def test_the_worker_command_of_the_tests_is_the_one_up_runs():
     command = Up().child_processes("127.0.0.1:8000", receiver_port=None)["worker"][0]
     assert set(worker_command()) >= set(command[command.index("rqworker"):])
+
+
+def test_up_s_children_log_plain_text_unless_log_format_is_set(monkeypatch):
+    monkeypatch.delenv("LOG_FORMAT", raising=False)
+    assert {env["LOG_FORMAT"] for _, env in Up().child_processes("127.0.0.1:8000", receiver_port=None).values()} == {
+        "text"}
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    assert {env["LOG_FORMAT"] for _, env in Up().child_processes("127.0.0.1:8000", receiver_port=None).values()} == {
+        "json"}

@@ -177,6 +177,8 @@ class Command(BaseCommand):
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         env = os.environ.copy()
+        # Someone reads these logs in a terminal: plain lines, unless LOG_FORMAT says otherwise.
+        env.setdefault("LOG_FORMAT", "text")
         routed = self.demo_channels(receiver_port) if receiver_port is not None else {}
         for name in routed:
             env.pop(f"{name}_FILE", None)  # it would win over the variable (retryops.env.env_str)
