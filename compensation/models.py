@@ -15,7 +15,7 @@ from compensation.choices import (
 )
 from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
-from scheduling.models import Task
+from scheduling.models import Task, TransactionIdField
 
 # Where a work order's SLA clocks start: its first dead letter, or its opening for one opened by hand.
 SLA_START = Coalesce(F("first_dead_at"), F("created_at"))
@@ -150,6 +150,11 @@ class DeadLetter(models.Model):
                                       help_text=_("When it was replayed, resolved or discarded."))
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    # The transaction that collected it (and put it on its work order): telemetry rolls dead letters
+    # up into task_retry_escalated_total and dead_letter_to_work_order_seconds by it, as task events by theirs.
+    xid = TransactionIdField(
+        _("transaction id"), db_default=models.Func(function="pg_current_xact_id", output_field=TransactionIdField()),
+        editable=False)
 
     class Meta:
         verbose_name = _("dead letter")
@@ -180,6 +185,8 @@ class DeadLetter(models.Model):
             models.Index(fields=["flow", "error_signature"], name="dead_letter_signature_idx"),
             # follow_replays: the replays still under way.
             models.Index(fields=["id"], condition=Q(state=DeadLetterState.REPLAYING), name="dead_letter_replaying_idx"),
+            # telemetry's metrics rollup and scrape: the dead letters collected since the rollup's watermark.
+            models.Index(fields=["xid"], name="dead_letter_xid_idx"),
         ]
 
     def __str__(self) -> str:

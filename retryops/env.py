@@ -85,3 +85,22 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
         if raw.strip().lower() == choice.lower():
             return choice
     raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")
+
+
+def env_networks(name: str, default: str) -> list[str]:
+    """Comma-separated IP networks in CIDR notation ("10.0.0.0/8, ::1"; a bare address is one
+    host), checked and written canonically; a network with host bits set (10.0.0.5/8) is refused
+    as the typo it usually is."""
+    import ipaddress
+
+    raw = os.environ.get(name)
+    networks = []
+    for item in (default if raw is None else raw).split(","):
+        if not item.strip():
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item.strip())))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item.strip()!r} is not an IP network such as 10.0.0.0/8 or ::1 "
+                                       f"({exc})") from None
+    return networks

@@ -5,7 +5,7 @@ from pathlib import Path
 import dj_database_url
 
 from retryops import devservices
-from retryops.env import env_bool, env_choice, env_int, env_list, env_rate, env_str
+from retryops.env import env_bool, env_choice, env_int, env_list, env_networks, env_rate, env_str
 from telemetry.logs import FORMATS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -340,3 +340,25 @@ SPECTACULAR_SETTINGS = {
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
+
+# /metrics (telemetry.metrics_access): a scrape must come from an address in RETRYOPS_METRICS_ALLOW
+# (CIDRs; loopback by default; empty: any address), and, when RETRYOPS_METRICS_TOKEN (or its
+# _FILE) is set, send it as "Authorization: Bearer <token>". Behind a proxy the address is the one
+# RETRYOPS_API_NUM_PROXIES proxies saw, as for the API. An endpoint open to every address without
+# a token is refused.
+RETRYOPS_METRICS_TOKEN = env_str("RETRYOPS_METRICS_TOKEN", "") or ""
+RETRYOPS_METRICS_ALLOW = env_networks("RETRYOPS_METRICS_ALLOW", "127.0.0.0/8,::1")
+if RETRYOPS_METRICS_TOKEN and (len(RETRYOPS_METRICS_TOKEN) < 16 or not RETRYOPS_METRICS_TOKEN.isascii()
+                               or not RETRYOPS_METRICS_TOKEN.isprintable() or " " in RETRYOPS_METRICS_TOKEN):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("RETRYOPS_METRICS_TOKEN must be at least 16 printable ASCII characters without "
+                               "spaces (e.g. the output of: openssl rand -hex 32)")
+if not RETRYOPS_METRICS_ALLOW and not RETRYOPS_METRICS_TOKEN:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("RETRYOPS_METRICS_ALLOW is empty (any address) and RETRYOPS_METRICS_TOKEN is unset: "
+                               "/metrics would be open to anyone; set a token or list the addresses allowed")
+# Seconds between passes of the metrics rollup (`manage.py rqcron telemetry.cron`); a scrape is
+# exact whatever it is, and costs the rows written since the last pass.
+RETRYOPS_METRICS_ROLLUP_INTERVAL = env_int("RETRYOPS_METRICS_ROLLUP_INTERVAL", 5, minimum=1)

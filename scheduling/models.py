@@ -184,6 +184,26 @@ class Task(models.Model):
         return int(number) if number.isdigit() and len(number) <= 18 else None
 
 
+class TransactionIdField(models.Field):
+    """A PostgreSQL xid8: a transaction id that never wraps around, compared only with other xid8
+    values (psycopg hands it over as text, so it travels as text and reads back as an int)."""
+
+    description = "PostgreSQL 64-bit transaction id (xid8)"
+
+    def db_type(self, connection) -> str:
+        return "xid8"
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        return None if value is None else str(int(value))
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else int(value)
+
+    def to_python(self, value):
+        return None if value is None else int(value)
+
+
 class Attempt(models.Model):
     """One execution of a task: what a resource's retry history shows."""
 
@@ -209,6 +229,10 @@ class Attempt(models.Model):
     category = models.CharField(_("error category"), max_length=20, blank=True, choices=FailureCategory.choices)
     action = models.CharField(_("action"), max_length=30, blank=True, choices=PatternAction.choices)
     duration_ms = models.PositiveIntegerField(_("duration (ms)"), null=True, blank=True)
+    # The transaction that finished it, written by the database (the attempt_finished_xid trigger,
+    # migration 0008) on every path that ends an attempt and never changed after: telemetry rolls
+    # finished attempts up into its histograms by it, as it rolls task events up by TaskEvent.xid.
+    finished_xid = TransactionIdField(_("finishing transaction id"), null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = _("attempt")
@@ -229,30 +253,13 @@ class Attempt(models.Model):
         indexes = [
             # A resource's retry history, newest first.
             models.Index(fields=["resource", "-id"], name="attempt_resource_history_idx"),
+            # telemetry's metrics rollup and scrape: the attempts finished since the rollup's watermark.
+            models.Index(fields=["finished_xid"], condition=Q(finished_xid__isnull=False),
+                         name="attempt_finished_xid_idx"),
         ]
 
     def __str__(self) -> str:
         return f"task {self.task_id} attempt {self.number}"
-
-
-class TransactionIdField(models.Field):
-    """A PostgreSQL xid8: a transaction id that never wraps around, compared only with other xid8
-    values (psycopg hands it over as text, so it travels as text and reads back as an int)."""
-
-    description = "PostgreSQL 64-bit transaction id (xid8)"
-
-    def db_type(self, connection) -> str:
-        return "xid8"
-
-    def get_prep_value(self, value):
-        value = super().get_prep_value(value)
-        return None if value is None else str(int(value))
-
-    def from_db_value(self, value, expression, connection):
-        return None if value is None else int(value)
-
-    def to_python(self, value):
-        return None if value is None else int(value)
 
 
 class TaskEvent(models.Model):

@@ -3,8 +3,10 @@
 from django.urls import path
 
 from telemetry import views
+from telemetry.metrics_access import metrics_view
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
 ]

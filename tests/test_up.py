@@ -136,8 +136,8 @@ def no_channels(settings, monkeypatch):
 
 def test_up_starts_a_demo_receiver_and_points_the_unconfigured_channels_at_it(no_channels):
     children = Up().child_processes("127.0.0.1:8000", receiver_port=8125)
-    assert list(children) == ["worker", "periodic worker", "periodic jobs", "dead letters", "stream publisher", "web",
-                              "demo receiver"]
+    assert list(children) == ["worker", "periodic worker", "periodic jobs", "dead letters", "stream publisher",
+                              "telemetry", "web", "demo receiver"]
     assert children["demo receiver"][0][-3:] == ["demo_receiver", "--port", "8125"]
     for name in ("worker", "periodic worker", "periodic jobs", "dead letters", "web"):
         env = children[name][1]

@@ -1,4 +1,7 @@
+import threading
+
 import django_rq
+from django.db import connection
 from rq import SimpleWorker
 
 from scheduling.flows import flow
@@ -8,6 +11,18 @@ def work():
     """Run a burst worker in this process until the flow and retry queues are empty."""
     worker = django_rq.get_worker("retries", "flows", worker_class=SimpleWorker)
     worker.work(burst=True)
+
+
+def in_thread(work):
+    """Run `work` on a connection of its own; returns the thread, already started."""
+    def run():
+        try:
+            work()
+        finally:
+            connection.close()
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 calls: list[tuple[int, int]] = []

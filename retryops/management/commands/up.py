@@ -192,6 +192,7 @@ class Command(BaseCommand):
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
             "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
+            "telemetry": ([*manage, "rqcron", "telemetry.cron"], env),  # the metrics rollup
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }
         if routed:

@@ -10,6 +10,7 @@ from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import TaskEventKind
 from scheduling.models import TaskEvent, TaskEventWatermark
+from tests.scheduling.helpers import in_thread
 
 DEAD = TaskEventKind.DEAD
 
@@ -31,18 +32,6 @@ def claim(consumer, kinds=(DEAD,), limit=100) -> list[int]:
 def watermark(consumer, kind=DEAD) -> int | None:
     mark = TaskEventWatermark.objects.filter(consumer=consumer, kind=kind).first()
     return mark and mark.below_xid
-
-
-def in_thread(work):
-    """Run `work` on a connection of its own; returns the thread, already started."""
-    def run():
-        try:
-            work()
-        finally:
-            connection.close()
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 @pytest.mark.django_db

@@ -1,0 +1,13 @@
+"""Periodic jobs for `manage.py rqcron telemetry.cron` (rq 2.x cron), on the periodic queue, whose
+worker `manage.py up` runs (see scheduling.cron for why each copy lives at most one interval):
+the metrics rollup every RETRYOPS_METRICS_ROLLUP_INTERVAL seconds. A cron of its own because
+telemetry sits above every app and none of their crons may name it."""
+
+from django.conf import settings
+from rq import cron
+
+from scheduling.queueing import PERIODIC_QUEUE
+from telemetry.metrics_jobs import roll_up_metrics_job
+
+for job, interval in ((roll_up_metrics_job, settings.RETRYOPS_METRICS_ROLLUP_INTERVAL),):
+    cron.register(job, queue_name=PERIODIC_QUEUE, interval=interval, ttl=interval)
