@@ -43,7 +43,7 @@ QUEUES = (*WORKER_QUEUES, PERIODIC_QUEUE)
 # hold their locks, or a retry waits until the dispatcher's sweep finds it overdue.
 DELAYED_QUEUES = (RETRY_QUEUE, FLOW_QUEUE)
 # The cron configs `manage.py up` runs (tests/telemetry/test_heartbeats.py checks the two agree).
-CRON_CONFIGS = ("scheduling.cron", "compensation.cron", "audit.cron")
+CRON_CONFIGS = ("scheduling.cron", "compensation.cron", "audit.cron", "telemetry.cron")
 # Redis is asked with this timeout: a check must answer a load balancer quickly.
 TIMEOUT = 1.0
 

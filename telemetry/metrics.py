@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
+from telemetry.heartbeats import HeartbeatCollector
 from telemetry.metrics_gauges import StateCollector, pool_label, pool_names
 from telemetry.metrics_rollup import (
     ATTEMPT_DURATION,
@@ -80,6 +81,7 @@ def _cumulative(bounds: tuple[float, ...], rows: list[tuple[float, int]]) -> lis
 COLLECTORS = (
     CountedCollector(),
     StateCollector(),
+    HeartbeatCollector(),
 )
 
 

@@ -102,7 +102,7 @@ def test_a_cron_started_with_a_file_path_counts_as_its_module(redis_conn):
     cron_running("compensation.cron")
     cron_running("reports.cron")  # not one of ours: counts for nothing
     assert {name: count for name, count in sightings().schedulers.items() if name.startswith("cron:")} == {
-        "cron:scheduling.cron": 1, "cron:compensation.cron": 1, "cron:audit.cron": 0}
+        "cron:scheduling.cron": 1, "cron:compensation.cron": 1, "cron:audit.cron": 0, "cron:telemetry.cron": 0}
 
 
 def test_every_component_is_silent_when_redis_does_not_answer(settings, redis_conn):
