@@ -229,6 +229,10 @@ class Attempt(models.Model):
         indexes = [
             # A resource's retry history, newest first.
             models.Index(fields=["resource", "-id"], name="attempt_resource_history_idx"),
+            # The acceptance figures' retries started within their SLA (scheduling.selectors.retry_starts):
+            # retries by due time, with their start, so a window is an index-only scan.
+            models.Index(fields=["scheduled_for", "started_at"], condition=Q(number__gt=1),
+                         name="attempt_retry_due_idx"),
         ]
 
     def __str__(self) -> str:
