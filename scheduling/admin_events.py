@@ -31,4 +31,4 @@ class TaskEventAdmin(ReadOnlyAdmin):
     @admin.display(description=_("task"), ordering="task_id")
     def task_link(self, event):
         return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_task_change", args=[event.task_id]),
-                           gettext("task %(id)s") % {"id": event.task_id})
+                           gettext("task %(task)s") % {"task": event.task_id})

@@ -48,17 +48,20 @@ def window_words(seconds: int) -> str:
 
 
 def duration_words(seconds: float | None) -> str:
-    """A time as operators read it: "45 s", "4 min 12 s", "3 h 5 min", "2 d 4 h"; "–" for none."""
+    """A time as operators read it, in its two largest units (a zero second one left out):
+    "45 s", "4 min 12 s", "5 min", "3 h 5 min", "2 d 4 h"; "–" for none."""
     if seconds is None:
         return "–"
     whole = round(seconds)
     if whole < 60:
         return _("%(s)d s") % {"s": whole}
-    if whole < 3600:
-        return _("%(m)d min %(s)d s") % {"m": whole // 60, "s": whole % 60}
-    if whole < 86400:
-        return _("%(h)d h %(m)d min") % {"h": whole // 3600, "m": whole % 3600 // 60}
-    return _("%(d)d d %(h)d h") % {"d": whole // 86400, "h": whole % 86400 // 3600}
+    unit, small, both, alone = next(
+        choice for choice in ((86400, 3600, _("%(big)d d %(small)d h"), _("%(big)d d")),
+                              (3600, 60, _("%(big)d h %(small)d min"), _("%(big)d h")),
+                              (60, 1, _("%(big)d min %(small)d s"), _("%(big)d min")))
+        if whole >= choice[0])
+    big, rest = divmod(whole, unit)
+    return (both if rest // small else alone) % {"big": big, "small": rest // small}
 
 
 def percent_words(ratio: float | None) -> str:

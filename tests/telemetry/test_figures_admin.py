@@ -148,3 +148,9 @@ def test_a_reader_who_may_not_view_a_list_gets_the_count_without_its_link(rf):
     user = User.objects.get(pk=user.pk)
     links = card_links(rf, user, "compensation_completion_ratio", now)
     assert set(links.values()) == {""}
+
+
+@pytest.mark.parametrize("seconds, words", [(None, "–"), (45, "45 s"), (252, "4 min 12 s"), (300, "5 min"),
+                                            (11100, "3 h 5 min"), (86400, "1 d"), (187200, "2 d 4 h")])
+def test_times_are_shown_in_their_two_largest_units(seconds, words):
+    assert admin_figures.duration_words(seconds) == words
