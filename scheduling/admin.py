@@ -136,7 +136,8 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ("task", "number", "resource", "outcome", "started_at", "duration_ms", "category", "error_signature")
+    list_display = ("task", "number", "resource", "outcome", "scheduled_for", "started_at", "duration_ms", "category",
+                    "error_signature")
     list_filter = ("outcome", "category", RetryStartFilter, ScheduledForFilter)
     list_select_related = ("task", "resource")
     search_fields = ("=task__id", "resource__key", "error_signature")

@@ -7,6 +7,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from audit.admin import CappedCountPaginator
 from retryops.display import short_time
 from scheduling.admin import ReadOnlyAdmin
 from scheduling.admin_filters import EventTimeFilter, RetryEndFilter
@@ -22,6 +23,7 @@ class TaskEventAdmin(ReadOnlyAdmin):
     fields = ("task", "kind", "attempt_number", "details", "created_at")
     # Millions of rows: no full count, and no foreign key drop-down on the page.
     show_full_result_count = False
+    paginator = CappedCountPaginator
     raw_id_fields = ("task",)
 
     @admin.display(description=_("created at"), ordering="created_at")
