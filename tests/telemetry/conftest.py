@@ -1,8 +1,8 @@
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _figure_slas(settings):
+@pytest.fixture
+def figure_slas(settings):
     """The SLAs the hand calculations of tests/telemetry/history.py assume."""
     settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS = 30
     settings.RETRYOPS_SLA_NOTICE_SECONDS = 300

@@ -7,7 +7,7 @@ from django.utils import timezone
 from telemetry.figures import acceptance_figures
 from tests.telemetry import history
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from django.utils import timezone
 from telemetry import admin_figures
 from tests.telemetry import history
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]
 
 
 def linked_rows(client, url: str) -> set[int]:

@@ -15,7 +15,7 @@ from telemetry.figures_models import AcceptanceSnapshot
 from telemetry.figures_services import refresh_acceptance_snapshot, refresh_figures_job
 from tests.telemetry import history
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]
 
 
 @pytest.fixture(autouse=True)
