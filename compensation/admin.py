@@ -19,6 +19,13 @@ from compensation import services
 from compensation.admin_bulk_replay import BulkReplayConsole
 from compensation.admin_console import run_each, work_order_link, work_order_shown
 from compensation.admin_dead_letters import DeadLetterConsole
+from compensation.admin_filters import (
+    CompensatedAtFilter,
+    CompensateDueFilter,
+    CompletedInTimeFilter,
+    FirstDeadFilter,
+    PagedFilter,
+)
 from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.admin_work_orders import WorkOrderConsole
 from compensation.choices import WORK_ORDER_LIVE
@@ -119,7 +126,8 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
     form = WorkOrderForm
     list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
                     "acknowledged_at", "compensated_at")
-    list_filter = ("state", "source", "flow")
+    list_filter = ("state", "source", "flow", PagedFilter, CompletedInTimeFilter, FirstDeadFilter,
+                   CompensatedAtFilter, CompensateDueFilter)
     list_select_related = ("pool",)
     search_fields = ("=id", "title", "error_signature", "assignee")
     show_full_result_count = False

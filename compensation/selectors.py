@@ -6,14 +6,34 @@ from datetime import datetime, timedelta
 from operator import or_
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Min, Q, QuerySet
+from django.db.models import (
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from compensation.choices import WORK_ORDER_LIVE, DeadLetterState, WorkOrderState
+from compensation.choices import (
+    WORK_ORDER_LIVE,
+    DeadLetterState,
+    WorkOrderSource,
+    WorkOrderState,
+)
 from compensation.errors import BadInput, NotFound
 from compensation.models import SLA_CLOCKS, SLA_START, BulkReplay, DeadLetter, WorkOrder
-from compensation.notifications_models import Notification
+from compensation.notifications_models import (
+    Notification,
+    NotificationEvent,
+    NotificationState,
+)
 from compensation.runbook_models import RunbookRun
 from retryops.inputs import record_id
 
@@ -240,6 +260,54 @@ def live_work_order_board(*, now: datetime | None = None, limit: int = 5) -> dic
         "past_by_clock": {clock: counts[f"past_{clock}"] for clock in SLA_CLOCKS},
         "worst": [(order, breached_clocks(order, now=now)) for order in worst],
     }
+
+
+# The acceptance figures' work orders (telemetry.figures reads them through these, and the work
+# order list's filters select the same rows, so a figure's link shows what it counted).
+
+def first_page_sent():
+    """When the first trigger page about a work order (OuterRef "pk") reached a channel: the
+    moment the on-call was notified, which the notice SLA clock stops at too
+    (notification_subject_idx)."""
+    return (Notification.objects.filter(subject_id=OuterRef("pk"), event=NotificationEvent.TRIGGER,
+                                        state=NotificationState.SENT)
+            .order_by("sent_at").values("sent_at")[:1])
+
+
+def escalated_work_orders(*, since: datetime, until: datetime) -> QuerySet[WorkOrder]:
+    """Work orders opened by dead letters whose first dead letter died between `since` and `until`
+    (both included), annotated with `paged_at` (None: nobody has been paged about it yet)."""
+    return (WorkOrder.objects.filter(source=WorkOrderSource.DEAD_LETTERS, first_dead_at__gte=since,
+                                     first_dead_at__lte=until)
+            .annotate(paged_at=Subquery(first_page_sent())))
+
+
+def compensated_work_orders(*, since: datetime, until: datetime) -> QuerySet[WorkOrder]:
+    """Work orders compensated between `since` and `until` (both included)."""
+    return WorkOrder.objects.filter(state=WorkOrderState.COMPENSATED, compensated_at__gte=since,
+                                    compensated_at__lte=until)
+
+
+def compensate_due():
+    """When a work order's compensate SLA clock runs out: its start plus RETRYOPS_SLA_COMPENSATE_SECONDS."""
+    return ExpressionWrapper(SLA_START + timedelta(seconds=sla_limits()["compensate"]), output_field=DateTimeField())
+
+
+def work_orders_due(*, since: datetime, until: datetime) -> QuerySet[WorkOrder]:
+    """Work orders whose compensate SLA ran out between `since` and `until` (both included), but the
+    cancelled ones (opened by mistake, nothing to compensate), annotated with `compensate_due`."""
+    return (WorkOrder.objects.exclude(state=WorkOrderState.CANCELLED).annotate(compensate_due=compensate_due())
+            .filter(compensate_due__gte=since, compensate_due__lte=until))
+
+
+def completed_by_due() -> Q:
+    """A work order (annotated with `compensate_due`) compensated or closed before its compensate SLA ran out."""
+    return Q(state__in=[WorkOrderState.COMPENSATED, WorkOrderState.CLOSED], ended_at__lte=F("compensate_due"))
+
+
+def completed_in_time(orders: QuerySet[WorkOrder], *, completed: bool = True) -> QuerySet[WorkOrder]:
+    """The work orders of `orders` (annotated with `compensate_due`) completed by then, or (`completed` false) the others."""
+    return orders.filter(completed_by_due()) if completed else orders.exclude(completed_by_due())
 
 
 def dead_letter_queue_by_flow() -> list[dict]:

@@ -219,6 +219,21 @@ RETRYOPS_SLA_NOTICE_SECONDS = env_int("RETRYOPS_SLA_NOTICE_SECONDS", 300, minimu
 RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = env_int("RETRYOPS_SLA_ACKNOWLEDGE_SECONDS", 900, minimum=1)
 RETRYOPS_SLA_COMPENSATE_SECONDS = env_int("RETRYOPS_SLA_COMPENSATE_SECONDS", 86400, minimum=1)
 
+# The acceptance figures (telemetry.figures): the window the /metrics gauges and the admin panel
+# measure (the figures page offers 1 h, 24 h and 7 d as well), how late past its due time a retry
+# may start and still count as started within its SLA (the dispatcher runs every
+# RETRYOPS_DISPATCH_INTERVAL seconds, so a retry it picks up is normally that late at most), and
+# how often the periodic job recomputes the gauges' snapshot.
+RETRYOPS_FIGURES_WINDOW_SECONDS = env_int("RETRYOPS_FIGURES_WINDOW_SECONDS", 86400, minimum=60)
+RETRYOPS_RETRY_SLA_GRACE_SECONDS = env_int("RETRYOPS_RETRY_SLA_GRACE_SECONDS", 30, minimum=0)
+RETRYOPS_FIGURES_REFRESH_SECONDS = env_int("RETRYOPS_FIGURES_REFRESH_SECONDS", 60, minimum=5)
+for _name, _most in (("RETRYOPS_FIGURES_WINDOW_SECONDS", 366 * 86400), ("RETRYOPS_RETRY_SLA_GRACE_SECONDS", 86400),
+                     ("RETRYOPS_FIGURES_REFRESH_SECONDS", 86400)):
+    if globals()[_name] > _most:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]} must be at most {_most}")
+
 # Runbooks (compensation): the folder of <name>.md runbooks, and where the example external
 # action `notify_billing` POSTs its compensation requests (empty: it fails, saying so).
 RETRYOPS_RUNBOOK_DIR = Path(env_str("RETRYOPS_RUNBOOK_DIR", "") or BASE_DIR / "config" / "runbooks")

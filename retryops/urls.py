@@ -4,6 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation import dashboard
 from retryops import rq_dashboard
+from telemetry import admin_figures
 
 admin.site.site_header = _("RetryOps console")
 admin.site.site_title = _("RetryOps")
@@ -22,6 +23,9 @@ urlpatterns = [
     path("admin/rq/", rq_dashboard.urls()),
     # The ops dashboard's fragment, which the admin index's panel fetches (templates/admin/index.html).
     path("admin/dashboard/", admin.site.admin_view(dashboard.fragment), name="ops_dashboard"),
+    # The acceptance figures: their page, and the admin index's panel of them.
+    path("admin/figures/", admin.site.admin_view(admin_figures.page), name="acceptance_figures"),
+    path("admin/figures/panel/", admin.site.admin_view(admin_figures.panel), name="acceptance_figures_panel"),
     path("admin/", admin.site.urls),
     # The REST API: its own endpoints (schema, docs, health), then each app's.
     path("api/", include("retryops.api.urls")),

@@ -22,7 +22,13 @@ from resources.admin import (
 )
 from scheduling import services
 from scheduling.admin_console import TaskConsole
-from scheduling.admin_filters import FlowFilter
+from scheduling.admin_filters import (
+    FlowFilter,
+    NextRunFilter,
+    RetryOverdueFilter,
+    RetryStartFilter,
+    ScheduledForFilter,
+)
 from scheduling.choices import WAITING_STATES, TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import (
@@ -88,7 +94,7 @@ TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run"
 @admin.register(Task)
 class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run", "short_error")
-    list_filter = ("state", FlowFilter, "pool")
+    list_filter = ("state", FlowFilter, "pool", RetryOverdueFilter, NextRunFilter)
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
@@ -130,8 +136,9 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ("task", "number", "resource", "outcome", "started_at", "duration_ms", "category", "error_signature")
-    list_filter = ("outcome", "category")
+    list_display = ("task", "number", "resource", "outcome", "scheduled_for", "started_at", "duration_ms", "category",
+                    "error_signature")
+    list_filter = ("outcome", "category", RetryStartFilter, ScheduledForFilter)
     list_select_related = ("task", "resource")
     search_fields = ("=task__id", "resource__key", "error_signature")
     show_full_result_count = False
@@ -283,3 +290,6 @@ class BatchConfigAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
         saved = services.save_batch_config(data=edited_fields(form) if change else dict(form.cleaned_data),
                                            actor=request.user.get_username(), config=obj.pk if change else None)
         obj.pk = saved.pk
+
+
+from scheduling import admin_events  # noqa: E402, F401  (the task events list: its own module)

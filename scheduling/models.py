@@ -256,6 +256,10 @@ class Attempt(models.Model):
             # telemetry's metrics rollup and scrape: the attempts finished since the rollup's watermark.
             models.Index(fields=["finished_xid"], condition=Q(finished_xid__isnull=False),
                          name="attempt_finished_xid_idx"),
+            # The acceptance figures' retries started within their SLA (scheduling.selectors.retry_starts):
+            # retries by due time, with their start, so a window is an index-only scan.
+            models.Index(fields=["scheduled_for", "started_at"], condition=Q(number__gt=1),
+                         name="attempt_retry_due_idx"),
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,10 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db.models import (
     Count,
+    DateTimeField,
     Exists,
+    ExpressionWrapper,
+    F,
     Min,
     OuterRef,
     Prefetch,
@@ -233,6 +236,40 @@ def retry_outcomes_per_hour(*, now: datetime | None = None, hours: int = 24) -> 
     for hour, kind, n in rows:
         buckets[hour.astimezone(UTC)][RETRY_OUTCOMES[kind]] = n
     return [{"hour": hour, **counts} for hour, counts in buckets.items()]
+
+
+# Whether a retry started within its SLA (the operators' "retry delay within the SLA, 2-minute
+# backoff by default"): the policy's backoff is the promise, and an attempt's scheduled_for is the
+# due time the backoff gave it, so a retry keeps the promise when it started no later than that
+# plus RETRYOPS_RETRY_SLA_GRACE_SECONDS (the dispatcher's tick and a worker's pick-up). Starting
+# early cannot happen except by an operator's "run now", which keeps it too. A retry still waiting
+# past its due time plus the grace has already missed it, whether or not it ever starts.
+
+def retry_sla_grace() -> timedelta:
+    return timedelta(seconds=settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS)
+
+
+def retry_starts(*, since: datetime, until: datetime) -> QuerySet[Attempt]:
+    """Retries (attempts numbered 2 and up) due between `since` and `until` (both included), which
+    have started; attempt_retry_due_idx holds exactly these rows and the columns that time them."""
+    return Attempt.objects.filter(number__gt=1, scheduled_for__gte=since, scheduled_for__lte=until)
+
+
+def started_late() -> Q:
+    """A retry (an Attempt) that started later than its due time plus the grace."""
+    return Q(started_at__gt=ExpressionWrapper(F("scheduled_for") + retry_sla_grace(), output_field=DateTimeField()))
+
+
+def late_retry_starts(attempts: QuerySet[Attempt], *, late: bool = True) -> QuerySet[Attempt]:
+    """The retries of `attempts` that started late (`late`), or within their SLA."""
+    return attempts.filter(started_late()) if late else attempts.exclude(started_late())
+
+
+def overdue_retries(*, since: datetime, until: datetime, now: datetime) -> QuerySet[Task]:
+    """Tasks waiting for a retry (they have run before) that was due between `since` and `until`
+    and is past its due time plus the grace at `now` without having started (task_waiting_due_idx)."""
+    return Task.objects.filter(state__in=WAITING_STATES, attempt_count__gte=1, next_run_at__gte=since,
+                               next_run_at__lte=min(until, now - retry_sla_grace()))
 
 
 def scheduled_retries(*, now: datetime | None = None, overdue_after: timedelta = timedelta(0)) -> dict:

@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
+from telemetry.figures import AcceptanceCollector
 from telemetry.heartbeats import HeartbeatCollector
 from telemetry.metrics_gauges import StateCollector, pool_label, pool_names
 from telemetry.metrics_rollup import (
@@ -82,6 +83,7 @@ COLLECTORS = (
     CountedCollector(),
     StateCollector(),
     HeartbeatCollector(),
+    AcceptanceCollector(),
 )
 
 

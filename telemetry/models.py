@@ -1,5 +1,7 @@
-"""The telemetry app's rows: metric rollups and alerts (each in a module of its own, imported here)."""
+"""The telemetry app's rows: metric rollups, the acceptance figures' snapshot and alerts (each in a
+module of its own, imported here)."""
 
+from telemetry.figures_models import AcceptanceSnapshot
 from telemetry.metrics_models import MetricGauge, MetricRollup, MetricWatermark
 
-__all__ = ["MetricGauge", "MetricRollup", "MetricWatermark"]
+__all__ = ["AcceptanceSnapshot", "MetricGauge", "MetricRollup", "MetricWatermark"]

@@ -19,7 +19,7 @@ from compensation.services.runbooks import request_runbook_action
 from resources import services as resources
 from resources.models import Resource, ResourcePool
 from scheduling import services as scheduling
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task
+from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
 from tests.compensation.conftest import dead_tasks
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.scheduling.admin.conftest import order_42, run
@@ -119,6 +119,7 @@ def build(settings) -> Scene:
         "audit.apiclient": create_api_client(name="walk-shop", user=scene.user, actor="carol")[0].pk,
         "resources.resourcepool": pool.pk, "resources.resource": scene.failed.pk,
         "scheduling.task": dead.pk, "scheduling.attempt": scene.attempt.pk,
+        "scheduling.taskevent": TaskEvent.objects.filter(task=dead).values_list("pk", flat=True).first(),
         "scheduling.retrypolicy": later.pk, "scheduling.batchconfig": batch.pk,
         "compensation.runbookrun": requested.pk, "compensation.deadletter": letter.pk,
         "compensation.workorder": order.pk, "compensation.bulkreplay": bulk.pk,

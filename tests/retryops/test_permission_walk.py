@@ -192,6 +192,8 @@ ROUTES: dict[str, list[Visit]] = {
     "admin/jsi18n/": [Visit("translations", url("admin:jsi18n"))],
     "admin/r/<path:content_type_id>/<path:object_id>/": [Visit("view on site", _view_on_site)],
     "admin/dashboard/": [Visit("ops dashboard", url("ops_dashboard"))],
+    "admin/figures/": [Visit("acceptance figures", url("acceptance_figures"))],
+    "admin/figures/panel/": [Visit("acceptance figures panel", url("acceptance_figures_panel"))],
     "admin/auth/user/<id>/password/": [
         Visit("a user's password", url("admin:auth_user_password_change", pk("user")), who=(SUPERUSERS,),
               form=True, fill={"password1": NEW_PASSWORD, "password2": NEW_PASSWORD})],
@@ -254,6 +256,8 @@ ROUTES: dict[str, list[Visit]] = {
     # django-rq
     RQ + r"^stats.json/?$": [Visit("stats", rq("stats.json"))],
     RQ + r"^stats.json/(?P<token>[\w]+)?/?$": [Visit("stats with a token", rq("stats.json/not-the-token/"))],
+    # django-rq's own Prometheus view, there once prometheus-client is installed (staff, or RQ_API_TOKEN).
+    RQ + r"^metrics/?$": [Visit("RQ metrics", rq("metrics/"))],
     RQ: [Visit("queues", rq(""))],
     RQ + "queues/<int:queue_index>/": [Visit("jobs", rq("queues/{q}/"))],
     RQ + "queues/<int:queue_index>/details/": [Visit("details", rq("queues/{q}/details/"))],
@@ -316,6 +320,7 @@ ACTIONS = {
     "scheduling.task:cancel_selected": (OPERATORS,),
     "scheduling.task:run_selected_now": (OPERATORS,),
     "scheduling.attempt:delete_selected": (),
+    "scheduling.taskevent:delete_selected": (),
     "scheduling.retrypolicy:delete_selected": (),
     "scheduling.batchconfig:delete_selected": (),
     "compensation.runbookrun:delete_selected": (),
