@@ -179,8 +179,8 @@ def test_histograms_are_drawn_as_heatmaps_of_their_buckets():
 
 
 def test_dashboard_thresholds_are_the_alerts_thresholds():
-    failure_rate = float(re.search(r"\)\s*>\s*([\d.]+)", alert_rule("RetryOpsRetryFailureRateHigh")["expr"]).group(1))
-    dlq = float(alert_rule("RetryOpsDeadLetterQueueLong")["expr"].rsplit(">", 1)[1])
+    failure_rate = float(re.search(r"failure_ratio:10m > ([\d.]+)", alert_rule("RetryOpsRetryFailureRateHigh")["expr"])[1])
+    dlq = float(re.search(r"sum\(retryops_dlq_length\) > (\d+)", alert_rule("RetryOpsDeadLetterQueueLong")["expr"])[1])
     success = float(alert_rule("RetryOpsRetrySuccessBelowTarget")["expr"].rsplit("<", 1)[1])
     completion = float(alert_rule("RetryOpsCompensationCompletionBelowTarget")["expr"].rsplit("<", 1)[1])
     assert (threshold_of("Retry failure rate (10 min)"), threshold_of("Dead-letter queue length, by flow"),
@@ -205,7 +205,8 @@ def retry_once(pool) -> None:
 
 
 @pytest.fixture
-def retried(redis_conn, pool, alice, instant_policy):
+def retried(transactional_db, redis_conn, pool, alice, instant_policy):
+    """One real retry, committed (the task is enqueued on commit, as in production)."""
     retry_once(pool)
 
 
