@@ -24,30 +24,24 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None):
-    """Serve the app with `workers` processes of `threads` threads each; yields its base URL."""
-    port = free_port()
-    environment = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
-                   # Each request's thread closes its connection: 50 threads never keep 50 idle ones.
-                   "DB_CONN_MAX_AGE": "0", **(env or {})}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--timeout", "60",
-         "--graceful-timeout", "5", "--log-level", "warning"],
-        cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+def running(command: list[str], *, ready_url: str, wait: float = 60, **popen):
+    """Start `command` (a server), wait until `ready_url` answers 200, and stop it on exit (SIGTERM,
+    SIGKILL after 15 s). A server that exits or is not ready within `wait` seconds raises
+    RuntimeError with what it wrote on stderr."""
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + wait
         while True:
             try:
-                if httpx.get(f"{base}/api/health/", timeout=2).status_code == 200:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not start: {server.stderr.read() if server.poll() is not None else ''}")
+                server.kill()
+                raise RuntimeError(f"{Path(command[0]).name} did not start: {server.communicate()[1]}")
             time.sleep(0.2)
-        yield base
+        yield server
     finally:
         server.terminate()
         try:
@@ -55,3 +49,19 @@ def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@contextmanager
+def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None):
+    """Serve the app with `workers` processes of `threads` threads each; yields its base URL."""
+    port = free_port()
+    environment = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
+                   # Each request's thread closes its connection: 50 threads never keep 50 idle ones.
+                   "DB_CONN_MAX_AGE": "0", **(env or {})}
+    base = f"http://127.0.0.1:{port}"
+    with running(
+        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--timeout", "60",
+         "--graceful-timeout", "5", "--log-level", "warning"],
+            ready_url=f"{base}/api/health/", cwd=ROOT, env=environment):
+        yield base

@@ -26,6 +26,7 @@ from scheduling import services
 from scheduling.flows import flow
 from scheduling.models import Task
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
+from tests.required import missing
 from tests.scheduling.helpers import work
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,19 +44,6 @@ OPERATOR = [
     "view_retrypolicy", "view_retrypolicychange", "view_batchconfig", "view_deadletter", "view_workorder",
     "retry_resource", "cancel_task", "run_task_now", "replay_deadletter",
 ]
-
-
-def e2e_required() -> bool:
-    """Whether a missing browser must fail the run rather than skip it (CI)."""
-    return (os.environ.get("RETRYOPS_E2E", "").lower() == "required"
-            or os.environ.get("CI", "").lower() in ("1", "true", "yes"))
-
-
-def _missing(reason: str):
-    if e2e_required():
-        pytest.fail(f"{reason}; the end-to-end tests are required here (RETRYOPS_E2E=required or CI=true)",
-                    pytrace=False)
-    pytest.skip(f"{reason}; install it (apt-get install chromium) or let .ci/run do it")
 
 
 _FAILED = pytest.StashKey[bool]()
@@ -78,11 +66,11 @@ def browser():
     nothing here is async. The guard is lifted only while the browser is up: package scope ends it
     before the next package's tests, which keep Django's check."""
     if not os.path.exists(CHROMIUM):
-        _missing(f"{CHROMIUM} is missing (Debian's chromium package)")
+        missing(f"{CHROMIUM} is missing (Debian's chromium package)", install="apt-get install chromium")
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
-        _missing("the playwright package is missing (pip install -e '.[dev]')")
+        missing("the playwright package is missing", install="pip install -e '.[dev]'")
     unsafe = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     expect.set_options(timeout=TIMEOUT_MS)
