@@ -168,7 +168,9 @@ def acceptance_figures(*, seconds: int | None = None, now: datetime | None = Non
     return {figure.key: figure for figure in figures}
 
 
-# The gauges of /metrics (spec11's names), from the figures' keys; the quantile is a label.
+# The gauges of /metrics (spec11's names), from the figures' keys. The percentile is a label named
+# `percentile`, not `quantile`: Prometheus reserves that for summaries (promtool check metrics refuses it
+# on a gauge), and these are a window's figures computed by the database, not a summary's.
 GAUGES = (
     ("retryops_retry_success_ratio", "Retries (attempt 2 and up) ended in the window that succeeded, 0-1.",
      {"": "retry_success_ratio"}),
@@ -176,9 +178,9 @@ GAUGES = (
      "grace, 0-1.", {"": "retry_within_sla_ratio"}),
     ("retryops_dead_letter_to_work_order_seconds", "First dead letter to the first page about its work order, "
      "work orders whose first dead letter died in the window.",
-     {"0.5": "dead_letter_to_work_order_p50", "0.99": "dead_letter_to_work_order_p99"}),
+     {"p50": "dead_letter_to_work_order_p50", "p99": "dead_letter_to_work_order_p99"}),
     ("retryops_work_order_to_compensated_seconds", "Work order opened to compensated, work orders compensated "
-     "in the window.", {"0.5": "work_order_to_compensated_p50", "0.99": "work_order_to_compensated_p99"}),
+     "in the window.", {"p50": "work_order_to_compensated_p50", "p99": "work_order_to_compensated_p99"}),
     ("retryops_compensation_completion_ratio", "Work orders whose compensate SLA ran out in the window that were "
      "compensated or closed by then, 0-1.", {"": "compensation_completion_ratio"}),
 )
@@ -197,7 +199,7 @@ def latest_snapshot(*, seconds: int | None = None):
 
 
 class AcceptanceCollector:
-    """The acceptance figures as gauges (no labels but the quantile), from the periodic job's
+    """The acceptance figures as gauges (no labels but the percentile), from the periodic job's
     snapshot: a scrape reads one row, whatever the number of attempts. No data (an empty window,
     or no fresh snapshot) is NaN, which no alert rule compares as met or missed."""
 
@@ -205,9 +207,9 @@ class AcceptanceCollector:
         snapshot = latest_snapshot()
         values = snapshot.figures if snapshot is not None else {}
         for name, documentation, keys in GAUGES:
-            labels = ["quantile"] if "" not in keys else []
+            labels = ["percentile"] if "" not in keys else []
             gauge = GaugeMetricFamily(name, documentation, labels=labels)
-            for quantile, key in keys.items():
+            for percentile, key in keys.items():
                 value = values.get(key)
-                gauge.add_metric([quantile] if labels else [], float("nan") if value is None else float(value))
+                gauge.add_metric([percentile] if labels else [], float("nan") if value is None else float(value))
             yield gauge

@@ -25,7 +25,7 @@ def _window(settings):
 
 
 def samples() -> dict[tuple[str, str], float]:
-    return {(s.name, s.labels.get("quantile", "")): s.value
+    return {(s.name, s.labels.get("percentile", "")): s.value
             for family in AcceptanceCollector().collect() for s in family.samples}
 
 
@@ -36,8 +36,8 @@ def test_the_gauges_export_the_snapshot_the_job_computed():
     refresh_acceptance_snapshot(now=now)
     got = samples()
     assert got[("retryops_retry_success_ratio", "")] == pytest.approx(0.6)
-    assert got[("retryops_dead_letter_to_work_order_seconds", "0.5")] == pytest.approx(240)
-    assert got[("retryops_dead_letter_to_work_order_seconds", "0.99")] == pytest.approx(1768.8)
+    assert got[("retryops_dead_letter_to_work_order_seconds", "p50")] == pytest.approx(240)
+    assert got[("retryops_dead_letter_to_work_order_seconds", "p99")] == pytest.approx(1768.8)
 
 
 def test_a_figure_without_data_is_nan():
@@ -72,5 +72,5 @@ def test_the_gauges_are_valid_prometheus_text():
     registry = CollectorRegistry()
     registry.register(AcceptanceCollector())
     text = generate_latest(registry).decode()
-    assert 'retryops_work_order_to_compensated_seconds{quantile="0.99"} NaN' in text
+    assert 'retryops_work_order_to_compensated_seconds{percentile="p99"} NaN' in text
     assert "# TYPE retryops_compensation_completion_ratio gauge" in text

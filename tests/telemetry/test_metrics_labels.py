@@ -13,7 +13,7 @@ from tests.telemetry.metrics_helpers import scrape
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LABELS = {"flow", "pool", "category", "state", "outcome", "clock", "channel", "le", "quantile", "queue", "scheduler", "alert"}
+LABELS = {"flow", "pool", "category", "state", "outcome", "clock", "channel", "le", "percentile", "queue", "scheduler", "alert"}
 
 
 def test_labels_name_flows_pools_and_states_never_keys_tasks_or_errors(redis_conn, pool, instant_policy):
