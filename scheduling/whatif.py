@@ -36,7 +36,9 @@ never held in memory together; verdicts and delays are memoised per text and att
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, FloatField, Func
+from django.db import connection, transaction
+from django.db.models import Case, Count, F, FloatField, Func, Q, TextField, Value, When
+from django.db.models.functions import Concat
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -55,6 +57,7 @@ MAX_DAYS = 366
 # Distinct error texts remembered per replay; past this the memo starts again (texts with ids in
 # them would otherwise grow it without bound over a million attempts).
 MAX_MEMO = 50_000
+CHUNK = 20_000
 RETRY_ACTIONS = (PatternAction.RETRY_SAME_RESOURCE, PatternAction.RETRY_OTHER_RESOURCE)
 
 
@@ -171,67 +174,86 @@ def what_if(*, policy: str | RetryPolicy, proposed: dict, days: int = DEFAULT_DA
     policy = get_policy(policy)
     since = (now or timezone.now()) - timedelta(days=days)
     candidate = RetryPolicy(**{name: value for name, value in proposed.items() if name in (*POLICY_FIELDS, "name")})
-    replays = (_Replayer(policy), _Replayer(candidate))
+    memos: dict[str, dict] = {}  # two policies with the same patterns share their verdicts
+    replays = (_Replayer(policy, memos), _Replayer(candidate, memos))
     followed = _Followed()
-    tasks = 0
-    for attempts in _histories(policy, since):
-        tasks += 1
-        followed.observe(attempts)
-        for replayer in replays:
-            replayer.walk(attempts)
+    tasks = Task.objects.filter(policy=policy, created_at__gte=since, is_probe=False)
+    with transaction.atomic():
+        replayed = 0
+        for history in _histories(policy, since):
+            replayed += 1
+            followed.observe(history)
+            for replayer in replays:
+                replayer.walk(history)
+        # No policy changes a first attempt's success: counted, not streamed (half the tasks, often).
+        counts = tasks.aggregate(at_once=Count("pk", filter=Q(state=TaskState.SUCCEEDED, attempt_count=1)),
+                                 live=Count("pk", filter=~Q(state__in=TERMINAL_STATES)))
+        at_once, live = counts["at_once"], counts["live"]
     for replayer in replays:
         replayer.estimate(followed)
-    live = (Task.objects.filter(policy=policy, created_at__gte=since, is_probe=False)
-            .exclude(state__in=TERMINAL_STATES).count())
+        replayer.result.succeeded_first.counted += at_once
     before, after = policy_snapshot(policy), {name: proposed[name] for name in POLICY_FIELDS}
-    return WhatIf(policy=policy.name, days=days, since=since, tasks=tasks, live_tasks=live,
+    return WhatIf(policy=policy.name, days=days, since=since, tasks=replayed + at_once, live_tasks=live,
                   changes={name: (before[name], after[name]) for name in POLICY_FIELDS if before[name] != after[name]},
                   current=replays[0].result, proposed=replays[1].result)
 
 
-@dataclass(slots=True)
-class _Attempt:
-    number: int
-    succeeded: bool
-    start: float  # seconds after the task's creation
-    duration: float
-    text: str  # "ErrorClass: message", as judge reads it
-    signature: str
-    # The recorded verdict when no policy made it (abandoned, or the flow never ran); else None.
-    fixed: tuple[str, str] | None
-    resource: int | None
+# A replayed attempt: (number, succeeded, start and duration in seconds after the task's creation,
+# "ErrorClass: message" as judge reads it, signature, the recorded (category, action) when no
+# policy made the verdict, else None, resource id).
+NUMBER, SUCCEEDED, START, DURATION, TEXT, SIGNATURE, FIXED, RESOURCE = range(8)
 
 
 def _seconds(expression) -> Func:
     return Func(expression, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", output_field=FloatField())
 
 
-def _histories(policy: RetryPolicy, since: datetime):
-    """Each replayed task's finished attempts in order, as (state, [_Attempt])."""
-    rows = (Attempt.objects
+def _query(policy: RetryPolicy, since: datetime):
+    return (Attempt.objects
             .filter(task__policy=policy, task__created_at__gte=since, task__is_probe=False,
                     task__state__in=TERMINAL_STATES)
+            .exclude(task__state=TaskState.SUCCEEDED, task__attempt_count=1)
             .exclude(outcome=AttemptOutcome.RUNNING)
             .order_by("task_id", "number")
-            .values_list("task_id", "task__state", "number", "outcome", "error_class", "error_message",
-                         "error_signature", "category", "action", "resource_id")
-            .annotate(start=_seconds(F("started_at") - F("task__created_at")),
-                      duration=_seconds(F("finished_at") - F("started_at")))
-            .iterator(chunk_size=20_000))
+            .values_list("task_id", "task__state", "number", "outcome", "error_signature", "category", "action",
+                         "resource_id")
+            .annotate(text=Case(When(error_message="", then=F("error_class")),
+                                default=Concat(F("error_class"), Value(": "), F("error_message"), output_field=TextField()),
+                                output_field=TextField()),
+                      start=_seconds(F("started_at") - F("task__created_at")),
+                      duration=_seconds(F("finished_at") - F("started_at"))))
+
+
+def _histories(policy: RetryPolicy, since: datetime):
+    """Each replayed task's finished attempts in order, as (state, [attempt tuple]); the caller
+    holds a transaction."""
+    # The queryset's own SQL on Django's chunked cursor (server-side, unless DB_TRANSACTION_POOLER
+    # turns those off, as for .iterator()): the same rows without a converter call per value.
+    sql, params = _query(policy, since).query.sql_with_params()
     task, state, attempts = None, None, []
-    for (task_id, task_state, number, outcome, error_class, message, signature, category, action, resource,
-         start, duration) in rows:
-        if task_id != task:
-            if attempts:
-                yield state, attempts
-            task, state, attempts = task_id, task_state, []
-        if outcome == AttemptOutcome.SUCCEEDED:
-            attempts.append(_Attempt(number, True, start, duration, "", "", None, resource))
-            continue
-        unjudged = outcome == AttemptOutcome.ABANDONED or resource is None
-        attempts.append(_Attempt(number, False, start, duration,
-                                 f"{error_class}: {message}" if message else error_class, signature,
-                                 (category, action) if unjudged else None, resource))
+    succeeded, abandoned = AttemptOutcome.SUCCEEDED.value, AttemptOutcome.ABANDONED.value
+    with connection.cursor() as setting:
+        # A cursor's plan is chosen for its first tenth by default (a fast start); all of it is read
+        # here. Back to the default when done: the caller's transaction may go on.
+        setting.execute("SET LOCAL cursor_tuple_fraction = 1")
+    with connection.chunked_cursor() as cursor:
+        try:
+            cursor.execute(sql, params)
+        finally:
+            with connection.cursor() as setting:
+                setting.execute("SET LOCAL cursor_tuple_fraction TO DEFAULT")
+        while rows := cursor.fetchmany(CHUNK):
+            for task_id, task_state, number, outcome, signature, category, action, resource, text, start, duration \
+                    in rows:
+                if task_id != task:
+                    if attempts:
+                        yield state, attempts
+                    task, state, attempts = task_id, task_state, []
+                if outcome == succeeded:
+                    attempts.append((number, True, start, duration, None, None, None, resource))
+                else:
+                    fixed = (category, action) if outcome == abandoned or resource is None else None
+                    attempts.append((number, False, start, duration, text, signature, fixed, resource))
     if attempts:
         yield state, attempts
 
@@ -241,45 +263,58 @@ class _Followed:
 
     def __init__(self):
         self.seen: dict[str, list[int]] = {}  # signature -> [followed, succeeded]
-        self.all = [0, 0]
 
     def observe(self, history) -> None:
-        _state, attempts = history
-        for failure, following in zip(attempts, attempts[1:]):
-            if failure.succeeded:
-                continue
-            counts = self.seen.setdefault(failure.signature, [0, 0])
-            counts[0] += 1
-            self.all[0] += 1
-            if following.succeeded:
-                counts[1] += 1
-                self.all[1] += 1
+        attempts = history[1]
+        for n in range(len(attempts) - 1):
+            failure = attempts[n]
+            if not failure[SUCCEEDED]:
+                counts = self.seen.get(failure[SIGNATURE])
+                if counts is None:
+                    counts = self.seen[failure[SIGNATURE]] = [0, 0]
+                counts[0] += 1
+                counts[1] += attempts[n + 1][SUCCEEDED]
 
-    def rate(self, signature: str) -> float:
-        followed, succeeded = self.seen.get(signature) or self.all
-        return succeeded / followed if followed else 0.0
+    def rates(self) -> tuple[dict[str, float], float]:
+        """Each signature's share of followed failures that a success followed, and all signatures' share."""
+        followed = sum(counts[0] for counts in self.seen.values())
+        succeeded = sum(counts[1] for counts in self.seen.values())
+        return ({signature: s / f for signature, (f, s) in self.seen.items()},
+                succeeded / followed if followed else 0.0)
+
+
+def _consequence(category: str, action: str, *, judged: bool) -> tuple[bool, bool]:
+    """(is it retried, is its resource quarantined), as after_failure and _settle_resource decide."""
+    if category == FailureCategory.RETRYABLE and action in RETRY_ACTIONS:
+        return True, False
+    # Only a failure the flow had on its resource settles that resource (a claim that failed has none;
+    # an abandoned attempt's lease was swept).
+    return False, judged and (action == PatternAction.QUARANTINE or (
+        category == FailureCategory.NON_RETRYABLE and action != PatternAction.DEAD_LETTER))
 
 
 class _Replayer:
     """One policy's replay over the streamed tasks (steps 1-6), then its estimates (step 7)."""
 
-    def __init__(self, policy: RetryPolicy):
+    def __init__(self, policy: RetryPolicy, memos: dict[str, dict]):
         self.policy = policy
         self.result = Replay()
         self.quarantined: set[int] = set()
         self.pending: list[tuple[str, int, float, float]] = []  # (signature, attempt, due, duration)
-        self._verdicts: dict[str, tuple[str, str]] = {}
+        patterns = repr((policy.non_retryable_error_patterns, policy.retryable_error_patterns))
+        self._verdicts: dict[str, tuple[bool, bool]] = memos.setdefault(patterns, {})
         self._delays: dict[int, float] = {}
 
-    def verdict(self, attempt: _Attempt) -> tuple[str, str]:
-        if attempt.fixed is not None:
-            return attempt.fixed
-        found = self._verdicts.get(attempt.text)
+    def consequence(self, attempt: tuple) -> tuple[bool, bool]:
+        if attempt[FIXED] is not None:
+            return _consequence(*attempt[FIXED], judged=False)
+        text = attempt[TEXT]
+        found = self._verdicts.get(text)
         if found is None:
             if len(self._verdicts) >= MAX_MEMO:
                 self._verdicts.clear()
-            judged = judge(self.policy, attempt.text)
-            found = self._verdicts[attempt.text] = (judged.category, judged.action)
+            verdict = judge(self.policy, text)
+            found = self._verdicts[text] = _consequence(verdict.category, verdict.action, judged=True)
         return found
 
     def delay(self, number: int) -> float:
@@ -292,8 +327,8 @@ class _Replayer:
         return found
 
     def stop(self, number: int, failed_at: float) -> tuple[str | None, float]:
-        """Why a retryable failure of attempt `number` at `failed_at` ends the task (None: it is
-        retried), and when the retry would be due."""
+        """Why a retried failure of attempt `number` at `failed_at` ends the task instead (None: it
+        is retried), and when the retry would be due."""
         due = failed_at + self.delay(number)
         if number >= self.policy.max_attempts:
             return "dead_max_attempts", due
@@ -303,32 +338,29 @@ class _Replayer:
 
     def walk(self, history) -> None:
         state, attempts = history
-        result, clock = self.result, attempts[0].start
-        for n, attempt in enumerate(attempts):
-            if attempt.succeeded:
-                (result.recovered if n else result.succeeded_first).counted += 1
+        result, clock = self.result, attempts[0][START]
+        for attempt in attempts:
+            if attempt[SUCCEEDED]:
+                (result.recovered if attempt[NUMBER] > 1 else result.succeeded_first).counted += 1
                 return
-            category, action = self.verdict(attempt)
-            if category != FailureCategory.RETRYABLE or action not in RETRY_ACTIONS:
-                if attempt.resource is not None and attempt.fixed is None and (
-                        action == PatternAction.QUARANTINE
-                        or (category == FailureCategory.NON_RETRYABLE and action != PatternAction.DEAD_LETTER)):
-                    self.quarantined.add(attempt.resource)
+            retried, quarantines = self.consequence(attempt)
+            if not retried:
+                if quarantines:
+                    self.quarantined.add(attempt[RESOURCE])
                 self._die("dead_non_retryable", 1)
                 return
-            why, due = self.stop(attempt.number, clock + attempt.duration)
+            why, clock = self.stop(attempt[NUMBER], clock + attempt[DURATION])
             if why is not None:
                 self._die(why, 1)
                 return
             result.retries_scheduled.counted += 1
-            clock = due
         if state == TaskState.CANCELLED:
             result.cancelled.counted += 1
         else:
             last = attempts[-1]
-            self.pending.append((last.signature, last.number + 1, clock, last.duration))
+            self.pending.append((last[SIGNATURE], last[NUMBER] + 1, clock, last[DURATION]))
 
-    def _die(self, why: str, weight: float) -> None:
+    def _die(self, why: str, weight: int | float) -> None:
         for key in ("dead", why):
             figure = getattr(self.result, key)
             if isinstance(weight, int):
@@ -339,8 +371,9 @@ class _Replayer:
     def estimate(self, followed: _Followed) -> None:
         """Step 7: the tasks the record stopped following, with the observed success rates."""
         result = self.result
+        rates, pooled = followed.rates()
         for signature, number, clock, duration in self.pending:
-            p, alive = followed.rate(signature), 1.0
+            p, alive = rates.get(signature, pooled), 1.0
             while alive > 0:
                 result.recovered.expected += alive * p
                 alive *= 1 - p
