@@ -20,7 +20,8 @@ from resources.admin import (
     edited_fields,
     storable_json_object,
 )
-from scheduling import services
+from retryops.errors import DomainError
+from scheduling import services, whatif
 from scheduling.admin_console import TaskConsole
 from scheduling.admin_filters import (
     FlowFilter,
@@ -211,6 +212,20 @@ def _form_position(field: str) -> int:
     return fields.index(field) if field in fields else len(fields)
 
 
+# The change form's "Preview the effect" button, and the days it replays (scheduling.whatif).
+PREVIEW, PREVIEW_DAYS = "_preview", "_preview_days"
+
+
+class PreviewOnly:
+    """The policy form as "Preview the effect" posts it: validated exactly as Save validates it,
+    then reported invalid (without an error) so that the admin saves nothing and shows the
+    edited values again, with the what-if beside them."""
+
+    def is_valid(self) -> bool:
+        self.preview_ready = super().is_valid()
+        return False
+
+
 @admin.register(RetryPolicy)
 class RetryPolicyAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
     form = RetryPolicyForm
@@ -221,6 +236,31 @@ class RetryPolicyAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return ("name",) if obj else ()
+
+    @staticmethod
+    def previewing(request) -> bool:
+        return request.method == "POST" and PREVIEW in request.POST
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if change and self.previewing(request):
+            return type(form.__name__, (PreviewOnly, form), {})
+        return form
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        form = context["adminform"].form
+        context["whatif_days"] = request.POST.get(PREVIEW_DAYS, whatif.DEFAULT_DAYS)
+        if change and getattr(form, "preview_ready", False):
+            try:
+                days = int(context["whatif_days"])
+            except ValueError:
+                days = context["whatif_days"]  # what_if names it
+            try:
+                context["whatif"] = whatif.what_if(policy=obj.name, proposed=form.cleaned_policy, days=days)
+                context["expected_note"] = whatif.EXPECTED_NOTE
+            except DomainError as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     def save_model(self, request, obj, form, change):
         fields = [field for field in form.changed_data if field in POLICY_FIELDS] if change else None

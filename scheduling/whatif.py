@@ -33,8 +33,9 @@ The attempts stream through one query ordered by (task, number) (attempt_number_
 never held in memory together; verdicts and delays are memoised per text and attempt number.
 """
 
+import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Case, Count, F, FloatField, Func, Q, TextField, Value, When
@@ -83,6 +84,13 @@ class Figure:
     def as_dict(self) -> dict:
         return {"total": round(self.total, 3), "counted": self.counted, "expected": round(self.expected, 3)}
 
+    def shown(self) -> str:
+        """As the table shows it: "12" counted, "15.4 (3.4 expected)" with an estimate in it."""
+        if not self.expected:
+            return f"{self.counted:,}"
+        return gettext("%(total)s (%(expected)s expected)") % {"total": f"{self.total:,.1f}",
+                                                               "expected": f"{self.expected:,.1f}"}
+
 
 @dataclass
 class Replay:
@@ -112,6 +120,9 @@ ROWS = (
     ("resources_quarantined", _("Resources quarantined"), False),
 )
 
+EXPECTED_NOTE = _("Expected: where a policy retries more than the record did, the further attempts are estimated "
+                  "from how often a failure of the same error signature was followed by a success.")
+
 
 @dataclass(frozen=True)
 class Row:
@@ -124,6 +135,12 @@ class Row:
     @property
     def change(self) -> float:
         return self.proposed.total - self.current.total
+
+    def shown_change(self) -> str:
+        change = self.change
+        if abs(change) < 0.05:
+            return "0"
+        return f"{round(change):+,}" if change == round(change) else f"{change:+,.1f}"
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,17 @@ class WhatIf:
     def rows(self) -> list[Row]:
         return [Row(key, str(label), indented, getattr(self.current, key), getattr(self.proposed, key))
                 for key, label, indented in ROWS]
+
+    def shown_changes(self) -> list[tuple[str, str, str]]:
+        """(field, value as saved, value proposed), values as JSON."""
+        return [(name, json.dumps(before, ensure_ascii=False), json.dumps(after, ensure_ascii=False))
+                for name, (before, after) in self.changes.items()]
+
+    def summary(self) -> str:
+        return gettext("Retry policy %(policy)s: %(tasks)s ended tasks created in the last %(days)s days (since "
+                       "%(since)s UTC) replayed; %(live)s still running or waiting are left out.") % {
+            "policy": self.policy, "tasks": f"{self.tasks:,}", "days": self.days,
+            "since": f"{self.since.astimezone(UTC):%Y-%m-%d %H:%M}", "live": f"{self.live_tasks:,}"}
 
     @property
     def has_expected(self) -> bool:

@@ -6,7 +6,7 @@ from django.utils.translation import gettext_lazy
 
 from retryops.errors import DomainError
 from scheduling import selectors
-from scheduling.whatif import DEFAULT_DAYS, proposal, what_if
+from scheduling.whatif import DEFAULT_DAYS, EXPECTED_NOTE, proposal, what_if
 
 
 def _yaml():
@@ -44,19 +44,6 @@ def read_file(path: str, policy: str) -> dict:
     if not isinstance(document, dict):
         raise CommandError(_("%(path)s: expected a mapping of policy fields, or a 'policies' list") % {"path": path})
     return document
-
-
-def cell(figure) -> str:
-    if not figure.expected:
-        return f"{figure.counted:,}"
-    return _("%(total)s (%(expected)s expected)") % {"total": f"{figure.total:,.1f}",
-                                                       "expected": f"{figure.expected:,.1f}"}
-
-
-def change(value: float) -> str:
-    if abs(value) < 0.05:
-        return "0"
-    return f"{round(value):+,}" if value == round(value) else f"{value:+,.1f}"
 
 
 class Command(BaseCommand):
@@ -100,24 +87,19 @@ class Command(BaseCommand):
         self.stdout.write(self.table(result))
 
     def table(self, result) -> str:
-        lines = [_("Retry policy %(policy)s: %(tasks)s ended tasks created in the last %(days)s days (since %(since)s) "
-                   "replayed; %(live)s still running or waiting are left out.") % {
-            "policy": result.policy, "tasks": f"{result.tasks:,}", "days": result.days,
-            "since": f"{result.since:%Y-%m-%d %H:%M} UTC", "live": f"{result.live_tasks:,}"}]
+        lines = [result.summary()]
         if result.changes:
             lines.append(_("Proposed: %(changes)s") % {"changes": "; ".join(
-                f"{name} {before!r} → {after!r}" for name, (before, after) in result.changes.items())})
+                f"{name} {before} → {after}" for name, before, after in result.shown_changes())})
         else:
             lines.append(_("Proposed: no change (both columns replay the policy as saved)."))
-        rows = [("  " + row.label if row.indented else row.label, cell(row.current), cell(row.proposed),
-                 change(row.change)) for row in result.rows()]
+        rows = [("  " + row.label if row.indented else row.label, row.current.shown(), row.proposed.shown(),
+                 row.shown_change()) for row in result.rows()]
         header = ("", _("current"), _("proposed"), _("change"))
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
         lines.append("")
         for row in [header, *rows]:
             lines.append(f"{row[0]:<{widths[0]}}  " + "  ".join(f"{row[i]:>{widths[i]}}" for i in (1, 2, 3)))
         if result.has_expected:
-            lines += ["", _("Expected: where a policy retries more than the record did, the further attempts are "
-                            "estimated from how often a failure of the same error signature was followed by a "
-                            "success.")]
+            lines += ["", str(EXPECTED_NOTE)]
         return "\n".join(lines)
