@@ -255,16 +255,18 @@ def _query(policy: RetryPolicy, since: datetime):
 def _histories(policy: RetryPolicy, since: datetime):
     """Each replayed task's finished attempts in order, as (state, [attempt tuple]); the caller
     holds a transaction."""
-    # The queryset's own SQL on Django's chunked cursor (server-side, unless DB_TRANSACTION_POOLER
-    # turns those off, as for .iterator()): the same rows without a converter call per value.
+    # The queryset's own SQL on Django's chunked (server-side) cursor, as .iterator() would read it,
+    # but without a converter call per value; a plain cursor where DB_TRANSACTION_POOLER turns
+    # server-side cursors off, as .iterator() does then too.
     sql, params = _query(policy, since).query.sql_with_params()
+    chunked = not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
     task, state, attempts = None, None, []
     succeeded, abandoned = AttemptOutcome.SUCCEEDED.value, AttemptOutcome.ABANDONED.value
     with connection.cursor() as setting:
         # A cursor's plan is chosen for its first tenth by default (a fast start); all of it is read
         # here. Back to the default when done: the caller's transaction may go on.
         setting.execute("SET LOCAL cursor_tuple_fraction = 1")
-    with connection.chunked_cursor() as cursor:
+    with connection.chunked_cursor() if chunked else connection.cursor() as cursor:
         try:
             cursor.execute(sql, params)
         finally:
