@@ -213,10 +213,3 @@ def test_the_replay_writes_nothing(history, policy):
     assert queries.captured_queries
     assert [q["sql"] for q in queries.captured_queries if WRITE.search(q["sql"])] == []
 
-
-def test_without_server_side_cursors_the_counts_are_the_same(history, policy, monkeypatch):
-    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
-    with CaptureQueriesContext(connection) as queries:
-        result = run(policy)
-    assert (result.tasks, figures(result.current)) == (6, AS_RECORDED)
-    assert not any("DECLARE" in q["sql"] for q in queries.captured_queries)
