@@ -29,8 +29,9 @@ walked in order, 1, 2, ...:
    as long as the last recorded one; the walk goes on as in 3-6 with probabilities instead of
    counts. These parts are "expected" figures, kept apart from the counted ones.
 
-The attempts stream through one query ordered by (task, number) (attempt_number_unique_per_task),
-never held in memory together; verdicts and delays are memoised per text and attempt number.
+Tasks that succeeded at their first attempt are only counted (in SQL: no policy changes them);
+the other tasks' attempts stream through one query ordered by (task, number), one task in memory
+at a time; verdicts are memoised per error text and policy patterns, delays per attempt number.
 """
 
 import json
