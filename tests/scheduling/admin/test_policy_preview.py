@@ -84,8 +84,12 @@ def test_a_value_save_would_refuse_is_refused_by_the_preview_on_its_field(admin_
 
 
 def test_save_after_the_preview_saves_as_usual(admin_client, policy):
-    admin_client.post(url(policy), form(max_attempts=2, _preview="Preview the effect"))
-    response = admin_client.post(url(policy), form(max_attempts=2, _save="Save"))
+    # As a browser posts it: with the hidden copy of the value the page first showed, which the
+    # preview's page carries on, so that Save sees the typed value as a change.
+    preview = admin_client.post(url(policy), form(max_attempts=2, _preview="Preview the effect",
+                                                  **{"initial-max_attempts": 3}))
+    assert re.search(r'name="initial-max_attempts" value="3"', preview.content.decode())
+    response = admin_client.post(url(policy), form(max_attempts=2, _save="Save", **{"initial-max_attempts": 3}))
     assert response.status_code == 302
     assert RetryPolicy.objects.get(pk=policy.pk).max_attempts == 2
     assert RetryPolicyChange.objects.get().after["max_attempts"] == 2
