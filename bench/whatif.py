@@ -11,7 +11,8 @@ resource, a deadline), as `manage.py policy_whatif` and the admin's preview do; 
 `--repeat` runs is printed, with the attempts per second and the ratio of the sizes' times
 (target: under 10 s at 1,000,000). The rows are built in SQL once and kept, in a database of its
 own beside the app's (`retryops_bench_whatif`, see bench/common.py). bench/metrics.py may call
-`measure(sizes)` and print its rows.
+`time_what_if(policy)` on a policy of its own million attempts, or `measure(sizes)` (which adds
+this file's tasks to the database it runs in), and print the rows.
 """
 
 import argparse
@@ -116,26 +117,29 @@ def build(size: int) -> str:
     return name
 
 
-def measure(sizes=(10_000, 1_000_000), repeat: int = 3) -> list[dict]:
-    """Per size: {"size", "attempts", "tasks", "seconds" (best of `repeat`)}; Django must be set up
-    on a benchmark database (bench/common.setup_django)."""
+def time_what_if(policy: str, changes: dict | None = None, repeat: int = 3) -> dict:
+    """The what-if of an existing policy (its tasks as they are, e.g. bench/metrics.py's) under
+    `changes` (PROPOSAL by default): {"attempts", "tasks", "seconds", "python_cpu_seconds"} of the
+    best of `repeat` runs, and the last "result". Django must be set up on a benchmark database."""
     from scheduling.models import Attempt, RetryPolicy
     from scheduling.whatif import proposal, what_if
 
-    rows = []
-    for size in sizes:
-        name = build(size)
-        policy = RetryPolicy.objects.get(name=name)
-        proposed = proposal(policy, PROPOSAL)
-        times = []
-        for _ in range(repeat):
-            started, cpu = time.perf_counter(), time.process_time()
-            result = what_if(policy=name, proposed=proposed)
-            times.append((time.perf_counter() - started, time.process_time() - cpu))
-        best = min(times)
-        rows.append({"size": size, "attempts": Attempt.objects.filter(task__policy=policy).count(),
-                     "tasks": result.tasks, "seconds": best[0], "python_cpu_seconds": best[1], "result": result})
-    return rows
+    current = RetryPolicy.objects.get(name=policy)
+    proposed = proposal(current, PROPOSAL if changes is None else changes)
+    times = []
+    for _ in range(repeat):
+        started, cpu = time.perf_counter(), time.process_time()
+        result = what_if(policy=policy, proposed=proposed)
+        times.append((time.perf_counter() - started, time.process_time() - cpu))
+    best = min(times)
+    return {"attempts": Attempt.objects.filter(task__policy=current).count(), "tasks": result.tasks,
+            "seconds": best[0], "python_cpu_seconds": best[1], "result": result}
+
+
+def measure(sizes=(10_000, 1_000_000), repeat: int = 3) -> list[dict]:
+    """Per size, the policy `bench-whatif-<size>` built (once) and timed by time_what_if, with its
+    "size". Adds about sum(sizes) attempts to the database it runs in."""
+    return [{"size": size, **time_what_if(build(size), repeat=repeat)} for size in sizes]
 
 
 def main() -> None:
@@ -147,8 +151,9 @@ def main() -> None:
     from common import setup_django
 
     setup_django(suffix="_bench_whatif")
+    load = os.getloadavg()[0]
     rows = measure([int(size) for size in args.sizes.split(",")], args.repeat)
-    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
+    print(f"{os.cpu_count()} cores, load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"{'attempts':>10} {'tasks':>9} {'what-if s':>10} {'Python CPU s':>13} {'attempts/s':>12}")
     for row in rows:
         print(f"{row['attempts']:>10,} {row['tasks']:>9,} {row['seconds']:>10.2f} {row['python_cpu_seconds']:>13.2f} "
@@ -158,6 +163,7 @@ def main() -> None:
         print(f"ratio {last['seconds'] / first['seconds']:.0f}x the time for {last['attempts'] / first['attempts']:.0f}x "
               f"the attempts; {last['attempts']:,} attempts in {last['seconds']:.2f} s (target < {TARGET_SECONDS} s)")
     for row in rows[-1:]:
+        print(f"  {'at ' + format(row['attempts'], ',') + ' attempts':<50} {'current':>12} {'proposed':>12}")
         for line in row["result"].rows():
             print(f"  {line.label:<50} {line.current.total:>12,.1f} {line.proposed.total:>12,.1f}")
 
