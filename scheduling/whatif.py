@@ -393,6 +393,13 @@ class _Replayer:
         rates, pooled = followed.rates()
         for signature, number, clock, duration in self.pending:
             p, alive = rates.get(signature, pooled), 1.0
+            if not self.policy.deadline_seconds:
+                # Only max_attempts ends it: attempts number .. max_attempts, each failing with q.
+                q, left = 1 - p, self.policy.max_attempts - number + 1
+                result.recovered.expected += 1 - q ** left
+                result.retries_scheduled.expected += left - 1 if q == 1 else (q - q ** left) / (1 - q)
+                self._die("dead_max_attempts", float(q ** left))
+                continue
             while alive > 0:
                 result.recovered.expected += alive * p
                 alive *= 1 - p

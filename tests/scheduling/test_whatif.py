@@ -114,6 +114,23 @@ def test_more_attempts_than_recorded_are_estimated_from_the_signatures_observed_
     assert result.has_expected
 
 
+def test_an_estimated_retry_past_the_deadline_is_refused_with_the_expected_weight(history, policy):
+    # t3's 3rd attempt fails at 123 s; its retry, due at 183 s, fits in 200 s and is counted. The
+    # 4th attempt is estimated: it succeeds with 0.4 and fails at 184 s with 0.6, when a retry due
+    # at 244 s would pass the deadline.
+    proposed = run(policy, max_attempts=5, deadline_seconds=200).proposed
+    assert (proposed.retries_scheduled.counted, proposed.retries_scheduled.expected) == (7, 0)
+    assert proposed.recovered.expected == pytest.approx(0.4)
+    assert proposed.dead_deadline.expected == pytest.approx(0.6)
+    assert proposed.dead_max_attempts.total == 0
+
+
+def test_a_thousand_attempts_never_seen_recover_every_task_a_success_ever_followed(history, policy):
+    proposed = run(policy, max_attempts=1000).proposed
+    assert proposed.recovered.expected == pytest.approx(1)  # 1 - 0.6 ** 998
+    assert proposed.retries_scheduled.expected == pytest.approx(0.6 / 0.4)  # 0.6 + 0.6² + ...
+
+
 def test_each_signature_is_estimated_with_its_own_success_rate(pool, policy):
     build(pool, policy)  # "read timed out": 2 of its 5 followed failures were followed by a success
     record(policy, pool, [("TimeoutError", "socket timed out")] * 3, state="dead")  # followed twice, never
