@@ -19,17 +19,25 @@ def os_user() -> str:
         return f"uid {os.getuid()}"
 
 
-class AuditedCommand(BaseCommand):
+class TranslatedHelpCommand(BaseCommand):
+    """A command whose `help` may be translated (gettext_lazy)."""
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        if parser.description:
+            # A translated `help` in the language the command runs in: argparse formats it with
+            # re, which takes only a real string.
+            parser.description = str(parser.description)
+        return parser
+
+
+class AuditedCommand(TranslatedHelpCommand):
     """A command whose audit entries name the command channel and its actor: --actor if given
     (a command may declare its own --actor, e.g. a required one), else the OS user. Each run
     gets a request id of its own, shared by all the entries it writes."""
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
-        if parser.description:
-            # A translated `help` (gettext_lazy) in the language the command runs in: argparse
-            # formats it with re, which takes only a real string.
-            parser.description = str(parser.description)
         try:
             parser.add_argument("--actor", help=gettext("Who runs this, for the audit log (default: the OS user)."))
         except argparse.ArgumentError:

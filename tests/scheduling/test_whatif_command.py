@@ -94,3 +94,12 @@ def test_the_command_changes_no_policy(history):
     run("checkout", "--set", "max_attempts=9")
     assert list(RetryPolicy.objects.values()) == before
     assert not RetryPolicyChange.objects.exists()
+
+
+def test_the_help_reads_in_the_language_the_command_runs_in(db):
+    from django.utils import translation
+
+    from scheduling.management.commands.policy_whatif import Command
+
+    with translation.override("zh-hans"):
+        assert "不写入任何数据" in Command().create_parser("manage.py", "policy_whatif").format_help()

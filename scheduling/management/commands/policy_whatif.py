@@ -1,9 +1,10 @@
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from audit.management.base import TranslatedHelpCommand
 from retryops.errors import DomainError
 from scheduling import selectors
 from scheduling.whatif import DEFAULT_DAYS, EXPECTED_NOTE, proposal, what_if
@@ -46,7 +47,7 @@ def read_file(path: str, policy: str) -> dict:
     return document
 
 
-class Command(BaseCommand):
+class Command(TranslatedHelpCommand):
     help = gettext_lazy(
         "Replay the last days of a retry policy's recorded attempts under a proposed change of it and print what "
         "each would do, side by side. Writes nothing.")
