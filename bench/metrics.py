@@ -30,8 +30,19 @@ from common import page_sizes_in_children, setup_django, time_pages  # noqa: E40
 
 TARGET_P95_MS = 200
 DAYS = 7
+
+
+def what_if_report() -> None:
+    """bench/whatif.py's figures: the policy what-if over 1,000,000 recorded attempts beside 10,000
+    (target under 10 s), in a process of its own, since it keeps a database of its own."""
+    import subprocess
+
+    print("\npolicy what-if (bench/whatif.py):", flush=True)
+    subprocess.run([sys.executable, str(Path(__file__).with_name("whatif.py"))], check=False)
+
+
 # Callables run after the metrics' figures are printed, each printing its own lines.
-EXTRA_REPORTS: list = []
+EXTRA_REPORTS: list = [what_if_report]
 
 # `new` tasks of the bench's first flow and pool, each failing at attempt 1 and succeeding at its
 # retry a second later: two attempts and two task events (a retry scheduled, a retry succeeded)
