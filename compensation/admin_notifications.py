@@ -12,7 +12,11 @@ from django.utils.translation import gettext_lazy as _
 
 from audit.admin import CappedCountPaginator
 from compensation.notifications import resend_notifications
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications_models import (
+    Notification,
+    NotificationState,
+    NotificationSubject,
+)
 from retryops.errors import DomainError
 
 STATE_COLOURS = {
@@ -27,13 +31,13 @@ STATE_COLOURS = {
 class NotificationAdmin(admin.ModelAdmin):
     list_display = ("id", "created_at", "state_badge", "channel", "event", "dedup_key", "subject", "attempts",
                     "short_error", "last_status_code", "next_attempt_at", "sent_at")
-    list_filter = ("state", "channel", "event")
+    list_filter = ("state", "channel", "event", "subject_type")
     search_fields = ("=dedup_key", "=subject_id")
     show_full_result_count = False
     paginator = CappedCountPaginator
     actions = ["send_again"]
-    fields = ("id", "created_at", "channel", "event", "dedup_key", "subject_id", "subject_label", "state",
-              "attempts", "next_attempt_at", "last_attempt_at", "last_status_code", "last_error", "sent_at",
+    fields = ("id", "created_at", "channel", "event", "dedup_key", "subject_type", "subject_id", "subject_label",
+              "state", "attempts", "next_attempt_at", "last_attempt_at", "last_status_code", "last_error", "sent_at",
               "payload_shown")
     readonly_fields = fields
 
@@ -69,6 +73,8 @@ class NotificationAdmin(admin.ModelAdmin):
     @admin.display(description=_("about"), ordering="subject_id")
     def subject(self, row):
         # The label is what the on-call was told (English, like the message); the id is named here.
+        if row.subject_type == NotificationSubject.ALERT:
+            return gettext("alert %(id)s") % {"id": row.subject_id}
         return gettext("work order %(id)s") % {"id": row.subject_id}
 
     @admin.display(description=_("last error"))

@@ -190,6 +190,6 @@ class WorkOrderConsole:
                 console_notifications=notifications,
                 console_notifications_more=len(notifications) == NOTIFICATIONS_SHOWN,
                 console_notifications_url=f"{reverse('admin:compensation_notification_changelist')}"
-                                          f"?subject_id={obj.pk}",
+                                          f"?subject_type__exact=work_order&subject_id={obj.pk}",
             )
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)

@@ -31,6 +31,7 @@ from compensation.notifications_models import (
     Notification,
     NotificationEvent,
     NotificationState,
+    NotificationSubject,
 )
 from compensation.notifiers import (
     NOTIFIERS,
@@ -105,12 +106,20 @@ def _link(value: Any) -> str:
     return link
 
 
-def _message(*, event, dedup_key, subject_id, subject_label, summary, details, link, severity) -> Message:
+# A subject's name when the caller gives no label: "work order 7", "alert 3".
+SUBJECT_NOUNS = {NotificationSubject.WORK_ORDER: "work order", NotificationSubject.ALERT: "alert"}
+
+
+def _message(*, event, dedup_key, subject_type, subject_id, subject_label, summary, details, link,
+             severity) -> Message:
     if event not in NotificationEvent.values:
         raise BadInput(f"event must be one of {', '.join(NotificationEvent.values)}, got {event!r}", field="event")
+    if subject_type not in NotificationSubject.values:
+        raise BadInput(f"subject_type must be one of {', '.join(NotificationSubject.values)}, got {subject_type!r}",
+                       field="subject_type")
     if isinstance(subject_id, bool) or not isinstance(subject_id, int) or not 0 < subject_id <= MAX_SAFE_INTEGER:
-        raise BadInput(f"subject_id must be a work order id (a positive integer), got {subject_id!r}",
-                       field="subject_id")
+        raise BadInput(f"subject_id must be the id of a {SUBJECT_NOUNS[subject_type]} (a positive integer), "
+                       f"got {subject_id!r}", field="subject_id")
     if severity not in PAGERDUTY_SEVERITIES:
         raise BadInput(f"severity must be one of {', '.join(PAGERDUTY_SEVERITIES)}, got {severity!r}",
                        field="severity")
@@ -123,9 +132,10 @@ def _message(*, event, dedup_key, subject_id, subject_label, summary, details, l
     return Message(
         event=event,
         dedup_key=_text(dedup_key, field="dedup_key", max_length=MAX_DEDUP_KEY_LENGTH),
+        subject_type=subject_type,
         subject_id=subject_id,
         subject_label=_text(subject_label, field="subject_label", max_length=200, required=False)
-        or f"work order {subject_id}",
+        or f"{SUBJECT_NOUNS[subject_type]} {subject_id}",
         summary=_text(summary, field="summary", max_length=MAX_SUMMARY_LENGTH),
         details=details,
         link=_link(link),
@@ -139,20 +149,24 @@ def work_order_dedup_key(work_order_id: int) -> str:
 
 
 def queue_notification(*, event: str, dedup_key: str, subject_id: int, summary: str, details: dict,
-                       link: str, subject_label: str = "", severity: str = "error") -> list[Notification]:
-    """Queue `event` about a work order to every channel, in the caller's transaction; the rows
-    are sent once it commits. A channel without its URL or key gets a `skipped` row that says
-    which setting is missing. `link` is an http(s) URL or a path under RETRYOPS_PUBLIC_URL."""
-    message = _message(event=event, dedup_key=dedup_key, subject_id=subject_id, subject_label=subject_label,
-                       summary=summary, details=details, link=link, severity=severity)
+                       link: str, subject_label: str = "", severity: str = "error",
+                       subject_type: str = NotificationSubject.WORK_ORDER) -> list[Notification]:
+    """Queue `event` about a subject (a work order unless `subject_type` says an alert) to every
+    channel, in the caller's transaction; the rows are sent once it commits. A channel without its
+    URL or key gets a `skipped` row that says which setting is missing. `link` is an http(s) URL
+    or a path under RETRYOPS_PUBLIC_URL."""
+    message = _message(event=event, dedup_key=dedup_key, subject_type=subject_type, subject_id=subject_id,
+                       subject_label=subject_label, summary=summary, details=details, link=link,
+                       severity=severity)
     now = timezone.now()
     rows = []
     for channel, notifier_class in NOTIFIERS.items():
         notifier = notifier_class()
         reason = notifier.not_configured()
         rows.append(Notification(
-            channel=channel, event=message.event, dedup_key=message.dedup_key, subject_id=message.subject_id,
-            subject_label=message.subject_label, payload=notifier.build(message),
+            channel=channel, event=message.event, dedup_key=message.dedup_key,
+            subject_type=message.subject_type, subject_id=message.subject_id, subject_label=message.subject_label,
+            payload=notifier.build(message),
             state=NotificationState.SKIPPED if reason else NotificationState.QUEUED,
             next_attempt_at=None if reason else now, last_error=reason or ""))
     with transaction.atomic():

@@ -20,6 +20,14 @@ class NotificationEvent(models.TextChoices):
     RESOLVE = "resolve", _("Resolve")
 
 
+class NotificationSubject(models.TextChoices):
+    """What a notification is about: a work order (the on-call's page about dead letters), or one
+    of telemetry's alerts. The subject's id is in subject_id, without a foreign key to either."""
+
+    WORK_ORDER = "work_order", _("Work order")
+    ALERT = "alert", _("Alert")
+
+
 class NotificationState(models.TextChoices):
     QUEUED = "queued", _("Queued")
     SENT = "sent", _("Sent")
@@ -35,7 +43,7 @@ MAX_RESENDS = 100
 
 
 class Notification(models.Model):
-    """One message to one channel about one subject (a work order).
+    """One message to one channel about one subject (a work order or an alert).
 
     The payload is built when the row is queued, so what is sent is what the operator sees here;
     secrets (the webhook URL, the routing key) are added at send time and never stored."""
@@ -46,9 +54,13 @@ class Notification(models.Model):
     event = models.CharField(_("event"), max_length=20, choices=NotificationEvent.choices)
     dedup_key = models.CharField(_("dedup key"), max_length=MAX_DEDUP_KEY_LENGTH,
                                  help_text=_("Ties the trigger and the resolve of one incident together."))
-    # The work order's id, without a foreign key: notifications neither depend on the work
-    # order model nor keep it from being deleted.
-    subject_id = models.BigIntegerField(_("subject id"), help_text=_("The work order this notification is about."))
+    subject_type = models.CharField(_("subject type"), max_length=20, choices=NotificationSubject.choices,
+                                    default=NotificationSubject.WORK_ORDER,
+                                    db_default=NotificationSubject.WORK_ORDER)
+    # The work order's or the alert's id, without a foreign key: notifications neither depend on
+    # those models (an alert lives in an app above this one) nor keep them from being deleted.
+    subject_id = models.BigIntegerField(_("subject id"),
+                                        help_text=_("The work order or the alert this notification is about."))
     subject_label = models.CharField(_("subject label"), max_length=200, blank=True)
     payload = models.JSONField(_("payload"), help_text=_("The body sent, without the webhook URL or routing key."))
     state = models.CharField(_("state"), max_length=20, choices=NotificationState.choices,
@@ -75,6 +87,8 @@ class Notification(models.Model):
                                    name="notification_channel_valid"),
             models.CheckConstraint(condition=Q(event__in=NotificationEvent.values), name="notification_event_valid"),
             models.CheckConstraint(condition=Q(state__in=NotificationState.values), name="notification_state_valid"),
+            models.CheckConstraint(condition=Q(subject_type__in=NotificationSubject.values),
+                                   name="notification_subject_type_valid"),
             models.CheckConstraint(condition=~Q(dedup_key=""), name="notification_dedup_key_named"),
             # A queued row is always due at some time, and only a queued row is: the sender
             # finds its work by next_attempt_at alone.
@@ -94,8 +108,9 @@ class Notification(models.Model):
             # a resolve behind its trigger.
             models.Index(fields=["dedup_key", "channel", "id"], condition=Q(state=NotificationState.QUEUED),
                          name="notification_incident_idx"),
-            # What the on-call was told about one work order (its page, the admin search).
-            models.Index(fields=["subject_id", "id"], name="notification_subject_idx"),
+            # What the on-call was told about one work order or alert (its page, the admin search,
+            # escalation's notice clock and its "latest word of the incident" check).
+            models.Index(fields=["subject_type", "subject_id", "id"], name="notification_subject_idx"),
             # The failed ones, which stay visible until someone sends them again (admin filter, alerts).
             models.Index(fields=["id"], condition=Q(state=NotificationState.FAILED), name="notification_failed_idx"),
         ]

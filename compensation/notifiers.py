@@ -54,6 +54,7 @@ class Message:
     details: dict[str, Any] = field(default_factory=dict)
     link: str = ""
     severity: str = "error"
+    subject_type: str = "work_order"
 
 
 _clients: dict[int, httpx.Client] = {}

@@ -33,6 +33,7 @@ from compensation.notifications_models import (
     Notification,
     NotificationEvent,
     NotificationState,
+    NotificationSubject,
 )
 from compensation.runbook_models import RunbookRun
 from retryops.inputs import record_id
@@ -117,7 +118,8 @@ def dead_letter_states_of(order: WorkOrder) -> dict[str, int]:
 
 def notifications_of(order: WorkOrder, *, limit: int) -> list[Notification]:
     """What the on-call was told about a work order, newest first (notification_subject_idx)."""
-    return list(Notification.objects.filter(subject_id=order.pk).order_by("-id")[:limit])
+    return list(Notification.objects.filter(subject_type=NotificationSubject.WORK_ORDER, subject_id=order.pk)
+                .order_by("-id")[:limit])
 
 
 def runbook_runs_of(order: WorkOrder, *, limit: int) -> list[RunbookRun]:

@@ -36,6 +36,13 @@ VIEW = [
     "compensation.view_bulkreplay",
     "compensation.view_notification",
     "compensation.view_runbookrun",
+    "telemetry.view_alert",  # the alerts' list and their history, read only for everyone
+    "telemetry.view_alertevent",
+    # No admin page (the metrics' rollups, the figures' snapshot): granted so that viewers view every model.
+    "telemetry.view_metricrollup",
+    "telemetry.view_metricgauge",
+    "telemetry.view_metricwatermark",
+    "telemetry.view_acceptancesnapshot",
 ]
 
 OPERATE = [

@@ -5,7 +5,16 @@ from pathlib import Path
 import dj_database_url
 
 from retryops import devservices
-from retryops.env import env_bool, env_choice, env_int, env_list, env_networks, env_rate, env_str
+from retryops.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_networks,
+    env_rate,
+    env_str,
+)
 from telemetry.logs import FORMATS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -284,6 +293,30 @@ RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
 RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
 RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
+
+# Alerts (telemetry.alerts, evaluated every RETRYOPS_ALERT_INTERVAL seconds by `manage.py rqcron
+# telemetry.cron`). An alert fires when its value goes above its threshold, and resolves
+# once its value has stayed at or below threshold x RETRYOPS_ALERT_CLEAR_RATIO for
+# RETRYOPS_ALERT_CLEAR_SECONDS (a retry failure rate of 15% fires; it resolves at 12% or less).
+RETRYOPS_ALERT_INTERVAL = env_int("RETRYOPS_ALERT_INTERVAL", 30, minimum=1, maximum=3600)
+RETRYOPS_ALERT_CLEAR_RATIO = env_float("RETRYOPS_ALERT_CLEAR_RATIO", 0.8, minimum=0, maximum=1)
+RETRYOPS_ALERT_CLEAR_SECONDS = env_int("RETRYOPS_ALERT_CLEAR_SECONDS", 120, minimum=0, maximum=86_400)
+# The share of the retries ended in the last WINDOW seconds that failed (another retry scheduled,
+# or the task dead), judged once at least MIN_RETRIES of them ended: 1 failure of 2 pages nobody.
+RETRYOPS_ALERT_FAILURE_RATE = env_float("RETRYOPS_ALERT_FAILURE_RATE", 0.15, minimum=0, maximum=1)
+RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS", 600, minimum=1,
+                                                maximum=86_400)
+RETRYOPS_ALERT_FAILURE_MIN_RETRIES = env_int("RETRYOPS_ALERT_FAILURE_MIN_RETRIES", 20, minimum=1,
+                                             maximum=1_000_000)
+# Open dead letters (the dead-letter queue's length) above which the on-call is paged.
+RETRYOPS_ALERT_DLQ_LENGTH = env_int("RETRYOPS_ALERT_DLQ_LENGTH", 100, minimum=0, maximum=1_000_000_000)
+# A dead task with no dead letter, or an open dead letter with no live work order, this many
+# seconds after it died is a work order that was not created (the consumer and escalation failed).
+RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = env_int("RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS", 120, minimum=1,
+                                                  maximum=86_400)
+# A notification that failed within this many seconds (by default until escalation sends it again).
+RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS", 3600,
+                                                     minimum=1, maximum=30 * 86_400)
 
 # The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
 # or the admin's session; permissions are the admin's codenames on the key's service user.

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import (
     Count,
     DateTimeField,
@@ -38,7 +39,15 @@ from scheduling.choices import (
     TaskState,
 )
 from scheduling.errors import BadInput, TaskNotFound, UnknownPolicy
-from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
+from scheduling.models import (
+    Attempt,
+    BatchConfig,
+    RetryPolicy,
+    Task,
+    TaskEvent,
+    TaskEventDelivery,
+    TaskEventWatermark,
+)
 
 
 def _resource_id(resource: Resource | int) -> int:
@@ -287,6 +296,26 @@ def running_attempts() -> dict:
     attempt_one_running_per_task."""
     return Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).aggregate(count=Count("*"),
                                                                           oldest_started_at=Min("started_at"))
+
+
+def undelivered_task_events(*, consumer: str, kind: str, before: datetime) -> int:
+    """How many task events of `kind` written before `before` `consumer` has not processed yet
+    (the alerts' "a dead task that never became a dead letter"). Only the events above the
+    consumer's watermark can be undelivered (task_event_claim_idx); OFFSET 0 keeps the delivery
+    check a probe of task_event_delivery_once per event, as claim_task_events does, never a hash
+    of every delivery the consumer ever had."""
+    if kind not in TaskEventKind.values:
+        raise BadInput(f"kind must be a task event kind, got {kind!r}", field="kind")
+    with connection.cursor() as cursor:
+        cursor.execute(f"""
+            SELECT count(*) FROM {TaskEvent._meta.db_table} e
+            WHERE e.kind = %(kind)s AND e.created_at < %(before)s
+              AND e.xid >= COALESCE((SELECT m.below_xid FROM {TaskEventWatermark._meta.db_table} m
+                                     WHERE m.consumer = %(consumer)s AND m.kind = %(kind)s), '0')
+              AND NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
+                              WHERE d.consumer = %(consumer)s AND d.event_id = e.id OFFSET 0)
+        """, {"consumer": consumer, "kind": kind, "before": before})
+        return cursor.fetchone()[0]
 
 
 # A resource's retry history: its attempts and its timeline events, newest first.

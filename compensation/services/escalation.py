@@ -50,6 +50,7 @@ from compensation.notifications_models import (
     Notification,
     NotificationEvent,
     NotificationState,
+    NotificationSubject,
 )
 from compensation.notifiers import NOTIFIERS
 from compensation.selectors import sla_limits
@@ -176,8 +177,9 @@ def resendable_notifications(*, now: datetime) -> QuerySet[Notification]:
     than RETRYOPS_NOTIFY_MAX_RESENDS times, on a channel configured now (a skipped one stays
     skipped), and still the latest word of their incident on their channel: a trigger that
     failed before its work order's resolve went out must not open an incident nobody resolves."""
-    later = Notification.objects.filter(subject_id=OuterRef("subject_id"), channel=OuterRef("channel"),
-                                        dedup_key=OuterRef("dedup_key"), id__gt=OuterRef("id"))
+    later = Notification.objects.filter(subject_type=OuterRef("subject_type"), subject_id=OuterRef("subject_id"),
+                                        channel=OuterRef("channel"), dedup_key=OuterRef("dedup_key"),
+                                        id__gt=OuterRef("id"))
     configured = [channel for channel, notifier in NOTIFIERS.items() if not notifier().not_configured()]
     cutoff = now - timedelta(seconds=settings.RETRYOPS_NOTIFY_RESEND_AFTER)
     return (Notification.objects.filter(state=NotificationState.FAILED, last_attempt_at__lte=cutoff,
@@ -237,9 +239,10 @@ def breached_work_orders(clock: str, *, now: datetime) -> QuerySet[WorkOrder]:
     if clock == "acknowledge":
         orders = orders.filter(state=WorkOrderState.OPEN)
     elif clock == "notice":
-        # notification_subject_idx: subject_id is the work order's id.
+        # notification_subject_idx: the work order's own pages (an alert's id may equal its id).
         paged = Notification.objects.filter(
-            subject_id=OuterRef("pk"), event=NotificationEvent.TRIGGER, state=NotificationState.SENT,
+            subject_type=NotificationSubject.WORK_ORDER, subject_id=OuterRef("pk"), event=NotificationEvent.TRIGGER,
+            state=NotificationState.SENT,
             sent_at__lte=ExpressionWrapper(OuterRef("sla_start") + limit, output_field=DateTimeField()))
         orders = orders.exclude(Exists(paged))
     return orders

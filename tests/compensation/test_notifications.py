@@ -77,6 +77,25 @@ def test_closed_work_order_resolves_the_page_with_the_same_dedup_key(both_channe
     assert closing["event_action"] == "resolve" and closing["dedup_key"] == trigger["dedup_key"]
 
 
+def test_a_notification_is_about_a_work_order_unless_it_says_an_alert(no_channels):
+    [order_page, _] = page(7)
+    [alert_page, _] = page(7, subject_type="alert", dedup_key="retryops/alert/dlq_length", subject_label="")
+
+    assert (order_page.subject_type, order_page.subject_label) == ("work_order", "work order 7")
+    assert (alert_page.subject_type, alert_page.subject_label) == ("alert", "alert 7")
+
+
+def test_a_work_orders_notifications_leave_out_an_alerts_of_the_same_id(no_channels):
+    from compensation.selectors import notifications_of
+    from tests.factories import WorkOrderFactory
+
+    order = WorkOrderFactory()
+    mine = page(order.pk)
+    page(order.pk, subject_type="alert", dedup_key="retryops/alert/dlq_length")
+
+    assert {row.pk for row in notifications_of(order, limit=10)} == {row.pk for row in mine}
+
+
 def test_routing_key_is_sent_but_never_stored(pagerduty_only):
     accept(pagerduty_only)
     row = page(7)[0]
@@ -244,6 +263,7 @@ def test_resolve_waits_until_its_trigger_is_sent(pagerduty_only):
     ("dedup_key", "x" * 256),
     ("subject_id", -1),
     ("subject_id", "7"),
+    ("subject_type", "incident"),
     ("summary", "a\x00b"),
     ("details", {"count": math.nan}),
     ("details", ["not", "an", "object"]),

@@ -14,7 +14,7 @@ from tests.retryops.conftest import member
 
 pytestmark = pytest.mark.django_db
 
-OUR_APPS = ["audit", "resources", "scheduling", "compensation"]
+OUR_APPS = ["audit", "resources", "scheduling", "compensation", "telemetry"]
 BEFORE, GROUPS = ("compensation", "0006_console_permissions"), ("compensation", "0007_console_groups")
 
 

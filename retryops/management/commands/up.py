@@ -192,7 +192,8 @@ class Command(BaseCommand):
             "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
             "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
-            "telemetry": ([*manage, "rqcron", "telemetry.cron"], env),  # the metrics rollup
+            # the metrics rollup, the acceptance figures' snapshot and the alerts' evaluation
+            "telemetry": ([*manage, "rqcron", "telemetry.cron"], env),
             "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
         }
         if routed:

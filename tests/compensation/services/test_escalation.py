@@ -13,7 +13,11 @@ from compensation import services
 from compensation.choices import WorkOrderState
 from compensation.errors import BadInput
 from compensation.models import DeadLetter, WorkOrder
-from compensation.notifications import send_due_notifications, work_order_dedup_key
+from compensation.notifications import (
+    queue_notification,
+    send_due_notifications,
+    work_order_dedup_key,
+)
 from compensation.notifications_models import Notification, NotificationState
 from compensation.services import escalation
 from tests.compensation.conftest import dead_tasks
@@ -202,6 +206,19 @@ def test_a_trigger_sent_in_time_meets_the_notice_clock(pool, instant_policy, pag
     send_due_notifications()
     order = WorkOrder.objects.get()
     assert services.escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 0
+
+
+def test_an_alerts_page_whose_id_is_the_work_orders_does_not_meet_its_notice_clock(order, pagerduty_only,
+                                                                                     settings):
+    """Notifications about alerts share the subject_id column with work orders': only the work
+    order's own pages stop its notice clock."""
+    accept(pagerduty_only)
+    queue_notification(event="trigger", dedup_key="retryops/alert/dlq_length", subject_type="alert",
+                       subject_id=order.pk, summary="Dead-letter queue length 120 is above 100", details={},
+                       link="/admin/telemetry/alert/1/change/")
+    send_due_notifications()
+    assert Notification.objects.get(subject_type="alert", channel="pagerduty").state == NotificationState.SENT
+    assert services.escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 1
 
 
 def test_a_breach_re_triggers_the_work_orders_own_incident_as_critical(pool, instant_policy, both_channels, settings):

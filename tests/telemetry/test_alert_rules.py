@@ -1,0 +1,156 @@
+"""The alert rules: what each reads from the database (or the heartbeats), and says about it."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from compensation import services as compensation
+from compensation.models import DeadLetter
+from compensation.notifications_models import NotificationState
+from scheduling.selectors import retry_outcomes
+from telemetry.alerts_rules import RULES
+from tests.compensation.conftest import dead_tasks
+from tests.compensation.notify_fixtures import page
+from tests.telemetry.conftest import open_dead_letters, retries
+
+pytestmark = pytest.mark.django_db
+
+
+def read(rule: str, *, now=None):
+    return RULES[rule].read(now=now or timezone.now())
+
+
+# retry failure rate
+
+
+def test_the_failure_rate_is_the_share_of_ended_retries_that_failed_or_died(levels):
+    retries(succeeded=16, failed=3, dead=1)
+
+    reading = read("retry_failure_rate")
+
+    assert reading.value == pytest.approx(0.2)
+    assert reading.detail == "4 of 20 retries failed in the last 10 min (1 of them dead)"
+
+
+def test_the_failure_rate_agrees_with_the_dashboards_retry_outcomes(levels):
+    retries(succeeded=30, failed=5, dead=2)
+    now = timezone.now()
+    outcomes = retry_outcomes(since=now - timedelta(minutes=10), until=now)
+
+    assert read("retry_failure_rate", now=now).value == (outcomes["failed"] + outcomes["dead"]) / sum(outcomes.values())
+
+
+def test_one_failure_of_two_retries_is_not_judged(levels):
+    retries(succeeded=1, failed=1)
+
+    reading = read("retry_failure_rate")
+
+    assert reading.value is None
+    assert reading.detail == "2 retries ended in the last 10 min, fewer than the 20 needed to judge"
+
+
+def test_retries_that_ended_before_the_window_are_not_counted(levels):
+    retries(succeeded=20)
+    retries(failed=20, ago=timedelta(minutes=11))
+
+    assert read("retry_failure_rate").value == 0
+
+
+# dead-letter queue length
+
+
+def test_the_dlq_length_counts_open_dead_letters_only(levels):
+    letters = open_dead_letters(3)
+    compensation.discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
+
+    reading = read("dlq_length")
+
+    assert (reading.value, reading.detail) == (2, "2 open dead letters")
+
+
+# work order creation
+
+
+def test_a_dead_task_the_consumer_never_collected_counts_once_the_delay_passed(pool, instant_policy, settings):
+    dead_tasks(pool=pool, policy=instant_policy, n=2)
+    late = timezone.now() + timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
+
+    assert read("work_order_creation_failed").value == 0
+    reading = read("work_order_creation_failed", now=late)
+    assert reading.value == 2
+    assert reading.detail.startswith("2 dead tasks not made dead letters and 0 open dead letters without a live")
+
+
+def test_dead_tasks_made_dead_letters_with_a_work_order_count_nothing(pool, instant_policy, settings):
+    dead_tasks(pool=pool, policy=instant_policy, n=2)
+    compensation.collect_dead_letters()
+    late = timezone.now() + timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
+
+    assert read("work_order_creation_failed", now=late).value == 0
+
+
+def test_open_dead_letters_of_a_cancelled_work_order_count_from_the_cancellation(pool, instant_policy, settings):
+    dead_tasks(pool=pool, policy=instant_policy, n=2)
+    [letter, _] = compensation.collect_dead_letters()
+    delay = timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
+    DeadLetter.objects.update(died_at=timezone.now() - 2 * delay)  # they died long ago
+    compensation.cancel_work_order(work_order=letter.work_order_id, actor="ops:carol", reason="opened by mistake")
+
+    assert read("work_order_creation_failed").value == 0
+    assert read("work_order_creation_failed", now=timezone.now() + delay).value == 2
+
+
+# notifications
+
+
+def test_notifications_that_failed_within_the_window_count_by_channel(no_channels, settings):
+    rows = page(7) + page(8)
+    for row in rows:
+        row.state, row.last_attempt_at = NotificationState.FAILED, timezone.now()
+        row.save(update_fields=["state", "last_attempt_at"])
+    window = timedelta(seconds=settings.RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS)
+
+    reading = read("notification_failed")
+
+    assert reading.value == 4
+    assert reading.detail == "4 notifications failed in the last 1 h (2 to pagerduty, 2 to slack)"
+    assert read("notification_failed", now=timezone.now() + window + timedelta(seconds=1)).value == 0
+
+
+def test_skipped_notifications_are_not_failures(no_channels):
+    page(7)
+
+    assert read("notification_failed").value == 0
+
+
+# workers and scheduler
+
+
+def test_without_the_heartbeats_module_the_silence_rule_cannot_judge(monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def without_heartbeats(name, *args):
+        if name == "telemetry.heartbeats":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", without_heartbeats)
+
+    reading = read("component_silent")
+
+    assert reading.value is None and "telemetry.heartbeats is not installed" in reading.detail
+
+
+def test_silent_workers_are_counted_and_named(heartbeats):
+    heartbeats.silent = ["worker periodic", "scheduler"]
+
+    reading = read("component_silent")
+
+    assert (reading.value, reading.detail) == (2, "not seen for a minute: scheduler, worker periodic")
+
+
+def test_no_silent_component_reads_zero(heartbeats):
+    assert read("component_silent").value == 0
