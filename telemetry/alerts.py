@@ -22,12 +22,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from compensation.notifications import queue_notification
 from compensation.notifications_models import NotificationEvent, NotificationSubject
 from retryops.errors import BadInput
-from retryops.jsonsafe import clean_text
+from retryops.jsonsafe import clean_text, make_storable
 from telemetry.alerts_models import (
     MAX_DETAIL_LENGTH,
     MAX_VALUE,
@@ -67,9 +67,19 @@ def _now(now) -> datetime:
     return now
 
 
-def _checked(rule: Rule, reading: Reading) -> Reading:
-    """A reading as the alert row can hold it: a finite value in range (a rule that reads NaN is
-    a bug, refused before anything is written) and a storable detail."""
+@dataclass(frozen=True)
+class Seen:
+    """A rule's reading as the alert row holds it: its value, its facts, and what they say in English."""
+
+    value: float | None
+    facts: dict
+    detail: str
+
+
+def _checked(rule: Rule, reading: Reading) -> Seen:
+    """A reading as the alert row can hold it: a finite value in range (a rule that reads NaN is a
+    bug, refused before anything is written), storable facts, and their sentence in English (what
+    is stored and sent), cut to the column's length."""
     value = reading.value
     if value is not None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -77,10 +87,15 @@ def _checked(rule: Rule, reading: Reading) -> Reading:
             raise BadInput(f"rule {rule.name} read {value!r}: a value must be a number from 0 to {MAX_VALUE:g}",
                            field="value", rule=rule.name)
         value = float(value)
-    detail = clean_text(str(reading.detail))
+    facts, _notes = make_storable(reading.facts)
+    if not isinstance(facts, dict):
+        raise BadInput(f"rule {rule.name} read facts that are not a JSON object: {reading.facts!r}", field="facts",
+                       rule=rule.name)
+    with translation.override(None):
+        detail = clean_text(rule.describe(facts))
     if len(detail) > MAX_DETAIL_LENGTH:
         detail = detail[: MAX_DETAIL_LENGTH - 1] + "…"
-    return Reading(value, detail)
+    return Seen(value, facts, detail)
 
 
 def ensure_alerts() -> None:
@@ -90,7 +105,7 @@ def ensure_alerts() -> None:
         ignore_conflicts=True)
 
 
-def _notify(alert: Alert, rule: Rule, event: str, reading: Reading) -> None:
+def _notify(alert: Alert, rule: Rule, event: str, reading: Seen) -> None:
     threshold = rule.threshold()
     if event == NotificationEvent.TRIGGER:
         summary = f"{rule.title} {rule.shown(reading.value)} is above {rule.shown(threshold)}: {reading.detail}"
@@ -106,7 +121,7 @@ def _notify(alert: Alert, rule: Rule, event: str, reading: Reading) -> None:
         link=reverse("admin:telemetry_alert_change", args=[alert.pk]))
 
 
-def _transition(alert: Alert, rule: Rule, reading: Reading, now: datetime) -> str:
+def _transition(alert: Alert, rule: Rule, reading: Seen, now: datetime) -> str:
     """What this reading does to the alert (the hysteresis of the module's docstring)."""
     above = reading.value is not None and reading.value > rule.threshold()
     clear = reading.value is None or reading.value <= rule.clear_level()
@@ -139,7 +154,7 @@ def evaluate_alert(*, rule: str, now: datetime | None = None) -> str:
         # Read under the lock: a second evaluator that waited for it sees this one's outcome.
         reading = _checked(rule, rule.read(now=now))
         outcome = _transition(alert, rule, reading, now)
-        alert.value, alert.detail, alert.evaluated_at = reading.value, reading.detail, now
+        alert.value, alert.facts, alert.detail, alert.evaluated_at = reading.value, reading.facts, reading.detail, now
         alert.threshold, alert.clear_level = rule.threshold(), rule.clear_level()
         if outcome == FIRED:
             alert.state, alert.since, alert.clear_since = AlertState.FIRING, now, None
@@ -149,12 +164,13 @@ def evaluate_alert(*, rule: str, now: datetime | None = None) -> str:
             alert.clear_since = alert.clear_since or now
         else:
             alert.clear_since = None
-        alert.save(update_fields=["state", "since", "clear_since", "value", "detail", "threshold", "clear_level",
-                                  "evaluated_at"])
+        alert.save(update_fields=["state", "since", "clear_since", "value", "facts", "detail", "threshold",
+                                  "clear_level", "evaluated_at"])
         if outcome in (FIRED, RESOLVED):
-            AlertEvent.objects.create(alert=alert, kind=AlertEventKind.FIRED if outcome == FIRED else
-                                      AlertEventKind.RESOLVED, at=now, value=reading.value,
-                                      threshold=alert.threshold, detail=reading.detail)
+            fired = outcome == FIRED
+            AlertEvent.objects.create(alert=alert, kind=AlertEventKind.FIRED if fired else AlertEventKind.RESOLVED,
+                                      at=now, value=reading.value, level=alert.threshold if fired else alert.clear_level,
+                                      facts=reading.facts, detail=reading.detail)
             _notify(alert, rule, NotificationEvent.TRIGGER if outcome == FIRED else NotificationEvent.RESOLVE,
                     reading)
             log.warning("alert %s %s: %s", rule.name, outcome, reading.detail)
@@ -187,7 +203,7 @@ def evaluate_alerts(*, now: datetime | None = None) -> Evaluation:
     return result
 
 
-def read_alerts(*, now: datetime | None = None) -> dict[str, Reading]:
+def read_alerts(*, now: datetime | None = None) -> dict[str, Seen]:
     """What each rule reads now, changing nothing (`manage.py evaluate_alerts --dry-run`)."""
     now = _now(now)
     return {name: _checked(rule, rule.read(now=now)) for name, rule in RULES.items()}

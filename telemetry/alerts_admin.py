@@ -33,6 +33,15 @@ def shown(rule: str, value: float | None) -> str:
     return f"{value:g}"
 
 
+def said(rule: str, facts: dict, stored: str) -> str:
+    """What a reading saw, in the reader's language; the stored English when the rule cannot say it
+    (a rule no longer in the registry, facts of an older shape)."""
+    try:
+        return RULES[rule].describe(facts)
+    except (KeyError, TypeError, ValueError):
+        return stored
+
+
 def badge(colours: dict, value: str, label: str) -> str:
     return format_html('<b style="color:{}">{}</b>', colours.get(value, "#000"), label)
 
@@ -44,12 +53,12 @@ def history_url(alert: Alert) -> str:
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
     list_display = ("name", "state_badge", "since", "value_shown", "threshold_shown", "clear_level_shown",
-                    "evaluated_at", "detail", "history_link")
+                    "evaluated_at", "detail_shown", "history_link")
     list_display_links = ("name",)
     list_filter = ("state",)
     show_full_result_count = False
     fields = ("name", "rule", "state_badge", "since", "value_shown", "threshold_shown", "clear_level_shown",
-              "clear_since", "evaluated_at", "detail", "rows_link", "notifications_link", "history")
+              "clear_since", "evaluated_at", "detail_shown", "rows_link", "notifications_link", "history")
     readonly_fields = fields
 
     @admin.display(description=_("alert"), ordering="rule")
@@ -75,6 +84,10 @@ class AlertAdmin(ReadOnlyAdmin):
     def clear_level_shown(self, alert):
         return shown(alert.rule, alert.clear_level)
 
+    @admin.display(description=_("detail"))
+    def detail_shown(self, alert):
+        return said(alert.rule, alert.facts, alert.detail)
+
     @admin.display(description=_("history"))
     def history_link(self, alert):
         return format_html('<a href="{}">{}</a>', history_url(alert), gettext("history"))
@@ -98,7 +111,7 @@ class AlertAdmin(ReadOnlyAdmin):
             return gettext("It has not fired yet.")
         rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
             (display_for_value(event.at, "-"), badge(KIND_COLOURS, event.kind, event.get_kind_display()),
-             shown(alert.rule, event.value), event.detail) for event in events))
+             shown(alert.rule, event.value), said(alert.rule, event.facts, event.detail)) for event in events))
         table = format_html("<table><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr></thead>"
                             "<tbody>{}</tbody></table>", gettext("at"), gettext("kind"), gettext("value"),
                             gettext("detail"), rows)
@@ -122,12 +135,12 @@ class AlertRuleFilter(admin.SimpleListFilter):
 
 @admin.register(AlertEvent)
 class AlertEventAdmin(ReadOnlyAdmin):
-    list_display = ("at", "alert_name", "kind_badge", "value_shown", "threshold_shown", "detail")
+    list_display = ("at", "alert_name", "kind_badge", "value_shown", "level_shown", "detail_shown")
     list_display_links = ("at",)
     list_filter = ("kind", AlertRuleFilter)
     list_select_related = ("alert",)
     show_full_result_count = False
-    fields = ("at", "alert_link", "kind_badge", "value_shown", "threshold_shown", "detail")
+    fields = ("at", "alert_link", "kind_badge", "value_shown", "level_shown", "detail_shown")
     readonly_fields = fields
 
     @admin.display(description=_("alert"), ordering="alert__rule")
@@ -147,6 +160,10 @@ class AlertEventAdmin(ReadOnlyAdmin):
     def value_shown(self, event):
         return shown(event.alert.rule, event.value)
 
-    @admin.display(description=_("threshold"))
-    def threshold_shown(self, event):
-        return shown(event.alert.rule, event.threshold)
+    @admin.display(description=_("level crossed"))
+    def level_shown(self, event):
+        return shown(event.alert.rule, event.level)
+
+    @admin.display(description=_("detail"))
+    def detail_shown(self, event):
+        return said(event.alert.rule, event.facts, event.detail)

@@ -25,7 +25,6 @@ class AlertEventKind(models.TextChoices):
 # orders NaN above every number). A reading the rule could not judge stores no value.
 MAX_VALUE = 1e15
 _IN_RANGE = Q(value__isnull=True) | Q(value__gte=0, value__lte=MAX_VALUE)
-_THRESHOLD_IN_RANGE = Q(threshold__gte=0, threshold__lte=MAX_VALUE)
 
 
 class Alert(models.Model):
@@ -44,6 +43,8 @@ class Alert(models.Model):
                                        help_text=_("Firing, and at or below its clear level since then."))
     detail = models.CharField(_("detail"), max_length=MAX_DETAIL_LENGTH, blank=True,
                               help_text=_("What the last evaluation saw, as the notification says it."))
+    # What the rule's `describe` says `detail` from, in the reader's language in the admin.
+    facts = models.JSONField(_("facts"), default=dict, blank=True)
     evaluated_at = models.DateTimeField(_("evaluated at"), null=True, blank=True)
 
     class Meta:
@@ -57,8 +58,9 @@ class Alert(models.Model):
             models.CheckConstraint(condition=Q(state=AlertState.FIRING) | Q(clear_since__isnull=True),
                                    name="alert_clearing_only_when_firing"),
             models.CheckConstraint(condition=_IN_RANGE, name="alert_value_in_range"),
-            models.CheckConstraint(condition=_THRESHOLD_IN_RANGE & Q(clear_level__gte=0, clear_level__lte=F("threshold")),
-                                   name="alert_threshold_in_range"),
+            models.CheckConstraint(condition=Q(threshold__gte=0, threshold__lte=MAX_VALUE, clear_level__gte=0,
+                                                 clear_level__lte=F("threshold")),
+                                   name="alert_levels_in_range"),
         ]
 
     def __str__(self) -> str:
@@ -74,8 +76,10 @@ class AlertEvent(models.Model):
     kind = models.CharField(_("kind"), max_length=20, choices=AlertEventKind.choices)
     at = models.DateTimeField(_("at"), db_default=Now())
     value = models.FloatField(_("value"), null=True, blank=True)
-    threshold = models.FloatField(_("threshold"))
+    level = models.FloatField(_("level crossed"),
+                              help_text=_("The threshold it went above, or the clear level it stayed at or below."))
     detail = models.CharField(_("detail"), max_length=MAX_DETAIL_LENGTH, blank=True)
+    facts = models.JSONField(_("facts"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("alert event")
@@ -84,7 +88,7 @@ class AlertEvent(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=AlertEventKind.values), name="alert_event_kind_valid"),
             models.CheckConstraint(condition=_IN_RANGE, name="alert_event_value_in_range"),
-            models.CheckConstraint(condition=_THRESHOLD_IN_RANGE, name="alert_event_threshold_in_range"),
+            models.CheckConstraint(condition=Q(level__gte=0, level__lte=MAX_VALUE), name="alert_event_level_in_range"),
         ]
         indexes = [
             # An alert's history, newest first (its admin page, the history list filtered by alert).

@@ -1,20 +1,23 @@
 """Alert rules: one small class per condition the on-call is paged about, in a registry (RULES).
 
 Each rule reads one number (`read`): a count or a ratio, from the database or from the health
-checks' heartbeats, with a line of English saying what it saw (stored on the alert and sent in the
-notification). Its threshold comes from the settings; telemetry.alerts decides when it fires and
-when it resolves. A rule that cannot judge (too few retries, no heartbeats yet) reads no value.
+checks' heartbeats, with the facts behind it (counts, the window, what is silent). `describe` says
+those facts in a sentence of the active language: in English when the evaluator stores it and
+sends it (the job runs with translations off), in the reader's language in the admin. The
+threshold comes from the settings; telemetry.alerts decides when an alert fires and resolves. A
+rule that cannot judge (too few retries, no heartbeats module) reads no value.
 """
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.functional import Promise
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import DeadLetterState
@@ -27,23 +30,27 @@ from scheduling.selectors import retry_outcomes, undelivered_task_events
 
 # The health checks' module (telemetry/heartbeats.py): `silent_components(*, now) -> list[str]`.
 HEARTBEATS_MODULE = "telemetry.heartbeats"
+# The silent components an alert names (and how much of each name); it counts them all.
+NAMES_KEPT = 20
+MAX_NAME_LENGTH = 200
 
 
 @dataclass(frozen=True)
 class Reading:
-    """What one evaluation of a rule saw: its value (None: nothing to judge) and, in English, why."""
+    """What one evaluation of a rule saw: its value (None: nothing to judge) and the facts behind
+    it (JSON: numbers, strings and lists of them), which the rule's `describe` says."""
 
     value: float | None
-    detail: str
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def seconds_words(seconds: int) -> str:
     """600 -> "10 min", 90 -> "90 s", 7200 -> "2 h": a window as the messages say it."""
     if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
+        return gettext("%(count)d h") % {"count": seconds // 3600}
     if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
+        return gettext("%(count)d min") % {"count": seconds // 60}
+    return gettext("%(count)d s") % {"count": seconds}
 
 
 class Rule:
@@ -67,6 +74,10 @@ class Rule:
         return self.threshold() * settings.RETRYOPS_ALERT_CLEAR_RATIO
 
     def read(self, *, now: datetime) -> Reading:
+        raise NotImplementedError
+
+    def describe(self, facts: dict[str, Any]) -> str:
+        """What a reading's facts mean, in the active language."""
         raise NotImplementedError
 
     def rows_url(self) -> str:
@@ -103,12 +114,18 @@ class RetryFailureRate(Rule):
         window = settings.RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS
         outcomes = retry_outcomes(since=now - timedelta(seconds=window), until=now)
         ended, failed = sum(outcomes.values()), outcomes["failed"] + outcomes["dead"]
-        needed = settings.RETRYOPS_ALERT_FAILURE_MIN_RETRIES
-        if ended < needed:
-            return Reading(None, f"{ended} retries ended in the last {seconds_words(window)}, "
-                                 f"fewer than the {needed} needed to judge")
-        return Reading(failed / ended, f"{failed} of {ended} retries failed in the last {seconds_words(window)} "
-                                       f"({outcomes['dead']} of them dead)")
+        facts = {"ended": ended, "failed": failed, "dead": outcomes["dead"], "window": window,
+                 "needed": settings.RETRYOPS_ALERT_FAILURE_MIN_RETRIES}
+        return Reading(failed / ended if ended >= facts["needed"] else None, facts)
+
+    def describe(self, facts):
+        if facts["ended"] < facts["needed"]:
+            return ngettext("%(ended)d retry ended in the last %(window)s, fewer than the %(needed)d needed to judge",
+                            "%(ended)d retries ended in the last %(window)s, fewer than the %(needed)d needed to "
+                            "judge", facts["ended"]) % {**facts, "window": seconds_words(facts["window"])}
+        return ngettext("%(failed)d of %(ended)d retry failed in the last %(window)s (%(dead)d of them dead)",
+                        "%(failed)d of %(ended)d retries failed in the last %(window)s (%(dead)d of them dead)",
+                        facts["ended"]) % {**facts, "window": seconds_words(facts["window"])}
 
     def rows_url(self) -> str:
         return reverse("admin:index")  # the ops dashboard: retries of the last 10 minutes and 24 hours
@@ -127,7 +144,10 @@ class DeadLetterQueueLength(Rule):
     def read(self, *, now: datetime) -> Reading:
         # An index-only count of dead_letter_state_age_idx's open rows.
         count = DeadLetter.objects.filter(state=DeadLetterState.OPEN).count()
-        return Reading(count, f"{count} open dead letters")
+        return Reading(count, {"open": count})
+
+    def describe(self, facts):
+        return ngettext("%(open)d open dead letter", "%(open)d open dead letters", facts["open"]) % facts
 
     def rows_url(self) -> str:
         return reverse("admin:compensation_deadletter_changelist") + f"?state__exact={DeadLetterState.OPEN}"
@@ -152,9 +172,12 @@ class WorkOrderCreationFailed(AnyRule):
         # A dead letter whose work order was cancelled counts from the cancellation.
         orphans = orphaned_dead_letters().filter(died_at__lt=cutoff).filter(
             Q(work_order__isnull=True) | Q(work_order__ended_at__lt=cutoff)).count()
-        return Reading(uncollected + orphans,
-                       f"{uncollected} dead tasks not made dead letters and {orphans} open dead letters "
-                       f"without a live work order, {seconds_words(after)} or more after they died")
+        return Reading(uncollected + orphans, {"uncollected": uncollected, "orphans": orphans, "after": after})
+
+    def describe(self, facts):
+        return gettext("%(uncollected)d dead tasks not made dead letters and %(orphans)d open dead letters "
+                       "without a live work order, %(after)s or more after they died") % {
+                           **facts, "after": seconds_words(facts["after"])}
 
     def rows_url(self) -> str:
         return reverse("admin:compensation_deadletter_changelist") + f"?state__exact={DeadLetterState.OPEN}"
@@ -174,10 +197,18 @@ class NotificationFailed(AnyRule):
         failed = dict(Notification.objects.filter(state=NotificationState.FAILED,
                                                   last_attempt_at__gte=now - timedelta(seconds=window))
                       .order_by().values_list("channel").annotate(n=Count("*")))
-        total = sum(failed.values())
-        by_channel = ", ".join(f"{n} to {channel}" for channel, n in sorted(failed.items()))
-        return Reading(total, f"{total} notifications failed in the last {seconds_words(window)}"
-                              + (f" ({by_channel})" if by_channel else ""))
+        return Reading(sum(failed.values()), {"by_channel": dict(sorted(failed.items())), "window": window})
+
+    def describe(self, facts):
+        total = sum(facts["by_channel"].values())
+        said = ngettext("%(count)d notification failed in the last %(window)s",
+                        "%(count)d notifications failed in the last %(window)s", total) % {
+                            "count": total, "window": seconds_words(facts["window"])}
+        if not total:
+            return said
+        channels = ", ".join(gettext("%(count)d to %(channel)s") % {"count": n, "channel": channel}
+                             for channel, n in facts["by_channel"].items())
+        return gettext("%(said)s (%(channels)s)") % {"said": said, "channels": channels}
 
     def rows_url(self) -> str:
         return reverse("admin:compensation_notification_changelist") + f"?state__exact={NotificationState.FAILED}"
@@ -185,9 +216,9 @@ class NotificationFailed(AnyRule):
 
 class ComponentSilent(AnyRule):
     """Workers and the RQ scheduler not seen for a minute: nothing runs the flows, the retries or
-    the periodic jobs (this alert included, when the periodic worker is the silent one: the
-    health checks' /readyz says it to the load balancer too). The health checks' heartbeats
-    decide who is silent; without that module the rule cannot judge."""
+    the periodic jobs. This alert is evaluated by a periodic job, so it cannot say that the
+    periodic worker itself is silent: /readyz (the health checks) says that to the load balancer.
+    The health checks' heartbeats decide who is silent; without that module the rule cannot judge."""
 
     name = "component_silent"
     title = "Workers or scheduler silent"
@@ -200,11 +231,20 @@ class ComponentSilent(AnyRule):
         except ModuleNotFoundError as exc:
             if exc.name != HEARTBEATS_MODULE:
                 raise
-            return Reading(None, f"{HEARTBEATS_MODULE} is not installed: no heartbeats to judge")
-        silent = sorted(heartbeats.silent_components(now=now))
-        if not silent:
-            return Reading(0, "every worker and the scheduler seen")
-        return Reading(len(silent), f"not seen for a minute: {', '.join(silent)}")
+            return Reading(None, {"module": HEARTBEATS_MODULE})
+        silent = sorted(str(name)[:MAX_NAME_LENGTH] for name in heartbeats.silent_components(now=now))
+        return Reading(len(silent), {"silent": silent[:NAMES_KEPT], "count": len(silent)})
+
+    def describe(self, facts):
+        if "module" in facts:
+            return gettext("%(module)s is not installed: no heartbeats to judge") % facts
+        if not facts["silent"]:
+            return gettext("every worker and the scheduler seen")
+        names = ", ".join(facts["silent"])
+        if facts["count"] > len(facts["silent"]):
+            names = gettext("%(names)s and %(count)d more") % {"names": names,
+                                                              "count": facts["count"] - len(facts["silent"])}
+        return gettext("not seen for a minute: %(names)s") % {"names": names}
 
     def rows_url(self) -> str:
         return reverse("django_rq:home")

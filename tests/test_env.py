@@ -1,7 +1,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from retryops.env import env_bool, env_int, env_list, env_str
+from retryops.env import env_bool, env_float, env_int, env_list, env_str
 
 
 def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
@@ -32,3 +32,26 @@ def test_env_str_with_an_unreadable_file_names_it(monkeypatch, tmp_path):
 def test_env_list_splits_on_commas(monkeypatch):
     monkeypatch.setenv("ALLOWED_HOSTS", "a.example, b.example,")
     assert env_list("ALLOWED_HOSTS", []) == ["a.example", "b.example"]
+
+
+@pytest.mark.parametrize("raw, said", [("abc", "RETRYOPS_ALERT_FAILURE_RATE='abc' is not a number"),
+                                       ("nan", "RETRYOPS_ALERT_FAILURE_RATE='nan' is not a finite number"),
+                                       ("1e999", "RETRYOPS_ALERT_FAILURE_RATE='1e999' is not a finite number"),
+                                       ("1.5", "RETRYOPS_ALERT_FAILURE_RATE=1.5 must be at most 1"),
+                                       ("-0.1", "RETRYOPS_ALERT_FAILURE_RATE=-0.1 must be at least 0")])
+def test_env_float_names_the_variable_and_what_is_wrong(monkeypatch, raw, said):
+    monkeypatch.setenv("RETRYOPS_ALERT_FAILURE_RATE", raw)
+    with pytest.raises(ImproperlyConfigured) as refused:
+        env_float("RETRYOPS_ALERT_FAILURE_RATE", 0.15, minimum=0, maximum=1)
+    assert str(refused.value) == said
+
+
+def test_env_float_reads_a_decimal(monkeypatch):
+    monkeypatch.setenv("RETRYOPS_ALERT_FAILURE_RATE", " 0.2 ")
+    assert env_float("RETRYOPS_ALERT_FAILURE_RATE", 0.15) == 0.2
+
+
+def test_env_int_names_the_variable_and_the_maximum(monkeypatch):
+    monkeypatch.setenv("RETRYOPS_ALERT_INTERVAL", "3601")
+    with pytest.raises(ImproperlyConfigured, match="RETRYOPS_ALERT_INTERVAL=3601 must be at most 3600"):
+        env_int("RETRYOPS_ALERT_INTERVAL", 30, minimum=1, maximum=3600)

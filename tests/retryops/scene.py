@@ -20,6 +20,8 @@ from resources import services as resources
 from resources.models import Resource, ResourcePool
 from scheduling import services as scheduling
 from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
+from telemetry.alerts import evaluate_alert
+from telemetry.alerts_models import Alert, AlertEvent
 from tests.compensation.conftest import dead_tasks
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.scheduling.admin.conftest import order_42, run
@@ -59,6 +61,7 @@ class Scene:
     requested_run: RunbookRun  # an external action carol asked for: approve, reject
     approved_run: RunbookRun  # an internal action: run
     notification: Notification  # failed: send again
+    alert: Alert  # firing (the dead-letter queue is longer than the walk's threshold), with its history
     bulk: BulkReplay  # running: cancel
     group: Group
     user: User
@@ -106,12 +109,14 @@ def build(settings) -> Scene:
     bulk = compensation.start_bulk_replay(filter={"flow": "demo"}, actor="carol")
     batch = scheduling.save_batch_config(data={"name": "nightly", "pool": pool, "flow": "demo", "policy": later},
                                          actor="carol")
+    settings.RETRYOPS_ALERT_DLQ_LENGTH = 0
+    evaluate_alert(rule="dlq_length")
     scene = Scene(
         pool=pool, failed=Resource.objects.get(pk=alice.pk), quarantined=Resource.objects.get(pk=bob.pk),
         available=carl, held=Resource.objects.get(pk=dan.pk), dead_task=dead, waiting_task=waiting,
         attempt=Attempt.objects.filter(task=dead).get(), policy=later, batch=batch, letter=letter, order=order,
         started_order=started, requested_run=requested, approved_run=approved, notification=notification,
-        bulk=bulk, group=Group.objects.create(name="walkers"),
+        alert=Alert.objects.get(rule="dlq_length"), bulk=bulk, group=Group.objects.create(name="walkers"),
         user=User.objects.create_user(username="walker", password="walker-pw-1"))
     scene.rows = {
         "auth.group": scene.group.pk, "auth.user": scene.user.pk,
@@ -124,6 +129,7 @@ def build(settings) -> Scene:
         "compensation.runbookrun": requested.pk, "compensation.deadletter": letter.pk,
         "compensation.workorder": order.pk, "compensation.bulkreplay": bulk.pk,
         "compensation.notification": notification.pk,
+        "telemetry.alert": scene.alert.pk, "telemetry.alertevent": AlertEvent.objects.get().pk,
     }
     return scene
 

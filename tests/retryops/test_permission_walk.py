@@ -343,6 +343,8 @@ ACTIONS = {
     "compensation.bulkreplay:cancel": (OPERATORS,),
     "compensation.notification:delete_selected": (),
     "compensation.notification:send_again": (OPERATORS,),
+    "telemetry.alert:delete_selected": (),  # read only: the evaluator is the only writer
+    "telemetry.alertevent:delete_selected": (),
 }
 # The rows an action is walked on: every row of its list, except where one refusal refuses all
 # (sending again takes failed or skipped notifications only, all or none).

@@ -28,6 +28,16 @@ def open_dead_letters(n: int) -> list:
     return [DeadLetterFactory(task__pool=pool) for _ in range(n)]
 
 
+def settle_dead_letters(n: int) -> None:
+    """Leave `n` dead letters open: an operator discards the others (oldest first)."""
+    from compensation import services as compensation
+    from compensation.models import DeadLetter
+
+    letters = DeadLetter.objects.filter(state="open").order_by("id")
+    for letter in letters[: max(0, letters.count() - n)]:
+        compensation.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+
+
 @pytest.fixture
 def heartbeats(monkeypatch):
     """The health checks' heartbeats module, saying who is silent: `heartbeats.silent = [...]`."""

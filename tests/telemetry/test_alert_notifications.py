@@ -7,8 +7,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation import services as compensation
-from compensation.models import DeadLetter
 from compensation.notifications import send_due_notifications
 from compensation.notifications_models import Notification
 from telemetry.alerts import evaluate_alert
@@ -20,7 +18,7 @@ from tests.compensation.notify_fixtures import (
     bodies,
     pagerduty_event_validator,
 )
-from tests.telemetry.conftest import open_dead_letters
+from tests.telemetry.conftest import open_dead_letters, settle_dead_letters
 
 pytestmark = pytest.mark.django_db
 
@@ -32,8 +30,7 @@ def fire(now=None) -> Alert:
 
 
 def resolve(now) -> None:
-    for letter in DeadLetter.objects.filter(state="open"):
-        compensation.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+    settle_dead_letters(0)
     evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=1))
     evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=61))
 

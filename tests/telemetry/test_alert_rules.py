@@ -1,5 +1,6 @@
 """The alert rules: what each reads from the database (or the heartbeats), and says about it."""
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -17,8 +18,16 @@ from tests.telemetry.conftest import open_dead_letters, retries
 pytestmark = pytest.mark.django_db
 
 
-def read(rule: str, *, now=None):
-    return RULES[rule].read(now=now or timezone.now())
+@dataclass
+class Said:
+    value: float | None
+    detail: str
+
+
+def read(rule: str, *, now=None) -> Said:
+    """What a rule reads, and what it says about it (in English, as stored and sent)."""
+    reading = RULES[rule].read(now=now or timezone.now())
+    return Said(reading.value, RULES[rule].describe(reading.facts))
 
 
 # retry failure rate
@@ -153,4 +162,22 @@ def test_silent_workers_are_counted_and_named(heartbeats):
 
 
 def test_no_silent_component_reads_zero(heartbeats):
-    assert read("component_silent").value == 0
+    assert (read("component_silent").value, read("component_silent").detail) == (
+        0, "every worker and the scheduler seen")
+
+
+def test_many_silent_workers_are_counted_and_the_first_named(heartbeats):
+    heartbeats.silent = [f"worker {i:02}" for i in range(25)]
+
+    reading = read("component_silent")
+
+    assert reading.value == 25 and reading.detail.endswith("worker 19 and 5 more")
+
+
+def test_rules_speak_the_readers_language():
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        said = RULES["dlq_length"].describe({"open": 12})
+
+    assert said == "12 个未处理的死信"

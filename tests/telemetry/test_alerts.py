@@ -10,8 +10,6 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from compensation import services as compensation
-from compensation.models import DeadLetter
 from compensation.notifications_models import Notification
 from retryops.errors import BadInput
 from telemetry import alerts
@@ -30,7 +28,7 @@ from telemetry.alerts_collector import AlertCollector
 from telemetry.alerts_jobs import evaluate_alerts_job
 from telemetry.alerts_models import Alert, AlertEvent
 from telemetry.alerts_rules import RULES, Reading
-from tests.telemetry.conftest import open_dead_letters, retries
+from tests.telemetry.conftest import open_dead_letters, retries, settle_dead_letters
 
 pytestmark = pytest.mark.django_db
 
@@ -43,16 +41,6 @@ def pages(rule: str) -> list[tuple[str, str]]:
     """(event, channel) of the notifications about an alert, oldest first."""
     return list(Notification.objects.filter(dedup_key=f"retryops/alert/{rule}").order_by("id")
                 .values_list("event", "channel"))
-
-
-def settle(n: int) -> None:
-    """Leave `n` dead letters open: discard the others (oldest first)."""
-    for letter in DeadLetter.objects.filter(state="open").order_by("id")[: max(0, open_count() - n)]:
-        compensation.discard_dead_letter(dead_letter=letter, actor="ops:carol")
-
-
-def open_count() -> int:
-    return DeadLetter.objects.filter(state="open").count()
 
 
 def test_an_alert_above_its_threshold_fires_once_over_two_evaluations(levels, no_channels):
@@ -79,7 +67,7 @@ def test_a_firing_alert_resolves_once_its_value_stayed_at_the_clear_level(levels
     open_dead_letters(11)
     now = timezone.now()
     evaluate_alert(rule="dlq_length", now=now)
-    settle(8)
+    settle_dead_letters(8)
 
     assert evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=30)) == CLEARING
     assert evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=89)) == CLEARING
@@ -97,7 +85,7 @@ def test_a_value_inside_the_band_neither_resolves_nor_fires_again(levels, no_cha
     open_dead_letters(11)
     now = timezone.now()
     evaluate_alert(rule="dlq_length", now=now)
-    settle(9)  # below the threshold (10), above the clear level (8)
+    settle_dead_letters(9)  # below the threshold (10), above the clear level (8)
 
     outcomes = [evaluate_alert(rule="dlq_length", now=now + timedelta(minutes=minutes)) for minutes in (1, 5, 60)]
     open_dead_letters(3)  # 12: above the threshold again
@@ -117,11 +105,11 @@ def test_a_value_back_above_the_clear_level_restarts_the_wait_to_resolve(levels,
     open_dead_letters(11)
     now = timezone.now()
     evaluate_alert(rule="dlq_length", now=now)
-    settle(8)
+    settle_dead_letters(8)
     evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=10))
     open_dead_letters(1)  # 9, in the band
     assert evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=40)) == FIRING
-    settle(8)
+    settle_dead_letters(8)
 
     assert evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=80)) == CLEARING
     assert evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=139)) == CLEARING
@@ -132,7 +120,7 @@ def test_an_alert_fires_again_after_it_resolved(levels, no_channels):
     open_dead_letters(11)
     now = timezone.now()
     evaluate_alert(rule="dlq_length", now=now)
-    settle(0)
+    settle_dead_letters(0)
     evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=1))
     evaluate_alert(rule="dlq_length", now=now + timedelta(seconds=61))
     open_dead_letters(11)
@@ -167,7 +155,7 @@ def test_with_no_wait_to_clear_the_first_clear_evaluation_resolves(levels, no_ch
     levels.RETRYOPS_ALERT_CLEAR_SECONDS = 0
     open_dead_letters(11)
     evaluate_alert(rule="dlq_length")
-    settle(8)
+    settle_dead_letters(8)
 
     assert evaluate_alert(rule="dlq_length") == RESOLVED
 
@@ -196,7 +184,7 @@ def test_a_rule_that_raises_is_reported_and_the_others_still_run(levels, no_chan
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1, 1e16])
 def test_a_rule_reading_a_value_no_alert_can_hold_is_refused_and_writes_nothing(levels, no_channels, monkeypatch,
                                                                                  value):
-    monkeypatch.setattr(RULES["dlq_length"], "read", lambda *, now: Reading(value, "odd"))
+    monkeypatch.setattr(RULES["dlq_length"], "read", lambda *, now: Reading(value, {"open": 1}))
     alerts.ensure_alerts()
 
     with pytest.raises(BadInput, match="rule dlq_length read"):
@@ -205,13 +193,15 @@ def test_a_rule_reading_a_value_no_alert_can_hold_is_refused_and_writes_nothing(
     assert history("dlq_length") == [] and Alert.objects.get(rule="dlq_length").evaluated_at is None
 
 
-def test_a_detail_a_text_column_cannot_hold_is_cleaned(levels, no_channels, heartbeats):
-    heartbeats.silent = ["worker\x00a" + "x" * 3000]
+def test_facts_and_a_detail_a_column_cannot_hold_are_cleaned_and_cut(levels, no_channels, heartbeats):
+    heartbeats.silent = [f"worker {i:02}\x00" + "x" * 300 for i in range(30)]
 
     evaluate_alert(rule="component_silent")
 
     alert = Alert.objects.get(rule="component_silent")
-    assert "\x00" not in alert.detail and len(alert.detail) == 2000
+    assert "\x00" not in alert.detail and len(alert.detail) == 2000 and alert.detail.endswith("…")
+    assert alert.facts["count"] == 30 and len(alert.facts["silent"]) == 20
+    assert "\x00" not in alert.facts["silent"][0]
 
 
 @pytest.mark.parametrize("kwargs, field", [({"rule": "dlq"}, "rule"), ({"rule": ["dlq_length"]}, "rule"),
