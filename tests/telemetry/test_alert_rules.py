@@ -181,3 +181,12 @@ def test_rules_speak_the_readers_language():
         said = RULES["dlq_length"].describe({"open": 12})
 
     assert said == "12 个未处理的死信"
+
+
+def test_with_no_worker_running_the_silence_rule_names_every_queue_and_scheduler(redis_conn):
+    from telemetry.heartbeats import QUEUES
+
+    reading = read("component_silent")
+
+    assert reading.value >= len(QUEUES)
+    assert all(f"worker:{queue}" in reading.detail for queue in QUEUES)
