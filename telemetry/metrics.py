@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
+from telemetry.alerts_collector import AlertCollector
 from telemetry.figures import AcceptanceCollector
 from telemetry.heartbeats import HeartbeatCollector
 from telemetry.metrics_gauges import StateCollector, pool_label, pool_names
@@ -84,6 +85,7 @@ COLLECTORS = (
     StateCollector(),
     HeartbeatCollector(),
     AcceptanceCollector(),
+    AlertCollector(),
 )
 
 

@@ -233,6 +233,18 @@ def test_the_collector_says_which_alerts_fire_and_which_do_not(levels, no_channe
         "component_silent": 0}
 
 
+def test_metrics_export_the_firing_alerts(levels, no_channels):
+    from telemetry.metrics import exposition
+
+    open_dead_letters(11)
+    evaluate_alert(rule="dlq_length")
+
+    text = exposition("text/plain")[0].decode()
+
+    assert 'retryops_alert_firing{alert="dlq_length"} 1.0' in text
+    assert 'retryops_alert_firing{alert="retry_failure_rate"} 0.0' in text
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_evaluators_at_once_fire_an_alert_once(levels, no_channels):
     open_dead_letters(11)
