@@ -89,7 +89,8 @@ def cleanup_queryset(*, older_than_days: int, states) -> QuerySet[DeadLetter]:
 def _json_value(column: str, db_type: str, name: str) -> str:
     """SQL rendering a column as json.dumps(..., cls=DjangoJSONEncoder, ensure_ascii=False) does,
     so archives written before the clean-up ran in SQL read alike, byte for byte."""
-    if db_type in ("bigint", "integer", "smallint"):
+    if db_type in ("bigint", "integer", "smallint", "xid8"):
+        # xid8 (the writing transaction, DeadLetter.xid) reads back as an int, so it is a JSON number.
         return f"coalesce({column}::text, 'null')"
     if db_type == "text" or db_type.startswith("varchar"):
         # to_json escapes exactly what json.dumps(ensure_ascii=False) escapes: the quote, the
