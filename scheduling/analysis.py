@@ -105,23 +105,25 @@ def window_days(value=None) -> int:
     return whole_number(value, field="days", minimum=1, maximum=MAX_WINDOW_DAYS, error=BadInput)
 
 
-# Served by attempt_failure_time_idx (the window's failures), the tasks' primary key, and
-# task_repeats_idx for the later runs of a task that died. Reruns are looked for only for tasks
-# that did not succeed themselves.
+# Served by attempt_failure_time_idx (the window's failures) and the tasks' primary key or a hash
+# join with them. The later runs that succeeded are few (an operator's retry or a dead letter's
+# replay, at most one succeeding per business instance: instance_to_run_again refuses more), read
+# once from task_repeats_idx and hash-joined, rather than looked up once per failure (half the time
+# at 165,000 failures in the window, see bench/transience.py).
 _FAILURES_SQL = f"""
-    WITH failure AS (
+    WITH rerun AS (
+        SELECT DISTINCT ON (repeats_id) repeats_id, id, resource_id FROM {Task._meta.db_table}
+        WHERE repeats_id IS NOT NULL AND state = %(succeeded)s
+        ORDER BY repeats_id, id
+    ), failure AS (
         SELECT a.id, a.number, a.resource_id, a.error_signature AS signature, t.policy_id, t.state,
                t.attempt_count,
-               t.state = %(succeeded)s OR rerun.found IS NOT NULL AS recovered,
+               t.state = %(succeeded)s OR rerun.id IS NOT NULL AS recovered,
                CASE WHEN t.state = %(succeeded)s THEN t.resource_id ELSE rerun.resource_id END AS recovered_on
         FROM {Attempt._meta.db_table} a
         JOIN {Task._meta.db_table} t ON t.id = a.task_id
-        LEFT JOIN LATERAL (
-            SELECT true AS found, r.resource_id FROM {Task._meta.db_table} r
-            WHERE t.state <> %(succeeded)s AND r.repeats_id = COALESCE(t.repeats_id, t.id) AND r.id > t.id
-              AND r.state = %(succeeded)s
-            ORDER BY r.id LIMIT 1
-        ) rerun ON true
+        LEFT JOIN rerun ON rerun.repeats_id = COALESCE(t.repeats_id, t.id) AND rerun.id > t.id
+                           AND t.state <> %(succeeded)s
         WHERE a.outcome IN (%(failed)s, %(abandoned)s) AND a.started_at >= %(since)s AND a.started_at < %(until)s
           AND NOT t.is_probe AND (%(policy)s::bigint IS NULL OR t.policy_id = %(policy)s::bigint)
     )
