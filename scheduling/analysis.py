@@ -79,7 +79,9 @@ class SignatureStats:
             return Hint.TIGHTEN
         if action in STOPPING_ACTIONS and self.recovered_other:
             return Hint.LOOSEN
-        if action == PatternAction.RETRY_SAME_RESOURCE and self.recovered_other > self.recovered_same:
+        # Only where the policy keeps the resource: without same_resource_on_retry every retry moves.
+        if (action == PatternAction.RETRY_SAME_RESOURCE and self.policy.same_resource_on_retry
+                and self.recovered_other > self.recovered_same):
             return Hint.MOVE
         return ""
 

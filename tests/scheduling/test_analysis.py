@@ -11,7 +11,12 @@ from scheduling.analysis import Hint, transient_errors, window_days
 from scheduling.choices import PatternAction, TaskState
 from scheduling.errors import BadInput
 from scheduling.models import Attempt, Task
-from tests.factories import ResourceFactory, RetryPolicyFactory
+from tests.factories import (
+    AttemptFactory,
+    ResourceFactory,
+    RetryPolicyFactory,
+    TaskFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -154,3 +159,29 @@ def test_a_window_that_is_not_a_whole_number_of_days_from_1_to_90_is_refused_nam
 def test_the_window_defaults_to_the_setting(settings):
     settings.RETRYOPS_TRANSIENCE_WINDOW_DAYS = 3
     assert (window_days(), window_days(""), window_days("30")) == (3, 3, 30)
+
+
+def recovered_elsewhere(pool, policy):
+    """A task that failed on alice, its retry kept there by the policy, yet it succeeded on bob
+    (alice's hold was swept meanwhile): built row by row."""
+    alice, bob = ResourceFactory(pool=pool, key="alice@x"), ResourceFactory(pool=pool, key="bob@x")
+    now = timezone.now()
+    task = TaskFactory(pool=pool, policy=policy, state=TaskState.SUCCEEDED, next_run_at=None, finished_at=now,
+                       attempt_count=2, resource=bob)
+    AttemptFactory(task=task, number=1, resource=alice, outcome="failed", finished_at=now, error_class="TimeoutError",
+                   error_message="upstream slow", error_signature=SLOW, category="retryable",
+                   action=PatternAction.RETRY_SAME_RESOURCE)
+    AttemptFactory(task=task, number=2, resource=bob, outcome="succeeded", finished_at=now)
+
+
+def test_a_signature_kept_on_its_resource_that_recovers_elsewhere_is_one_to_move(pool, analysed):
+    recovered_elsewhere(pool, analysed)
+    [row] = transient_errors(policy=analysed).rows
+    assert (counts(row), row.hint) == ((SLOW, 1, 1, 0, 0, 0, 1), Hint.MOVE)
+
+
+def test_no_move_is_suggested_where_the_policy_moves_every_retry_already(pool, analysed):
+    analysed.same_resource_on_retry = False
+    analysed.save(update_fields=["same_resource_on_retry"])
+    recovered_elsewhere(pool, analysed)
+    assert [row.hint for row in transient_errors(policy=analysed).rows] == [""]
