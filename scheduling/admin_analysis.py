@@ -17,7 +17,6 @@ from resources.choices import FailureCategory
 from scheduling.analysis import (
     DEFAULT_LIMIT,
     Hint,
-    SignatureStats,
     transient_errors,
     window_days,
 )
@@ -48,34 +47,37 @@ def _share(part: int, whole: int) -> str:
     return f"{round(100 * part / whole)}%" if whole else "–"
 
 
-def _list_url(name: str, **lookups) -> str:
-    return f"{reverse(name)}?{urlencode(lookups)}"
-
-
-def _row(stats: SignatureStats, days: int) -> dict:
-    """One row as the page shows it: counts, shares, words and links."""
-    behind = {"signature": stats.signature, "failed_within_days": days, "policy": stats.policy.pk}
-    tasks = "admin:scheduling_task_changelist"
-    verdict = stats.verdict
-    action_now = PatternAction(verdict.action).label
-    recorded = PatternAction(stats.recorded_action).label if stats.recorded_action in PatternAction.values else ""
-    return {
-        "stats": stats,
-        "recovered_same_share": _share(stats.recovered_same, stats.failures),
-        "recovered_other_share": _share(stats.recovered_other, stats.failures),
-        "dead_share": _share(stats.dead, stats.failures),
-        "pattern": verdict.classification.pattern or "",
-        "pattern_source": PATTERN_SOURCES.get((stats.pattern_source, verdict.category),
-                                              _("no pattern matched: retryable by default")),
-        "action": action_now,
-        "recorded_action": recorded if recorded and recorded != action_now else "",
-        "hint": HINTS.get(stats.hint, ""),
-        "attempts_url": _list_url("admin:scheduling_attempt_changelist", **behind),
-        "tasks_url": _list_url(tasks, **behind),
-        "dead_url": _list_url(tasks, **behind, state__exact=TaskState.DEAD),
-        "succeeded_url": _list_url(tasks, **behind, state__exact=TaskState.SUCCEEDED),
-        "policy_url": reverse("admin:scheduling_retrypolicy_change", args=[stats.policy.pk]),
-    }
+def _rows(report) -> list[dict]:
+    """The report's rows as the page shows them: counts, shares, words and links (the lists'
+    addresses reversed once per page, not once per row)."""
+    attempts = reverse("admin:scheduling_attempt_changelist")
+    tasks = reverse("admin:scheduling_task_changelist")
+    policy_pages = {}
+    rows = []
+    for stats in report.rows:
+        behind = urlencode({"signature": stats.signature, "failed_within_days": report.days, "policy": stats.policy.pk})
+        verdict = stats.verdict
+        action_now = PatternAction(verdict.action).label
+        recorded = PatternAction(stats.recorded_action).label if stats.recorded_action in PatternAction.values else ""
+        if stats.policy.pk not in policy_pages:
+            policy_pages[stats.policy.pk] = reverse("admin:scheduling_retrypolicy_change", args=[stats.policy.pk])
+        rows.append({
+            "stats": stats,
+            "recovered_same_share": _share(stats.recovered_same, stats.failures),
+            "recovered_other_share": _share(stats.recovered_other, stats.failures),
+            "dead_share": _share(stats.dead, stats.failures),
+            "pattern": verdict.classification.pattern or "",
+            "pattern_source": PATTERN_SOURCES.get((stats.pattern_source, verdict.category),
+                                                  _("no pattern matched: retryable by default")),
+            "action": action_now,
+            "recorded_action": recorded if recorded and recorded != action_now else "",
+            "hint": HINTS.get(stats.hint, ""),
+            "attempts_url": f"{attempts}?{behind}",
+            "tasks_url": f"{tasks}?{behind}",
+            "dead_url": f"{tasks}?{behind}&state__exact={TaskState.DEAD}",
+            "policy_url": policy_pages[stats.policy.pk],
+        })
+    return rows
 
 
 def _days(request) -> int:
@@ -122,7 +124,7 @@ class TransienceConsole:
         context = {
             **self.admin_site.each_context(request), "opts": self.model._meta, "title": title, "policy": policy,
             "show_policy": policy is None,
-            "report": report, "rows": [_row(stats, report.days) for stats in report.rows], "limit": DEFAULT_LIMIT,
+            "report": report, "rows": _rows(report), "limit": DEFAULT_LIMIT,
             "windows": _windows(request, report.days), "all_url": reverse("admin:scheduling_retrypolicy_transience"),
         }
         return TemplateResponse(request, "admin/scheduling/retrypolicy/transience.html", context)
@@ -139,6 +141,6 @@ class TransienceConsole:
         if policy is not None and request.method == "GET" and self.has_view_permission(request, policy):
             report = transient_errors(policy=policy, limit=SHOWN_ON_POLICY_PAGE)
             extra_context.update(
-                transience={"report": report, "rows": [_row(stats, report.days) for stats in report.rows]},
+                transience={"report": report, "rows": _rows(report)},
                 transience_url=reverse("admin:scheduling_retrypolicy_transience_of", args=[policy.pk]))
         return super().change_view(request, object_id, form_url, extra_context)

@@ -35,7 +35,7 @@ from scheduling.policies import Verdict, judge
 # and a quarter's failures are still one scan of that index.
 MAX_WINDOW_DAYS = 90
 # Rows a page shows, the most wasted retries first.
-DEFAULT_LIMIT = 100
+DEFAULT_LIMIT = 50
 
 RETRYING_ACTIONS = (PatternAction.RETRY_SAME_RESOURCE, PatternAction.RETRY_OTHER_RESOURCE)
 STOPPING_ACTIONS = (PatternAction.QUARANTINE, PatternAction.DEAD_LETTER)
