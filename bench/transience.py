@@ -1,10 +1,10 @@
 """Which errors are really transient, timed at 1,000,000 attempts beside 10,000.
 
-    .venv/bin/python bench/transience.py [--sizes 10000,1000000] [--repeat 10] [--explain]
+    .venv/bin/python bench/transience.py [--sizes 10000,1000000] [--repeat 10] [--history-days 30] [--explain]
 
 For each size, a database of its own (`retryops_bench_transience<size>` beside the app's
 `retryops`, see bench/common.py; built once and kept, `DROP DATABASE` removes it) holds that many
-attempts of size × 2/5 tasks spread evenly over the last 30 days, under 3 policies, with 200
+attempts (2.28 a task) of tasks spread evenly over the last 30 days (`--history-days`), under 3 policies, with 200
 error signatures (a fifth of them never recover, a seventh quarantine at once, a third of the
 retries move to another resource). It times scheduling.analysis.transient_errors over 7 days (every
 policy, one policy) and 30 days, then the console's pages (the page of every policy, a policy's
@@ -54,7 +54,7 @@ BUILD_RESOURCES = """
 BUILD_TASKS = """
     WITH shape AS (
         SELECT g, (g * 31) %% %(signatures)s AS s,
-               now() - interval '30 days' * (1 - g::float / %(tasks)s) AS created
+               now() - interval '1 day' * %(history_days)s * (1 - g::float / %(tasks)s) AS created
         FROM generate_series(1, %(tasks)s) g
     ), task AS (
         SELECT g, s, created,
@@ -105,15 +105,16 @@ BUILD_ATTEMPTS = """
 """
 
 
-def build(size: int) -> None:
+def build(size: int, history_days: int) -> None:
     from django.db import connection, transaction
 
     from resources.models import Resource
     from scheduling.models import Attempt, RetryPolicy, Task
 
-    if Attempt.objects.count() == size:
+    # 2.28 attempts a task on average (1 to 4, 1 where the signature quarantines at once).
+    tasks, resources = size * 100 // 228, max(size // 100, 100)
+    if Task.objects.count() == tasks:
         return
-    tasks, resources = size * 2 // 5, max(size // 100, 100)
     print(f"  building {tasks:,} tasks with {size:,} attempts ...", flush=True, file=sys.stderr)
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -129,6 +130,7 @@ def build(size: int) -> None:
             for name in ("default", "fast", "patient")]
         with connection.cursor() as cursor:
             cursor.execute(BUILD_TASKS, {"tasks": tasks, "signatures": SIGNATURES, "resources": resources,
+                                         "history_days": history_days,
                                          "policies": [p.pk for p in policies]})
             cursor.execute(BUILD_ATTEMPTS, {"signatures": SIGNATURES, "resources": resources})
     with connection.cursor() as cursor:
@@ -193,12 +195,20 @@ def measure(size: int, repeat: int, explain: bool) -> list[dict]:
     return rows
 
 
-def child(size: int, repeat: int, explain: bool) -> None:
-    setup_django(suffix=f"_bench_transience{size}")
+def child(size: int, repeat: int, explain: bool, history_days: int) -> None:
+    # A database per size and history: retryops_bench_transience1000000 (30 days), ..._h365.
+    setup_django(suffix=f"_bench_transience{size}" + (f"_h{history_days}" if history_days != 30 else ""))
+    from datetime import timedelta
+
     from django.conf import settings
+    from django.utils import timezone
+
+    from scheduling.models import Attempt
 
     settings.DEBUG = False
-    build(size)
+    build(size, history_days)
+    window = Attempt.objects.filter(outcome="failed", started_at__gte=timezone.now() - timedelta(days=7)).count()
+    print(f"  {Attempt.objects.count():,} attempts, {window:,} failures in the last 7 days", file=sys.stderr)
     print(json.dumps(measure(size, repeat, explain)))
 
 
@@ -207,15 +217,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,1000000", help="Comma-separated numbers of attempts.")
     parser.add_argument("--repeat", type=int, default=10, help="Timed calls or requests of each.")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE the 7-day aggregate (stderr).")
+    parser.add_argument("--history-days", type=int, default=30,
+                        help="Days the attempts are spread over (the windows read 7 and 30 of them).")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.repeat, args.explain)
+        child(args.child, args.repeat, args.explain, args.history_days)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    results = page_sizes_in_children(__file__, sizes, ["--repeat", str(args.repeat), *["--explain"] * args.explain])
+    results = page_sizes_in_children(__file__, sizes, ["--repeat", str(args.repeat), "--history-days",
+                                                       str(args.history_days), *["--explain"] * args.explain])
     labels = list(next(iter(results.values())))
-    print(f"which errors are really transient: time per call or request (ms), {args.repeat} after a warm-up; "
+    print(f"which errors are really transient, attempts spread over {args.history_days} days: time per call or "
+          f"request (ms), {args.repeat} after a warm-up; "
           f"target p95 < {TARGET_P95_MS} ms with the index")
     print_page_table(results, [label for label in labels if label != BASELINE], "attempts", TARGET_P95_MS)
     print(f"baseline, {BASELINE}: " + ", ".join(

@@ -107,11 +107,11 @@ def window_days(value=None) -> int:
     return whole_number(value, field="days", minimum=1, maximum=MAX_WINDOW_DAYS, error=BadInput)
 
 
-# Served by attempt_failure_time_idx (the window's failures) and the tasks' primary key or a hash
-# join with them. The later runs that succeeded are few (an operator's retry or a dead letter's
-# replay, at most one succeeding per business instance: instance_to_run_again refuses more), read
-# once from task_repeats_idx and hash-joined, rather than looked up once per failure (half the time
-# at 165,000 failures in the window, see bench/transience.py).
+# Served by attempt_failure_time_idx (the window's failures) and the tasks' primary key: the cost
+# follows the failures in the window, not the attempts or tasks kept (bench/transience.py). The
+# later runs that succeeded are few (an operator's retry or a dead letter's replay, at most one
+# succeeding per business instance: instance_to_run_again refuses more), read once from
+# task_repeats_idx and hash-joined rather than looked up once per failure.
 _FAILURES_SQL = f"""
     WITH rerun AS (
         SELECT DISTINCT ON (repeats_id) repeats_id, id, resource_id FROM {Task._meta.db_table}
@@ -123,7 +123,12 @@ _FAILURES_SQL = f"""
                t.state = %(succeeded)s OR rerun.id IS NOT NULL AS recovered,
                CASE WHEN t.state = %(succeeded)s THEN t.resource_id ELSE rerun.resource_id END AS recovered_on
         FROM {Attempt._meta.db_table} a
-        JOIN {Task._meta.db_table} t ON t.id = a.task_id
+        -- Each failure's task by its primary key: OFFSET 0 keeps the planner from turning this into a
+        -- hash join over every task (a full scan of the tasks for a window of a few thousand failures).
+        CROSS JOIN LATERAL (
+            SELECT id, policy_id, state, attempt_count, resource_id, repeats_id, is_probe FROM {Task._meta.db_table}
+            WHERE id = a.task_id OFFSET 0
+        ) t
         LEFT JOIN rerun ON rerun.repeats_id = COALESCE(t.repeats_id, t.id) AND rerun.id > t.id
                            AND t.state <> %(succeeded)s
         WHERE a.outcome IN (%(failed)s, %(abandoned)s) AND a.started_at >= %(since)s AND a.started_at < %(until)s
