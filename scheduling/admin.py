@@ -22,13 +22,18 @@ from resources.admin import (
 )
 from retryops.errors import DomainError
 from scheduling import services, whatif
+from scheduling.admin_analysis import TransienceConsole
 from scheduling.admin_console import TaskConsole
 from scheduling.admin_filters import (
+    AttemptPolicyFilter,
+    FailedWithFilter,
     FlowFilter,
     NextRunFilter,
+    PolicyFilter,
     RetryOverdueFilter,
     RetryStartFilter,
     ScheduledForFilter,
+    TaskFailedWithFilter,
 )
 from scheduling.choices import WAITING_STATES, TaskState
 from scheduling.errors import BadPolicy
@@ -95,7 +100,7 @@ TASK_SUMMARY = ("state", "flow", "pool", "resource", "attempt_count", "next_run"
 @admin.register(Task)
 class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_display = ("id", "flow", "pool", "state", "resource", "attempt_count", "next_run", "short_error")
-    list_filter = ("state", FlowFilter, "pool", RetryOverdueFilter, NextRunFilter)
+    list_filter = ("state", FlowFilter, "pool", PolicyFilter, RetryOverdueFilter, NextRunFilter, TaskFailedWithFilter)
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
@@ -139,7 +144,7 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
 class AttemptAdmin(ReadOnlyAdmin):
     list_display = ("task", "number", "resource", "outcome", "scheduled_for", "started_at", "duration_ms", "category",
                     "error_signature")
-    list_filter = ("outcome", "category", RetryStartFilter, ScheduledForFilter)
+    list_filter = ("outcome", "category", AttemptPolicyFilter, RetryStartFilter, ScheduledForFilter, FailedWithFilter)
     list_select_related = ("task", "resource")
     search_fields = ("=task__id", "resource__key", "error_signature")
     show_full_result_count = False
@@ -227,7 +232,7 @@ class PreviewOnly:
 
 
 @admin.register(RetryPolicy)
-class RetryPolicyAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
+class RetryPolicyAdmin(TransienceConsole, EditsWhatThePageShowed, admin.ModelAdmin):
     form = RetryPolicyForm
     fields = RetryPolicyForm.Meta.fields  # the name first, also when it is read-only
     list_display = ("name", "max_attempts", "backoff", "initial_delay_seconds", "max_delay_seconds",

@@ -1,12 +1,19 @@
 """List filters shared by the console's lists of tasks and of what tasks leave behind."""
 
-from django.contrib import admin
+from datetime import timedelta
+
+from django.contrib import admin, messages
+from django.template.defaultfilters import truncatechars
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from retryops.admin_filters import FigureFilter, time_range_filter
-from scheduling.choices import WAITING_STATES, TaskEventKind
+from scheduling.analysis import window_days
+from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind
+from scheduling.errors import BadInput
 from scheduling.flows import known_flows
+from scheduling.models import Attempt, RetryPolicy
 from scheduling.selectors import RETRY_OUTCOMES, late_retry_starts, retry_sla_grace
 
 
@@ -76,3 +83,81 @@ class RetryEndFilter(FigureFilter):
 ScheduledForFilter = time_range_filter("scheduled_for", _("due"))
 NextRunFilter = time_range_filter("next_run_at", _("next run at"))
 EventTimeFilter = time_range_filter("created_at", _("created at"))
+class PolicyFilter(admin.SimpleListFilter):
+    """The retry policy of the task (of the attempt's task, with `field` = "task__policy"): the
+    policies are few, so they are listed from their own table."""
+
+    title = _("retry policy")
+    parameter_name = "policy"
+    field = "policy"
+
+    def lookups(self, request, model_admin):
+        return [(str(pk), name) for pk, name in RetryPolicy.objects.order_by("name").values_list("pk", "name")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        if not value.isdigit() or len(value) > 18:
+            messages.error(request, gettext("policy must be a retry policy's id, got %(value)r") % {"value": value})
+            return queryset.none()
+        return queryset.filter(**{f"{self.field}_id": int(value)})
+
+
+class AttemptPolicyFilter(PolicyFilter):
+    field = "task__policy"
+
+
+class FailedWithFilter(admin.SimpleListFilter):
+    """Failures of one exact error signature within the last `failed_within_days` days (the
+    transience page's links; default RETRYOPS_TRANSIENCE_WINDOW_DAYS): attempts that failed so,
+    or, for tasks (`narrow_tasks`), the tasks with such an attempt. Signatures are too many to
+    list: only the chosen one is offered. Served by attempt_failure_time_idx."""
+
+    title = _("failed with error signature")
+    parameter_name = "signature"
+    days_parameter = "failed_within_days"
+    narrow_tasks = False
+
+    def __init__(self, request, params, model, model_admin):
+        # Its own second parameter: the admin refuses a parameter no filter takes.
+        self.days_value = params.pop(self.days_parameter, [None])[-1]
+        super().__init__(request, params, model, model_admin)
+
+    def expected_parameters(self):
+        return [self.parameter_name, self.days_parameter]
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        self.days = None
+        if not value:
+            return []
+        try:
+            self.days = days = window_days(self.days_value)
+        except BadInput as exc:
+            messages.error(request, str(exc))
+            return [(value, truncatechars(value, 60))]
+            return [(value, truncatechars(value, 60))]
+        label = ngettext("%(signature)s, in the last day", "%(signature)s, in the last %(days)d days", days)
+        return [(value, label % {"signature": truncatechars(value, 60), "days": days})]
+
+    def choices(self, changelist):
+        every, *chosen = super().choices(changelist)
+        # "All" drops the window with the signature.
+        return [{**every, "query_string": changelist.get_query_string(remove=self.expected_parameters())}, *chosen]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        if self.days is None:  # said why in lookups
+            return queryset.none()
+        failed = {"outcome__in": [AttemptOutcome.FAILED, AttemptOutcome.ABANDONED], "error_signature": value,
+                  "started_at__gte": timezone.now() - timedelta(days=self.days)}
+        if self.narrow_tasks:
+            return queryset.filter(pk__in=Attempt.objects.filter(**failed).values("task_id"))
+        return queryset.filter(**failed)
+
+
+class TaskFailedWithFilter(FailedWithFilter):
+    narrow_tasks = True

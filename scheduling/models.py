@@ -260,6 +260,11 @@ class Attempt(models.Model):
             # retries by due time, with their start, so a window is an index-only scan.
             models.Index(fields=["scheduled_for", "started_at"], condition=Q(number__gt=1),
                          name="attempt_retry_due_idx"),
+            # Which errors are really transient (scheduling.analysis.transient_errors): the failures
+            # of a window, and an error signature's failures in the attempts' list
+            # (FailedWithFilter). Failed attempts only: the index is written once per failure.
+            models.Index(fields=["started_at"], condition=Q(outcome__in=[AttemptOutcome.FAILED, AttemptOutcome.ABANDONED]),
+                         name="attempt_failure_time_idx"),
         ]
 
     def __str__(self) -> str:

@@ -216,6 +216,10 @@ ROUTES: dict[str, list[Visit]] = {
     "admin/scheduling/task/<int:task_id>/cancel/": [
         Visit("cancel", url("admin:scheduling_task_cancel", pk("waiting_task")), who=(OPERATORS,),
               data={"reason": "walked"})],
+    "admin/scheduling/retrypolicy/transience/": [
+        Visit("which errors are transient", url("admin:scheduling_retrypolicy_transience"))],
+    "admin/scheduling/retrypolicy/<int:policy_id>/transience/": [
+        Visit("a policy's transient errors", url("admin:scheduling_retrypolicy_transience_of", pk("policy")))],
     "admin/scheduling/task/<int:task_id>/run-now/": [
         Visit("run now", url("admin:scheduling_task_run_now", pk("waiting_task")), who=(OPERATORS,))],
     # compensation
