@@ -36,7 +36,7 @@ from telemetry.alerts_models import (
     AlertEventKind,
     AlertState,
 )
-from telemetry.alerts_rules import RULES, Reading, Rule
+from telemetry.alerts_rules import RULES, Reading, Rule, dedup_key
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,6 @@ FIRING, OK = "firing", "ok"  # no change
 CLEARING = "clearing"  # firing, at or below its clear level, not for long enough yet
 BUSY = "busy"  # another evaluator holds the alert
 FAILED = "failed"  # the rule raised; logged, the other rules still ran
-
-
-def dedup_key(rule: str) -> str:
-    """The one dedup key of a rule's incidents: its trigger and its resolve share it."""
-    return f"retryops/alert/{rule}"
 
 
 def _rule(name) -> Rule:

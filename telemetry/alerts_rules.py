@@ -53,6 +53,11 @@ def seconds_words(seconds: int) -> str:
     return gettext("%(count)d s") % {"count": seconds}
 
 
+def dedup_key(rule: str) -> str:
+    """The one dedup key of a rule's incidents: its trigger and its resolve share it."""
+    return f"retryops/alert/{rule}"
+
+
 class Rule:
     """Base of the registry's classes: a name (the dedup key's last part and the metric's label),
     a title in English (notifications) and in the reader's language (the admin), a unit, and
@@ -185,7 +190,9 @@ class WorkOrderCreationFailed(AnyRule):
 
 class NotificationFailed(AnyRule):
     """Notifications that failed (the receiver refused them, or never answered through every
-    attempt) within RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS: a page that never arrived."""
+    attempt) within RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS: a page that never arrived. Its
+    own pages aside: through a broken channel its resolve fails too, and would fire it again,
+    opening an incident every window for as long as the channel stays broken."""
 
     name = "notification_failed"
     title = "Failed notifications"
@@ -196,7 +203,7 @@ class NotificationFailed(AnyRule):
         # notification_failed_idx: the failed rows only, which stay few.
         failed = dict(Notification.objects.filter(state=NotificationState.FAILED,
                                                   last_attempt_at__gte=now - timedelta(seconds=window))
-                      .order_by().values_list("channel").annotate(n=Count("*")))
+                      .exclude(dedup_key=dedup_key(self.name)).order_by().values_list("channel").annotate(n=Count("*")))
         return Reading(sum(failed.values()), {"by_channel": dict(sorted(failed.items())), "window": window})
 
     def describe(self, facts):

@@ -1,0 +1,44 @@
+"""Findings of the issue-11 review, each reproduced by the test that failed before its fix."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from compensation.notifications import send_due_notifications
+from compensation.notifications_models import Notification, NotificationState
+from telemetry.alerts import FIRED, RESOLVED, evaluate_alert
+from tests.compensation.notify_fixtures import PAGERDUTY_PATH, SLACK_PATH, page
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def slack_gone(levels, both_channels):
+    """PagerDuty takes every message; Slack's webhook was removed (404: no retry can help)."""
+    levels.RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = 600
+    both_channels.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)
+    both_channels.expect_request(SLACK_PATH).respond_with_data("no_service", status=404)
+    return both_channels
+
+
+def send_at(moment) -> None:
+    """Send what is due, as the sender would have at `moment` (its failures dated then)."""
+    before = set(Notification.objects.values_list("pk", flat=True).filter(state=NotificationState.FAILED))
+    send_due_notifications()
+    Notification.objects.filter(state=NotificationState.FAILED).exclude(pk__in=before).update(last_attempt_at=moment)
+
+
+def test_the_failed_notifications_alert_is_not_fired_again_by_its_own_resolve_failing(slack_gone):
+    now = timezone.now()
+    page(7)
+    send_at(now)  # the work order's Slack message fails
+    assert evaluate_alert(rule="notification_failed", now=now) == FIRED
+    send_at(now)  # the alert's own Slack message fails too
+    quiet = now + timedelta(seconds=601)  # every failure is out of the window
+    evaluate_alert(rule="notification_failed", now=quiet)
+    assert evaluate_alert(rule="notification_failed", now=quiet + timedelta(seconds=60)) == RESOLVED
+    send_at(quiet + timedelta(seconds=60))  # the resolve's Slack message fails as well
+
+    # Nothing but the alert's own resolve failed since: it must not open a new incident.
+    assert evaluate_alert(rule="notification_failed", now=quiet + timedelta(seconds=61)) != FIRED
