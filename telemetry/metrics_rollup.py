@@ -89,7 +89,10 @@ def _observed(lo: str, hi: str | None) -> str:
     """One row per observation of the rows written by transactions in [lo, hi) (hi None: no
     upper bound): (metric, flow, pool_id, label, value), value NULL for a counter's. Flow and
     pool come from the task, the category from the attempt the event is about; none of them
-    changes once the row is written, so a row counts the same in every scrape and pass."""
+    changes once the row is written, so a row counts the same in every scrape and pass. A value
+    is never below 0: its two times may come from two hosts' clocks (a worker's and the collector's),
+    and a negative one would make the histogram's _sum go down, which OpenMetrics refuses (a
+    histogram's _sum is a counter) and rate() reads as a reset."""
     def window(column: str) -> str:
         return f"{column} >= {lo}" + (f" AND {column} < {hi}" if hi else "")
 
@@ -108,9 +111,9 @@ def _observed(lo: str, hi: str | None) -> str:
         JOIN {TASKS} t ON t.id = a.task_id
         CROSS JOIN LATERAL (VALUES
             ('{ATTEMPT_DURATION}', a.outcome::text, TRUE,
-             COALESCE(a.duration_ms / 1000.0, EXTRACT(EPOCH FROM a.finished_at - a.started_at))::float8),
+             GREATEST(0, COALESCE(a.duration_ms / 1000.0, EXTRACT(EPOCH FROM a.finished_at - a.started_at)))::float8),
             ('{RETRY_LATENESS}', '', a.number >= 2 AND a.scheduled_for IS NOT NULL,
-             EXTRACT(EPOCH FROM a.started_at - a.scheduled_for)::float8)
+             GREATEST(0, EXTRACT(EPOCH FROM a.started_at - a.scheduled_for))::float8)
         ) x(metric, label, kept, v)
         WHERE {window("a.finished_xid")} AND a.outcome <> '{AttemptOutcome.RUNNING}' AND x.kept
       UNION ALL
@@ -119,7 +122,7 @@ def _observed(lo: str, hi: str | None) -> str:
         JOIN {TASKS} t ON t.id = d.task_id
         CROSS JOIN LATERAL (VALUES
             ('{ESCALATED}', COALESCE(NULLIF(t.last_error_category, ''), '{NO_CATEGORY}'), NULL::float8),
-            ('{DEAD_LETTER_TO_WORK_ORDER}', '', EXTRACT(EPOCH FROM d.created_at - t.finished_at)::float8)
+            ('{DEAD_LETTER_TO_WORK_ORDER}', '', GREATEST(0, EXTRACT(EPOCH FROM d.created_at - t.finished_at))::float8)
         ) x(metric, label, v)
         WHERE {window("d.xid")}
     """

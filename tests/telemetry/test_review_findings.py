@@ -42,3 +42,21 @@ def test_the_failed_notifications_alert_is_not_fired_again_by_its_own_resolve_fa
 
     # Nothing but the alert's own resolve failed since: it must not open a new incident.
     assert evaluate_alert(rule="notification_failed", now=quiet + timedelta(seconds=61)) != FIRED
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
+
+def test_a_dead_letter_stamped_before_its_task_died_by_another_hosts_clock_keeps_openmetrics_valid(client):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    from tests.factories import DeadLetterFactory
+
+    # The worker's host runs 2 s ahead of the collector's: the task "died" after its dead letter was made.
+    DeadLetterFactory(task__finished_at=timezone.now() + timedelta(seconds=2))
+
+    response = client.get("/metrics", HTTP_ACCEPT=OPENMETRICS)
+
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    families = {family.name: family for family in text_string_to_metric_families(response.content.decode())}
+    assert families["dead_letter_to_work_order_seconds"].samples
