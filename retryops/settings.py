@@ -419,4 +419,6 @@ if not RETRYOPS_METRICS_ALLOW and not RETRYOPS_METRICS_TOKEN:
                                "/metrics would be open to anyone; set a token or list the addresses allowed")
 # Seconds between passes of the metrics rollup (`manage.py rqcron telemetry.cron`); a scrape is
 # exact whatever it is, and costs the rows written since the last pass.
-RETRYOPS_METRICS_ROLLUP_INTERVAL = env_int("RETRYOPS_METRICS_ROLLUP_INTERVAL", 5, minimum=1)
+# At most an hour: a scrape counts the rows of a whole interval, and the job's TTL is the interval
+# (Redis refuses one past its range at every enqueue, long after start-up).
+RETRYOPS_METRICS_ROLLUP_INTERVAL = env_int("RETRYOPS_METRICS_ROLLUP_INTERVAL", 5, minimum=1, maximum=3600)
