@@ -270,9 +270,9 @@ def live_work_order_board(*, now: datetime | None = None, limit: int = 5) -> dic
 def first_page_sent():
     """When the first trigger page about a work order (OuterRef "pk") reached a channel: the
     moment the on-call was notified, which the notice SLA clock stops at too
-    (notification_subject_idx)."""
-    return (Notification.objects.filter(subject_id=OuterRef("pk"), event=NotificationEvent.TRIGGER,
-                                        state=NotificationState.SENT)
+    (notification_subject_idx; an alert's page may carry the same id)."""
+    return (Notification.objects.filter(subject_type=NotificationSubject.WORK_ORDER, subject_id=OuterRef("pk"),
+                                        event=NotificationEvent.TRIGGER, state=NotificationState.SENT)
             .order_by("sent_at").values("sent_at")[:1])
 
 

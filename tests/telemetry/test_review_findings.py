@@ -60,3 +60,24 @@ def test_a_dead_letter_stamped_before_its_task_died_by_another_hosts_clock_keeps
     assert response["Content-Type"].startswith("application/openmetrics-text")
     families = {family.name: family for family in text_string_to_metric_families(response.content.decode())}
     assert families["dead_letter_to_work_order_seconds"].samples
+
+
+def test_an_alerts_page_does_not_count_as_the_page_of_the_work_order_with_its_id(both_channels):
+    from compensation.notifications import queue_notification
+    from compensation.notifications_models import NotificationSubject
+    from telemetry.figures import acceptance_figures
+    from tests.factories import WorkOrderFactory
+
+    both_channels.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)
+    both_channels.expect_request(SLACK_PATH).respond_with_data("ok")
+    now = timezone.now()
+    order = WorkOrderFactory(source="dead_letters", flow="demo", error_signature="A",
+                             first_dead_at=now - timedelta(minutes=5), last_dead_at=now - timedelta(minutes=5))
+    # An alert whose id is the work order's pages both channels; nobody was paged about the work order.
+    queue_notification(event="trigger", dedup_key="retryops/alert/component_silent", subject_id=order.pk,
+                       subject_type=NotificationSubject.ALERT, summary="Workers or scheduler silent", details={},
+                       link="/admin/")
+    send_due_notifications()
+
+    figure = acceptance_figures(seconds=3600, now=now)["dead_letter_to_work_order_p50"]
+    assert figure.counts == {"work_orders": 1, "paged": 0, "not_paged": 1}
