@@ -83,6 +83,8 @@ class RetryEndFilter(FigureFilter):
 ScheduledForFilter = time_range_filter("scheduled_for", _("due"))
 NextRunFilter = time_range_filter("next_run_at", _("next run at"))
 EventTimeFilter = time_range_filter("created_at", _("created at"))
+
+
 class PolicyFilter(admin.SimpleListFilter):
     """The retry policy of the task (of the attempt's task, with `field` = "task__policy"): the
     policies are few, so they are listed from their own table."""
@@ -136,7 +138,6 @@ class FailedWithFilter(admin.SimpleListFilter):
             self.days = days = window_days(self.days_value)
         except BadInput as exc:
             messages.error(request, str(exc))
-            return [(value, truncatechars(value, 60))]
             return [(value, truncatechars(value, 60))]
         label = ngettext("%(signature)s, in the last day", "%(signature)s, in the last %(days)d days", days)
         return [(value, label % {"signature": truncatechars(value, 60), "days": days})]
