@@ -88,22 +88,68 @@ def _subpatterns(op, arg):
     return []
 
 
+# Any character: a first-character set that overlaps every other.
+_ANY = None
+
+
+def _first_characters(items):
+    """The characters a match of the parsed `items` can start with (lower-cased), or _ANY when that
+    is not a small known set (a class, a category, something that may match nothing)."""
+    if not items:
+        return _ANY
+    op, arg = items[0]
+    if op is sre_constants.LITERAL:
+        return {chr(arg).lower()}
+    if op is sre_constants.IN and all(kind is sre_constants.LITERAL for kind, _value in arg):
+        return {chr(value).lower() for _kind, value in arg}
+    if op is sre_constants.SUBPATTERN:
+        return _first_characters(arg[3])
+    if op in _REPEATS and arg[0] >= 1:
+        return _first_characters(arg[2])
+    if op is sre_constants.BRANCH:
+        sets = [_first_characters(branch) for branch in arg[1]]
+        return _ANY if any(chars is _ANY for chars in sets) else set().union(*sets)
+    return _ANY
+
+
+def _overlapping_branches(items) -> bool:
+    """Whether `items` holds an alternation two of whose branches can start alike ("(a|aa)"): repeated,
+    the engine tries every way of splitting the text between them."""
+    for op, arg in items:
+        if op is sre_constants.BRANCH:
+            seen = set()
+            for branch in arg[1]:
+                chars = _first_characters(branch)
+                if chars is _ANY or chars & seen:
+                    return True
+                seen |= chars
+        if op not in _REPEATS and any(_overlapping_branches(sub) for sub in _subpatterns(op, arg)):
+            return True
+    return False
+
+
 def _nested_repeat(items) -> bool:
     for op, arg in items:
-        # A group repeated without bound around something that itself repeats ("(a+)+", "(\w*\s?)*"):
-        # Python's backtracking engine takes exponential time on a near miss, and a worker classifying
-        # an error would hang on it.
-        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[1] == sre_constants.MAXREPEAT \
-                and _repeats_within(arg[2]):
-            return True
+        # A group repeated a varying number of times (or many times) around something that itself
+        # repeats ("(a+)+", "(\w*\s?)*", "(a+){2,100}", "(.*a){12}"), or around an alternation whose
+        # branches can start alike ("(a|a)+"): Python's backtracking engine takes exponential (or
+        # high-polynomial) time on a near miss, and a worker classifying an error would hang on it.
+        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[1] > 1:
+            varying = arg[0] != arg[1]
+            if (varying or arg[1] >= 4) and _repeats_within(arg[2]):
+                return True
+            if varying and _overlapping_branches(arg[2]):
+                return True
         if any(_nested_repeat(sub) for sub in _subpatterns(op, arg)):
             return True
     return False
 
 
 def backtracking_risk(pattern: str) -> bool:
-    """Whether `pattern` repeats without bound a part that repeats itself, the shape of catastrophic
-    backtracking. A syntax error is not this check's business: compiling reports it."""
+    """Whether `pattern` has the shape of catastrophic backtracking: a part repeated a varying number
+    of times that itself repeats or offers alternatives starting alike. A heuristic on the parsed
+    pattern (it refuses some harmless shapes, such as "(x+y)+", and cannot prove a pattern safe); a
+    syntax error is not its business: compiling reports it."""
     try:
         return _nested_repeat(sre_parser.parse(pattern, re.IGNORECASE))
     except re.error:
