@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -125,3 +126,20 @@ def env_networks(name: str, default: str) -> list[str]:
             raise ImproperlyConfigured(f"{name}: {item.strip()!r} is not an IP network such as 10.0.0.0/8 or ::1 "
                                        f"({exc})") from None
     return networks
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
+
+
+def env_header_value(name: str) -> tuple[str, str] | None:
+    """A request header and the value it must have, written "X-Forwarded-Proto: https", as
+    Django's (META key, value) pair: ("HTTP_X_FORWARDED_PROTO", "https"). Unset or empty: None."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    header, colon, value = raw.partition(":")
+    header, value = header.strip(), value.strip()
+    if not colon or not _HEADER_NAME.fullmatch(header) or not value or not value.isprintable():
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a header and its value such as "
+                                   "'X-Forwarded-Proto: https'")
+    return "HTTP_" + header.upper().replace("-", "_"), value

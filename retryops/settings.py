@@ -10,6 +10,7 @@ from retryops.env import (
     env_bool,
     env_choice,
     env_float,
+    env_header_value,
     env_int,
     env_list,
     env_networks,
@@ -25,6 +26,20 @@ DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY") or devservices.local_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Production behind TLS (`manage.py check --deploy` is clean once these are set, see deploy/).
+# Off by default: `manage.py up` and the tests serve plain http on loopback, where a secure
+# cookie would never come back and a redirect to https would lead nowhere.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Browsers remember HSTS for this many seconds: start small (3600) and raise it to a year
+# (31536000) once https is known to work for every host, subdomains included when said.
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0, maximum=2 * 365 * 86_400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# "X-Forwarded-Proto: https": the header (and value) by which the TLS-terminating proxy in front
+# says a request came over https. Only behind a proxy that always sets it: a client could
+# otherwise claim https itself.
+SECURE_PROXY_SSL_HEADER = env_header_value("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

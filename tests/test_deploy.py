@@ -1,0 +1,124 @@
+"""deploy/: the Procfile and the compose file run exactly what `manage.py up` runs, and the
+production settings pass `manage.py check --deploy`."""
+
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from retryops.management.commands.up import Command as Up
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+# What an operator behind a TLS-terminating proxy sets (the README's production settings).
+PRODUCTION_ENV = {
+    "DEBUG": "false",
+    "SECRET_KEY": secrets.token_hex(32),
+    "ALLOWED_HOSTS": "retryops.example.com",
+    "CSRF_TRUSTED_ORIGINS": "https://retryops.example.com",
+    "SECURE_COOKIES": "true",
+    "SECURE_SSL_REDIRECT": "true",
+    "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "SECURE_HSTS_PRELOAD": "true",
+}
+# Services of the compose file that are not processes of the Procfile.
+COMPOSE_ONLY = {"postgres", "redis", "setup"}
+
+
+def procfile() -> dict[str, list[str]]:
+    commands = {}
+    for line in (DEPLOY / "Procfile").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, command = line.partition(":")
+            commands[name.strip()] = shlex.split(command)
+    return commands
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_check_deploy_is_clean_under_the_production_settings():
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_the_procfile_runs_what_up_runs(settings):
+    settings.RETRYOPS_WORKER_CLASS = ""
+    children = Up().child_processes("127.0.0.1:8000", receiver_port=None)
+    prefix = [sys.executable, str(ROOT / "manage.py")]
+    expected = {}
+    for name, (command, _env) in children.items():
+        assert command[:2] == prefix
+        expected[name.replace(" ", "_")] = ["python", "manage.py", *command[2:]]
+    # The web server is the one difference: gunicorn with deploy/'s settings for runserver.
+    assert expected.pop("web")[2] == "runserver"
+    processes = procfile()
+    module, _, application = settings.WSGI_APPLICATION.rpartition(".")
+    assert processes.pop("web") == ["gunicorn", "--config", "deploy/gunicorn.conf.py", f"{module}:{application}"]
+    assert processes == expected
+
+
+def test_the_compose_services_run_the_procfile_commands():
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    commands = {name: shlex.split(service["command"]) for name, service in services.items()
+                if name not in COMPOSE_ONLY}
+    assert commands == procfile()
+
+
+def test_the_compose_file_probes_web_by_healthz_and_the_workers_by_readyz():
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    for name in ("worker", "periodic_worker"):
+        assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variable, value, said", [
+    ("SECURE_COOKIES", "maybe", "SECURE_COOKIES='maybe' is not a boolean"),
+    ("SECURE_SSL_REDIRECT", "2", "SECURE_SSL_REDIRECT='2' is not a boolean"),
+    ("SECURE_HSTS_SECONDS", "-1", "SECURE_HSTS_SECONDS=-1 must be at least 0"),
+    ("SECURE_HSTS_SECONDS", "1e9", "SECURE_HSTS_SECONDS='1e9' is not an integer"),
+    ("SECURE_HSTS_SECONDS", "99999999999", "SECURE_HSTS_SECONDS=99999999999 must be at most 63072000"),
+    ("SECURE_HSTS_INCLUDE_SUBDOMAINS", "all", "SECURE_HSTS_INCLUDE_SUBDOMAINS='all' is not a boolean"),
+    ("SECURE_HSTS_PRELOAD", "please", "SECURE_HSTS_PRELOAD='please' is not a boolean"),
+    ("SECURE_PROXY_SSL_HEADER", "https", "SECURE_PROXY_SSL_HEADER='https' is not a header and its value"),
+    ("SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto:", "SECURE_PROXY_SSL_HEADER='X-Forwarded-Proto:' is not"),
+    ("SECURE_PROXY_SSL_HEADER", "X Proto: https", "SECURE_PROXY_SSL_HEADER='X Proto: https' is not"),
+])
+def test_a_bad_production_setting_stops_start_up_naming_it(variable, value, said):
+    result = manage("check", env={**PRODUCTION_ENV, variable: value})
+    assert result.returncode != 0
+    assert said in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variable, value, said", [
+    ("WEB_CONCURRENCY", "0", "WEB_CONCURRENCY=0 must be at least 1"),
+    ("GUNICORN_THREADS", "eight", "GUNICORN_THREADS='eight' is not an integer"),
+    ("GUNICORN_TIMEOUT", "0", "GUNICORN_TIMEOUT=0 must be at least 1"),
+    ("PORT", "70000", "PORT=70000 must be at most 65535"),
+])
+def test_a_bad_web_server_setting_stops_gunicorn_naming_it(variable, value, said):
+    result = subprocess.run([sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py",
+                             "retryops.wsgi:application"], cwd=ROOT, env={**os.environ, variable: value},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert said in result.stderr
+
+
+def test_the_proxy_ssl_header_becomes_djangos_meta_key(monkeypatch):
+    from retryops.env import env_header_value
+
+    monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", " X-Forwarded-Proto : https ")
+    assert env_header_value("SECURE_PROXY_SSL_HEADER") == ("HTTP_X_FORWARDED_PROTO", "https")
