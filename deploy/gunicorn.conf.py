@@ -16,3 +16,6 @@ bind = env_str("GUNICORN_BIND") or f"0.0.0.0:{env_int('PORT', 8000, minimum=1, m
 accesslog = None
 # A request longer than this is killed with its worker; the API answers in milliseconds.
 timeout = env_int("GUNICORN_TIMEOUT", 60, minimum=1, maximum=3600)
+# gunicorn 24+ opens a control socket in $HOME/.gunicorn/: two web processes on one host would
+# share its path, and the image's user may not write there. Nothing here uses it.
+control_socket_disable = True

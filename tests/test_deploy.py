@@ -4,14 +4,18 @@ production settings pass `manage.py check --deploy`."""
 import os
 import secrets
 import shlex
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
 from retryops.management.commands.up import Command as Up
+from tests import servers
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -122,3 +126,43 @@ def test_the_proxy_ssl_header_becomes_djangos_meta_key(monkeypatch):
 
     monkeypatch.setenv("SECURE_PROXY_SSL_HEADER", " X-Forwarded-Proto : https ")
     assert env_header_value("SECURE_PROXY_SSL_HEADER") == ("HTTP_X_FORWARDED_PROTO", "https")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_the_procfiles_web_command_serves_the_app_with_gthread_and_the_workers_it_was_given():
+    port = free_port()
+    env = {**os.environ, **PRODUCTION_ENV, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
+           "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "1", "GUNICORN_THREADS": "3"}
+    server = subprocess.Popen([sys.executable, "-m", *procfile()["web"]], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+                    assert response.status == 200
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+    finally:
+        server.terminate()
+        _out, err = server.communicate(timeout=30)
+    assert "Using worker: gthread" in err
+    assert "Booting worker" in err and err.count("Booting worker") == 1
+
+
+def test_probes_answer_over_http_while_the_console_redirects_to_https(client, settings):
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    assert client.get("/healthz").status_code == 200
+    redirect = client.get("/admin/login/")
+    assert redirect.status_code == 301 and redirect["Location"].startswith("https://")
+    assert client.get("/admin/login/", headers={"X-Forwarded-Proto": "https"}).status_code == 200
