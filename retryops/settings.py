@@ -217,6 +217,10 @@ RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
 # leaks memory or crashes takes only its work horse down). "rq.worker.SimpleWorker" runs about
 # five times more jobs per second by sharing one process between jobs (see README).
 RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
+# Through django-rq's own setting, so every `manage.py rqworker` uses it (up's, the Procfile's and
+# the compose file's), with no --worker-class on a command line that would then differ between them.
+if RETRYOPS_WORKER_CLASS:
+    RQ["WORKER_CLASS"] = RETRYOPS_WORKER_CLASS
 # The console's diagnosis of a failing resource (resources.selectors.annotate_diagnosis):
 # "environment" when the signature of its latest failure was also the latest failure of at least
 # MIN_RESOURCES resources of its pool (itself included) within WINDOW_SECONDS of it; "resource"

@@ -58,7 +58,6 @@ def test_check_deploy_is_clean_under_the_production_settings():
 
 
 def test_the_procfile_runs_what_up_runs(settings):
-    settings.RETRYOPS_WORKER_CLASS = ""
     children = Up().child_processes("127.0.0.1:8000", receiver_port=None)
     prefix = [sys.executable, str(ROOT / "manage.py")]
     expected = {}
@@ -166,3 +165,13 @@ def test_probes_answer_over_http_while_the_console_redirects_to_https(client, se
     redirect = client.get("/admin/login/")
     assert redirect.status_code == 301 and redirect["Location"].startswith("https://")
     assert client.get("/admin/login/", headers={"X-Forwarded-Proto": "https"}).status_code == 200
+
+
+@pytest.mark.slow
+def test_the_worker_class_setting_reaches_every_rqworker_without_a_flag():
+    code = ("import django, rq.worker; django.setup(); from django_rq.workers import get_worker_class; "
+            "print(get_worker_class() is rq.worker.SimpleWorker)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DJANGO_SETTINGS_MODULE": "retryops.settings",
+                                 "RETRYOPS_WORKER_CLASS": "rq.worker.SimpleWorker"})
+    assert result.stdout.strip() == "True", result.stderr

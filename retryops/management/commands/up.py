@@ -172,8 +172,6 @@ class Command(BaseCommand):
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         # A short TTL makes an idle worker heartbeat every 30 s, so /readyz sees it (telemetry.heartbeats).
         worker_options = ["--worker-ttl", str(WORKER_TTL)]
-        if settings.RETRYOPS_WORKER_CLASS:
-            worker_options += ["--worker-class", settings.RETRYOPS_WORKER_CLASS]
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.
         env = os.environ.copy()
