@@ -23,7 +23,12 @@ from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
-from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState, WorkOrderSource, WorkOrderState
+from compensation.choices import (
+    WORK_ORDER_TERMINAL,
+    DeadLetterState,
+    WorkOrderSource,
+    WorkOrderState,
+)
 from compensation.models import DeadLetter, WorkOrder
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent
