@@ -170,7 +170,7 @@ def double_leases(h: Horizons) -> list[Violation]:
         GROUP BY resource_id HAVING count(*) > 1 ORDER BY resource_id""",
                  {})
     return [Violation({"resource": resource_id, "holders": ",".join(holders)},
-                      f"is held by {len(holders)} holders at once: {', '.join(holders)}")
+                      f"is held by {len(holders)} holders at once")
             for resource_id, holders in rows]
 
 
