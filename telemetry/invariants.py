@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from rq.job import JobStatus
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
@@ -195,16 +196,33 @@ def counters(h: Horizons) -> list[Violation]:
 
 
 def overdue_tasks(h: Horizons) -> list[Violation]:
-    """Every waiting task is due in the future, or overdue by less than the dispatcher's recovery
-    horizon (five dispatcher runs). task_waiting_due_idx."""
+    """Every waiting task is due in the future, or has its wake-up waiting on a queue (a backlog the
+    workers will reach), or is overdue by less than the dispatcher's recovery horizon (five
+    dispatcher runs: the dispatcher enqueues again, within one run, an overdue task whose job is
+    not queued). task_waiting_due_idx, then one pipelined read of the overdue tasks' RQ jobs;
+    with Redis unreachable every overdue task is reported, saying so."""
     rows = _rows(f"""
         SELECT id, state, next_run_at, rq_job_id FROM {_T}
         WHERE state IN {_in(WAITING_STATES)} AND next_run_at < %(before)s ORDER BY next_run_at, id""",
                  {"before": h.now - h.dispatch_grace})
+    job_ids = [job for *_, job in rows if job]
+    status_of, unknown = {}, ""
+    if job_ids:
+        import django_rq
+        from redis.exceptions import RedisError
+
+        from scheduling.queueing import FLOW_QUEUE
+        from scheduling.services.recovery import job_statuses
+
+        try:
+            status_of = job_statuses(job_ids, django_rq.get_connection(FLOW_QUEUE))
+        except RedisError as exc:
+            unknown = f" (status unknown: {type(exc).__name__})"
     return [Violation({"task": tid}, f"{state}, due at {due.isoformat()}, overdue by "
                                      f"{(h.now - due).total_seconds():.0f} s (horizon "
-                                     f"{h.dispatch_grace.total_seconds():g} s), RQ job {job or 'none'}")
-            for tid, state, due, job in rows]
+                                     f"{h.dispatch_grace.total_seconds():g} s), RQ job "
+                                     + (f"{job} {status_of.get(job, 'gone')}{unknown}" if job else "none"))
+            for tid, state, due, job in rows if status_of.get(job) != JobStatus.QUEUED]
 
 
 def dead_letters(h: Horizons) -> list[Violation]:

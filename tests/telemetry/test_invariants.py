@@ -18,6 +18,7 @@ from resources.models import Resource
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
+from scheduling.queueing import enqueue_attempt
 from telemetry.invariants import CHECKS, check_invariants
 from tests.factories import (
     AttemptFactory,
@@ -127,6 +128,23 @@ def test_a_waiting_task_overdue_past_the_dispatchers_horizon_is_reported(system)
     held = system["held"]
     Task.objects.filter(pk=held.pk).update(next_run_at=timezone.now() - timedelta(minutes=5))
     assert found("overdue_tasks") == [{"task": held.pk}]
+
+
+def test_an_overdue_task_whose_wake_up_is_queued_behind_a_backlog_passes(system):
+    held = system["held"]
+    past = timezone.now() - timedelta(minutes=5)
+    Task.objects.filter(pk=held.pk).update(next_run_at=past)
+    assert enqueue_attempt(task_id=held.pk, attempt_number=2, at=past)
+    assert found("overdue_tasks") == []
+
+
+def test_an_overdue_task_whose_job_is_gone_from_redis_is_reported(system, redis_conn):
+    held = Task.objects.get(pk=system["held"].pk)
+    Task.objects.filter(pk=held.pk).update(next_run_at=timezone.now() - timedelta(minutes=5))
+    redis_conn.flushdb()
+    (result,) = check_invariants(names=["overdue_tasks"], now=later())
+    assert [v.ids for v in result.violations] == [{"task": held.pk}]
+    assert result.violations[0].message.endswith(f"RQ job {held.rq_job_id} gone")
 
 
 def test_a_dead_task_without_its_dead_letter_is_reported(system):
