@@ -3,9 +3,10 @@ promise the services keep — a lease nobody holds, a resource held twice, count
 with the timeline, a waiting task nobody will pick, a dead task without its dead letter or work
 order, an operator action without its audit row.
 
-Each check is one query over indexes sized by live work (leases, running attempts, waiting
-tasks, a recent window of events), so the whole run stays fast on a million attempts; the one
-full scan (counters against the timeline) runs only when asked for (`deep`). Telemetry is the top
+Each check is one query over indexes sized by live work (running attempts, waiting tasks, a
+recent window of events), so the whole run stays fast on a million attempts; the exceptions are
+the in_use resources (a scan of the resource table, as the sweeper's) and the one full scan of
+the timeline (counters), which runs only when asked for (`deep`). Telemetry is the top
 layer: it reads resources, scheduling, compensation and audit, and writes nothing.
 
 Not checked: operator retries' and cancellations' task.start / task.cancel / resource.retry
@@ -124,8 +125,9 @@ def lease_holders(h: Horizons) -> list[Violation]:
     """Every in_use resource has a holder: the task its lease names, running an attempt on that
     lease or holding it between attempts (Task.held_lease_token); an external holder (an API
     claim) is judged by its expiry alone. No lease stays expired past the sweeper's grace.
-    Reads the in_use resources (a sequential scan of the resource table: no index covers them,
-    see the report) and, per task-held lease, the task's row and its running attempt
+    Reads the in_use resources by a sequential scan of the resource table, as the lease sweeper
+    does: no index covers them (one would cost every claim and release; 100,000 resources scan
+    in about 12 ms), and, per task-held lease, the task's row and its running attempt
     (attempt_one_running_per_task)."""
     rows = _rows(f"""
         SELECT r.id, r.lease_holder, r.lease_kind, r.leased_until, t.id, t.state,
