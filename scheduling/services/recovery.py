@@ -141,7 +141,7 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
         after = (rows[-1][2], rows[-1][0])
 
 
-def _job_statuses(job_ids: list[str], redis) -> dict[str, str]:
+def job_statuses(job_ids: list[str], redis) -> dict[str, str]:
     """The status of each job RQ can read. A hash it cannot read (rq#1575: a heartbeat landing
     after a result_ttl=0 job was deleted leaves one with no data) counts as no job, and must not
     hide the others: one pipelined read, then one by one when that one fails."""
@@ -159,7 +159,7 @@ def _job_statuses(job_ids: list[str], redis) -> dict[str, str]:
 
 def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    status_of = _job_statuses(job_ids, redis) if job_ids else {}
+    status_of = job_statuses(job_ids, redis) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)

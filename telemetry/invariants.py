@@ -1,0 +1,325 @@
+"""The invariant checker (`manage.py check_invariants`): read-only queries that find rows breaking a
+promise the services keep — a lease nobody holds, a resource held twice, counters that disagree
+with the timeline, a waiting task nobody will pick, a dead task without its dead letter or work
+order, an operator action without its audit row.
+
+Each check is one query over indexes sized by live work (running attempts, waiting tasks, a
+recent window of events), so the whole run stays fast on a million attempts; the exceptions are
+the in_use resources (a scan of the resource table, as the sweeper's) and the one full scan of
+the timeline (counters), which runs only when asked for (`deep`). Telemetry is the top
+layer: it reads resources, scheduling, compensation and audit, and writes nothing.
+
+Not checked: operator retries' and cancellations' task.start / task.cancel / resource.retry
+entries (their targets are tasks and resources, and nothing on the task says an operator made
+it); API claims' resource.claim entries (an external holder's lease is checked for expiry only).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from rq.job import JobStatus
+
+from audit.choices import AuditAction
+from audit.models import AuditEntry
+from compensation.choices import (
+    WORK_ORDER_TERMINAL,
+    DeadLetterState,
+    WorkOrderSource,
+    WorkOrderState,
+)
+from compensation.models import DeadLetter, WorkOrder
+from resources.choices import EventKind, ResourceState
+from resources.models import Resource, ResourceEvent
+from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind, TaskState
+from scheduling.models import Attempt, Task, TaskEvent
+
+# The window the event-driven checks (dead letters, their audit rows) read back by default; `deep`
+# reads back to the dead letters' retention (older settled ones are purged, legitimately).
+RECENT = timedelta(days=1)
+# Past this many rows a check prints the count and the first ones only.
+DEFAULT_LIMIT = 100
+
+_R, _RE = Resource._meta.db_table, ResourceEvent._meta.db_table
+_T, _A, _TE = Task._meta.db_table, Attempt._meta.db_table, TaskEvent._meta.db_table
+_DL, _WO, _AU = DeadLetter._meta.db_table, WorkOrder._meta.db_table, AuditEntry._meta.db_table
+# The task a lease's holder names (Task.holder): "task <id>", as Task.id_of_holder reads it.
+_HOLDER_TASK = r"CASE WHEN r.lease_holder ~ '^task [0-9]{1,18}$' THEN substr(r.lease_holder, 6)::bigint END"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One row that breaks an invariant: its ids, and a line an operator can act on."""
+
+    ids: dict
+    message: str
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.ids.items()) + f": {self.message}"
+
+
+@dataclass
+class CheckResult:
+    """What one check found: every violation counted, the first `limit` of them kept."""
+
+    name: str
+    count: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"check": self.name, "count": self.count,
+                "violations": [{"ids": v.ids, "message": v.message} for v in self.violations]}
+
+
+@dataclass(frozen=True)
+class Horizons:
+    """How late each background job may be before its work counts as not done, from the settings
+    of the jobs that do it."""
+
+    now: datetime
+    # The lease sweeper runs with the dispatcher: a lease expired longer than two runs is missed.
+    sweep_grace: timedelta
+    # The dispatcher wakes an overdue task within a run or two; five runs late is lost.
+    dispatch_grace: timedelta
+    # The dead-letter consumer, and the escalation's collection of what it missed.
+    dead_letter_grace: timedelta
+    # The escalation gives an orphaned open dead letter its work order.
+    work_order_grace: timedelta
+    # Claims and attempt starts commit the lease and its holder's row together; a fresh lease
+    # is not judged (the holder's row of a claim made through another path may follow it).
+    fresh_lease: timedelta
+    since: datetime
+
+    @classmethod
+    def from_settings(cls, *, now: datetime | None = None, deep: bool = False) -> "Horizons":
+        now = now or timezone.now()
+        dispatch = timedelta(seconds=settings.RETRYOPS_DISPATCH_INTERVAL)
+        escalate = timedelta(seconds=settings.RETRYOPS_ESCALATE_INTERVAL)
+        back = timedelta(days=settings.RETRYOPS_DLQ_RETENTION_DAYS) if deep else RECENT
+        return cls(now=now, sweep_grace=2 * dispatch, dispatch_grace=5 * dispatch,
+                   dead_letter_grace=2 * escalate + timedelta(seconds=settings.RETRYOPS_DEAD_LETTER_INTERVAL),
+                   work_order_grace=2 * escalate, fresh_lease=2 * dispatch, since=now - back)
+
+
+def _in(values) -> str:
+    """A list of constants (states, kinds, actions) written into the statement rather than bound:
+    the planner matches a partial index's predicate (state IN (...)) only against literals."""
+    return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+_LIVE_TASK = _in((*WAITING_STATES, TaskState.RUNNING))
+_RUNNING = _in([AttemptOutcome.RUNNING])
+_IN_USE = _in([ResourceState.IN_USE])
+
+
+def _rows(sql: str, params: dict) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def lease_holders(h: Horizons) -> list[Violation]:
+    """Every in_use resource has a holder: the task its lease names, running an attempt on that
+    lease or holding it between attempts (Task.held_lease_token); an external holder (an API
+    claim) is judged by its expiry alone. No lease stays expired past the sweeper's grace.
+    Reads the in_use resources by a sequential scan of the resource table, as the lease sweeper
+    does: no index covers them (one would cost every claim and release; 100,000 resources scan
+    in about 12 ms), and, per task-held lease, the task's row and its running attempt
+    (attempt_one_running_per_task)."""
+    rows = _rows(f"""
+        SELECT r.id, r.lease_holder, r.lease_kind, r.leased_until, t.id, t.state,
+               r.leased_until < %(expired_before)s AS expired,
+               {_HOLDER_TASK} IS NOT NULL AND r.leased_at < %(fresh_before)s AND NOT coalesce(
+                   (t.state IN {_LIVE_TASK} AND t.resource_id = r.id AND t.held_lease_token = r.lease_token)
+                   OR EXISTS (SELECT 1 FROM {_A} a WHERE a.task_id = t.id AND a.outcome IN {_RUNNING}
+                              AND a.resource_id = r.id AND a.lease_token = r.lease_token), false) AS unheld
+        FROM {_R} r LEFT JOIN {_T} t ON t.id = {_HOLDER_TASK}
+        WHERE r.state IN {_IN_USE}
+          AND (r.leased_until < %(expired_before)s OR {_HOLDER_TASK} IS NOT NULL)
+        ORDER BY r.id""", {"expired_before": h.now - h.sweep_grace, "fresh_before": h.now - h.fresh_lease})
+    found = []
+    for resource_id, holder, kind, until, task_id, task_state, expired, unheld in rows:
+        if unheld:
+            if task_id is None:
+                why = f"is leased ({kind}) to {holder!r}, a task that does not exist"
+            else:
+                why = (f"is leased ({kind}) to {holder!r}, which ({task_state}) neither runs an attempt on "
+                       f"that lease nor holds it")
+            found.append(Violation({"resource": resource_id, "task": task_id}, why))
+        if expired:
+            found.append(Violation({"resource": resource_id},
+                                   f"lease ({kind}) of {holder!r} expired at {until.isoformat()} and was not "
+                                   f"swept (grace {h.sweep_grace.total_seconds():g} s)"))
+    return found
+
+
+def double_leases(h: Horizons) -> list[Violation]:
+    """No resource has two open leases: the running attempts (attempt_one_running_per_task, a few
+    rows), and the current lease of each resource they run on, name one holder per resource."""
+    rows = _rows(f"""
+        WITH running AS (
+            SELECT a.resource_id, 'task ' || a.task_id AS holder FROM {_A} a
+            WHERE a.outcome IN {_RUNNING} AND a.resource_id IS NOT NULL
+        ), holders AS (
+            SELECT resource_id, holder FROM running
+            UNION
+            SELECT r.id, r.lease_holder FROM {_R} r
+            WHERE r.id IN (SELECT resource_id FROM running) AND r.state IN {_IN_USE}
+        )
+        SELECT resource_id, array_agg(holder ORDER BY holder) FROM holders
+        GROUP BY resource_id HAVING count(*) > 1 ORDER BY resource_id""",
+                 {})
+    return [Violation({"resource": resource_id, "holders": ",".join(holders)},
+                      f"is held by {len(holders)} holders at once")
+            for resource_id, holders in rows]
+
+
+def counters(h: Horizons) -> list[Violation]:
+    """Each resource's success and failure counts equal its timeline's: successes are
+    released_success events; failures are released_failure, held_for_retry, and lease_expired of
+    a used lease. A full scan of the timeline: deep only."""
+    failure = f"""kind IN ('{EventKind.RELEASED_FAILURE}', '{EventKind.HELD_FOR_RETRY}')
+                  OR (kind = '{EventKind.LEASE_EXPIRED}' AND details->>'used' = 'true')"""
+    rows = _rows(f"""
+        SELECT r.id, r.success_count, r.failure_count, coalesce(e.successes, 0), coalesce(e.failures, 0)
+        FROM {_R} r LEFT JOIN (
+            SELECT resource_id, count(*) FILTER (WHERE kind = '{EventKind.RELEASED_SUCCESS}') AS successes,
+                   count(*) FILTER (WHERE {failure}) AS failures
+            FROM {_RE} GROUP BY resource_id
+        ) e ON e.resource_id = r.id
+        WHERE r.success_count <> coalesce(e.successes, 0) OR r.failure_count <> coalesce(e.failures, 0)
+        ORDER BY r.id""", {})
+    return [Violation({"resource": rid},
+                      f"counts {s} successes and {f} failures, its timeline {es} and {ef}")
+            for rid, s, f, es, ef in rows]
+
+
+def overdue_tasks(h: Horizons) -> list[Violation]:
+    """Every waiting task is due in the future, or has its wake-up waiting on a queue (a backlog the
+    workers will reach), or is overdue by less than the dispatcher's recovery horizon (five
+    dispatcher runs: the dispatcher enqueues again, within one run, an overdue task whose job is
+    not queued). task_waiting_due_idx, then one pipelined read of the overdue tasks' RQ jobs;
+    with Redis unreachable every overdue task is reported, saying so."""
+    rows = _rows(f"""
+        SELECT id, state, next_run_at, rq_job_id FROM {_T}
+        WHERE state IN {_in(WAITING_STATES)} AND next_run_at < %(before)s ORDER BY next_run_at, id""",
+                 {"before": h.now - h.dispatch_grace})
+    job_ids = [job for *_, job in rows if job]
+    status_of, unknown = {}, ""
+    if job_ids:
+        import django_rq
+        from redis.exceptions import RedisError
+
+        from scheduling.queueing import FLOW_QUEUE
+        from scheduling.services.recovery import job_statuses
+
+        try:
+            status_of = job_statuses(job_ids, django_rq.get_connection(FLOW_QUEUE))
+        except RedisError as exc:
+            unknown = f" (status unknown: {type(exc).__name__})"
+    return [Violation({"task": tid}, f"{state}, due at {due.isoformat()}, overdue by "
+                                     f"{(h.now - due).total_seconds():.0f} s (horizon "
+                                     f"{h.dispatch_grace.total_seconds():g} s), RQ job "
+                                     + (f"{job} {status_of.get(job, 'gone')}{unknown}" if job else "none"))
+            for tid, state, due, job in rows if status_of.get(job) != JobStatus.QUEUED]
+
+
+def dead_letters(h: Horizons) -> list[Violation]:
+    """Every task.dead event (within the window, past the consumer's grace) has its dead letter:
+    the task's own, or the one it replayed (a replay that dies stays on its letter).
+    task_event_kind_time_idx, then the dead letters' task and replay_task indexes."""
+    rows = _rows(f"""
+        SELECT e.id, e.task_id, e.created_at FROM {_TE} e
+        WHERE e.kind = %(dead)s AND e.created_at >= %(since)s AND e.created_at < %(before)s
+          AND NOT EXISTS (SELECT 1 FROM {_DL} d WHERE d.task_id = e.task_id)
+          AND NOT EXISTS (SELECT 1 FROM {_DL} d WHERE d.replay_task_id = e.task_id)
+        ORDER BY e.id""", {"dead": TaskEventKind.DEAD, "since": h.since, "before": h.now - h.dead_letter_grace})
+    return [Violation({"task_event": eid, "task": tid},
+                      f"task.dead at {at.isoformat()} has no dead letter")
+            for eid, tid, at in rows]
+
+
+def work_orders(h: Horizons) -> list[Violation]:
+    """Every open dead letter older than the escalation's grace is on a live work order.
+    dead_letter_state_age_idx (open ones by age)."""
+    rows = _rows(f"""
+        SELECT d.id, d.task_id, d.died_at, w.id, w.state FROM {_DL} d LEFT JOIN {_WO} w ON w.id = d.work_order_id
+        WHERE d.state = %(open)s AND d.died_at < %(before)s AND (w.id IS NULL OR w.state IN {_in(WORK_ORDER_TERMINAL)})
+        ORDER BY d.died_at, d.id""", {"open": DeadLetterState.OPEN, "before": h.now - h.work_order_grace})
+    return [Violation({"dead_letter": did, "task": tid, "work_order": wid},
+                      f"open since {died.isoformat()} with " + (f"an ended work order ({wstate})" if wid
+                                                                else "no work order"))
+            for did, tid, died, wid, wstate in rows]
+
+
+def audit_rows(h: Horizons) -> list[Violation]:
+    """Every operator action on a work order or a dead letter has its audit row: a work order an
+    operator opened has work_order.open; one that left `open` has a work_order.transition; a dead
+    letter (died within the window) replayed, resolved or discarded has its dead_letter.* entry.
+    audit_target_history_idx per row; work orders are few, dead letters come by
+    dead_letter_state_age_idx."""
+    wo_type, dl_type = WorkOrder._meta.label_lower, DeadLetter._meta.label_lower
+    rows = _rows(f"""
+        SELECT 'work_order', w.id, CASE WHEN w.source = %(manual)s AND NOT EXISTS (
+                    SELECT 1 FROM {_AU} a WHERE a.target_type = %(wo_type)s AND a.target_id = w.id::text
+                    AND a.action = %(open_action)s) THEN %(open_action)s ELSE %(move_action)s END
+        FROM {_WO} w
+        WHERE (w.source = %(manual)s AND NOT EXISTS (
+                   SELECT 1 FROM {_AU} a WHERE a.target_type = %(wo_type)s AND a.target_id = w.id::text
+                   AND a.action = %(open_action)s))
+           OR (w.state <> %(wo_open)s AND NOT EXISTS (
+                   SELECT 1 FROM {_AU} a WHERE a.target_type = %(wo_type)s AND a.target_id = w.id::text
+                   AND a.action = %(move_action)s))
+        UNION ALL
+        SELECT 'dead_letter', d.id, d.state FROM {_DL} d
+        WHERE d.state = ANY(%(acted)s) AND d.died_at >= %(since)s
+          AND NOT EXISTS (SELECT 1 FROM {_AU} a WHERE a.target_type = %(dl_type)s AND a.target_id = d.id::text
+                          AND a.action = ANY(%(dl_actions)s))
+        ORDER BY 1, 2""", {
+        "manual": WorkOrderSource.MANUAL, "wo_type": wo_type, "wo_open": WorkOrderState.OPEN,
+        "open_action": AuditAction.WORK_ORDER_OPEN, "move_action": AuditAction.WORK_ORDER_TRANSITION,
+        "dl_type": dl_type, "since": h.since,
+        "acted": list(str(s) for s in (DeadLetterState.REPLAYING, DeadLetterState.REPLAYED,
+                                        DeadLetterState.RESOLVED, DeadLetterState.DISCARDED)),
+        "dl_actions": list(str(a) for a in (AuditAction.DEAD_LETTER_REPLAY, AuditAction.DEAD_LETTER_RESOLVE,
+                                             AuditAction.DEAD_LETTER_DISCARD)),
+    })
+    found = []
+    for what, oid, detail in rows:
+        if what == "work_order":
+            found.append(Violation({"work_order": oid}, f"has no {detail} audit entry"))
+        else:
+            found.append(Violation({"dead_letter": oid}, f"is {detail} but has no dead_letter.* audit entry"))
+    return found
+
+
+# In the order they print. Deep ones run only when asked for (deep, or by name).
+CHECKS: dict[str, Callable[[Horizons], list[Violation]]] = {
+    "lease_holders": lease_holders,
+    "double_leases": double_leases,
+    "counters": counters,
+    "overdue_tasks": overdue_tasks,
+    "dead_letters": dead_letters,
+    "work_orders": work_orders,
+    "audit_rows": audit_rows,
+}
+DEEP = frozenset({"counters"})
+
+
+def check_invariants(*, names: list[str] | None = None, deep: bool = False, now: datetime | None = None,
+                     limit: int = DEFAULT_LIMIT) -> list[CheckResult]:
+    """Run the named checks (default: all but the deep ones, or all of them when `deep`). Each is
+    one statement, so it reads one snapshot and never sees half a transaction."""
+    unknown = [n for n in names or [] if n not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+    chosen = names or [n for n in CHECKS if deep or n not in DEEP]
+    horizons = Horizons.from_settings(now=now, deep=deep)
+    results = []
+    for name in chosen:
+        found = CHECKS[name](horizons)
+        results.append(CheckResult(name=name, count=len(found), violations=found[:limit]))
+    return results
