@@ -1,6 +1,5 @@
 """RetryOps settings: everything that differs between machines comes from the environment."""
 
-import sys
 from pathlib import Path
 
 import dj_database_url
@@ -194,9 +193,7 @@ if WHITENOISE_USE_FINDERS:
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 # json: one JSON object a line, with the request, task, attempt and resource bound where known
 # (telemetry/logs.py); text: the same as plain lines, for a developer's terminal.
-# `manage.py up` is read in a terminal: its own lines are plain too, as its children's are (it sets
-# LOG_FORMAT=text for them), unless LOG_FORMAT says otherwise.
-LOG_FORMAT = env_choice("LOG_FORMAT", "text" if sys.argv[1:2] == ["up"] else "json", FORMATS)
+LOG_FORMAT = env_choice("LOG_FORMAT", "json", FORMATS)
 LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
 
 

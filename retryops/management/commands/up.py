@@ -1,3 +1,4 @@
+import logging.config
 import os
 import re
 import secrets
@@ -22,6 +23,7 @@ from retryops.management.commands.demo_receiver import DEFAULT_PORT as RECEIVER_
 from retryops.management.commands.demo_receiver import PAGERDUTY_PATH, SLACK_PATH
 from scheduling import services as task_services
 from scheduling.models import BatchConfig, RetryPolicy
+from telemetry.logs import logging_config
 
 DEMO_POOL = "demo-accounts"
 # The demo batch's outcomes are random and it ticks once a minute: these show a retry and a dead
@@ -50,6 +52,9 @@ class Command(BaseCommand):
                                          "skipped."))
 
     def handle(self, *args, addrport, no_serve, no_demo, receiver_port, no_receiver, **options):
+        if "LOG_FORMAT" not in os.environ:
+            # Someone reads up in a terminal: its own lines plain too, as its children's are (below).
+            logging.config.dictConfig(logging_config(log_format="text", level=settings.LOG_LEVEL))
         receiver_port = None if no_receiver else receiver_port
         if not no_serve:
             self.stop_leftovers()
