@@ -147,6 +147,17 @@ class FaultRun:
                       .values_list("task_id", flat=True))
         return sorted(dead - covered)
 
+    def paid_twice(self) -> list[int]:
+        """Tasks the upstream answered 2xx more than once: a success run again (legitimate only when
+        a worker died between the upstream's answer and its record)."""
+        return sorted(task for task, n in self.deployment.upstream.successes_of(self.task_ids).items() if n > 1)
+
+    def stand_ins(self) -> list[int]:
+        """Tasks whose outcome was recorded as a stand-in ("could not be stored") instead of as it happened."""
+        results = Task.objects.filter(pk__in=self.task_ids, result__has_key="storage_note").values_list("pk", flat=True)
+        errors = Attempt.objects.filter(task_id__in=self.task_ids, error_message__contains="could not be stored")
+        return sorted({*results, *errors.values_list("task_id", flat=True)})
+
     def attempts(self, outcome: str) -> int:
         return Attempt.objects.filter(task_id__in=self.task_ids, outcome=outcome).count()
 
@@ -195,6 +206,7 @@ def test_flushall_with_tasks_queued_and_scheduled_loses_nothing(deployment):
 
     assert_promise_kept(result)
     assert queued and scheduled, f"the flush met {queued} queued and {scheduled} scheduled jobs"
+    assert run.paid_twice() == []
 
 
 def test_redis_restart_loses_nothing(deployment):
@@ -212,7 +224,7 @@ def test_redis_restart_loses_nothing(deployment):
 
 def test_terminated_database_connections_lose_nothing(deployment):
     run = FaultRun(deployment, "DB connections killed")
-    deployment.upstream.set("slow", delay=1.0)
+    deployment.upstream.set("slow", delay=0.7)
     run.start(8)
     wait_for(run.running_worker, timeout=30, every=0.05)
     since = time.monotonic()
@@ -226,6 +238,8 @@ def test_terminated_database_connections_lose_nothing(deployment):
 
     assert_promise_kept(result)
     assert terminated >= 1, "no worker connection was terminated"
+    # The flows cut off from the database recorded their outcomes on a new connection, as they were.
+    assert run.stand_ins() == [] and run.paid_twice() == []
 
 
 def test_upstream_timing_out_then_failing_then_recovering_ends_every_task(deployment):
