@@ -19,9 +19,10 @@ class Upstream:
     def __init__(self):
         self.mode, self.delay = "ok", 0.0
         self.answers: list[tuple[int, int, int]] = []  # (task, attempt, status)
+        self.requests: list[tuple[int, str]] = []  # (task, the mode that answered it)
         self._lock = threading.Lock()
 
-    def set(self, mode: str, *, delay: float = 0.0) -> None:
+    def switch(self, mode: str, *, delay: float = 0.0) -> None:
         self.mode, self.delay = mode, delay
 
     def successes_of(self, task_ids) -> dict[int, int]:
@@ -33,8 +34,15 @@ class Upstream:
                     counts[task] = counts.get(task, 0) + 1
         return counts
 
+    def met(self, mode: str) -> set[int]:
+        """The tasks that sent a request the mode `mode` answered."""
+        with self._lock:
+            return {task for task, answered_by in self.requests if answered_by == mode}
+
     def answer(self, body: dict) -> int:
         mode, index, attempt = self.mode, int(body["payload"].get("i", 0)), int(body["attempt"])
+        with self._lock:
+            self.requests.append((int(body["task"]), mode))
         if mode == "slow":
             time.sleep(self.delay)
             return 200
