@@ -55,6 +55,8 @@ class RedisServer:
         wait_for(self.answers, timeout=10, every=0.05)
 
     def stop(self) -> None:
+        if self.process is None:
+            return
         self.process.terminate()
         self.process.wait(timeout=10)
 

@@ -47,11 +47,11 @@ def deployment(django_db_setup, django_db_blocker):
                               **{name: int(value) for name, value in CLOCKS.items()}):
         with connection.cursor() as cursor:
             cursor.execute(CREATE)
-        redis.start()
-        for config in settings.RQ_QUEUES.values():  # this process starts tasks on the deployment's Redis
-            config["URL"] = redis.url
         cluster = Cluster(redis=redis, upstream_url=upstream_url)
         try:
+            redis.start()
+            for config in settings.RQ_QUEUES.values():  # this process starts tasks on the deployment's Redis
+                config["URL"] = redis.url
             cluster.start_all()
             yield SimpleNamespace(upstream=upstream, redis=redis, cluster=cluster)
         finally:
