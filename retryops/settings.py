@@ -6,6 +6,7 @@ import dj_database_url
 
 from retryops import devservices
 from retryops.env import (
+    env_addresses,
     env_bool,
     env_choice,
     env_float,
@@ -135,9 +136,44 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     raise ImproperlyConfigured(f"DATABASE_URL must point at PostgreSQL, got engine {DATABASES['default']['ENGINE']!r}")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = devservices.redis_url()
+# Redis Sentinel (Redis on several hosts): REDIS_SENTINELS lists the sentinels (host:port, ...)
+# and REDIS_SENTINEL_MASTER the name they watch the master under. The queues, the workers, the
+# cache, the streams and the probes then ask the sentinels which server is the master, and follow
+# it through a failover with no setting changed; REDIS_URL is not used. REDIS_SENTINEL_DB picks
+# the database, REDIS_SENTINEL_MASTER_PASSWORD is the master's (and its replicas') requirepass,
+# REDIS_SENTINEL_PASSWORD the sentinels' own, if they have one (both also as *_FILE).
+REDIS_SENTINELS = env_addresses("REDIS_SENTINELS")
+REDIS_SENTINEL = None
+if REDIS_SENTINELS:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from retryops.redis_servers import SentinelMaster
+
+    if env_str("REDIS_URL"):
+        raise ImproperlyConfigured("REDIS_URL and REDIS_SENTINELS are both set: set one (with REDIS_SENTINELS, "
+                                   "the sentinels name the Redis server)")
+    if not (env_str("REDIS_SENTINEL_MASTER") or "").strip():
+        raise ImproperlyConfigured("REDIS_SENTINELS is set but REDIS_SENTINEL_MASTER is not: name the master the "
+                                   "sentinels watch (their `sentinel monitor NAME ...`)")
+    REDIS_SENTINEL = SentinelMaster(
+        sentinels=tuple(REDIS_SENTINELS), name=env_str("REDIS_SENTINEL_MASTER").strip(),
+        db=env_int("REDIS_SENTINEL_DB", 0, minimum=0, maximum=15),
+        password=env_str("REDIS_SENTINEL_MASTER_PASSWORD", "") or "",
+        sentinel_password=env_str("REDIS_SENTINEL_PASSWORD", "") or "")
+    REDIS_URL = ""
+    REDIS_CONNECTION = REDIS_SENTINEL.rq_connection()
+else:
+    for _name in ("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_DB", "REDIS_SENTINEL_MASTER_PASSWORD",
+                  "REDIS_SENTINEL_PASSWORD"):
+        if env_str(_name):
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured(f"{_name} is set but REDIS_SENTINELS is not: list the sentinels "
+                                       "(host:port, ...), or put the Redis server in REDIS_URL instead")
+    REDIS_URL = devservices.redis_url()
+    REDIS_CONNECTION = {"URL": REDIS_URL}
 RQ_QUEUES = {
-    name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
+    name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
     for name in ("default", "flows", "retries", "scheduler")
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
@@ -152,9 +188,10 @@ RQ_SHOW_ADMIN_LINK = False
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": REDIS_URL or f"sentinel:{REDIS_SENTINEL.name}",
         "KEY_PREFIX": "retryops",
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5,
+                    **(REDIS_SENTINEL.cache_options() if REDIS_SENTINEL else {})},
     },
 }
 
