@@ -14,7 +14,7 @@ from retryops.devservices import transaction_pooler
 from scheduling import services
 from scheduling.choices import TaskState
 from tests import servers
-from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
+from tests.factories import ResourceFactory, ResourcePoolFactory
 from tests.required import missing
 from tests.resources.test_concurrency import RESOURCES, assert_no_resource_was_shared, run_claimers
 
@@ -60,10 +60,7 @@ def test_the_claim_race_through_pgbouncer_never_shares_a_resource(pgbouncer):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_through_pgbouncer_runs_an_attempt_and_its_retry(redis_conn, pgbouncer):
-    RetryPolicyFactory(name="instant", max_attempts=3, initial_delay_seconds=0)
-    pool = ResourcePoolFactory(name="accounts")
-    ResourceFactory(pool=pool, key="alice@x")
+def test_a_worker_through_pgbouncer_runs_an_attempt_and_its_retry(redis_conn, pgbouncer, instant_policy, pool, alice):
     task = services.start_task(flow="demo", pool_name=pool, payload={"script": ["TimeoutError: slow", "ok"]},
                                created_by="test", policy="instant")
 

@@ -26,7 +26,6 @@ from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
 from tests import servers
-from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.http_server import free_port
 from tests.required import missing
 from tests.telemetry.processes import manage, stop, wait_for, worker_command
@@ -175,10 +174,8 @@ def succeeded(task: Task) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed(tmp_path, sentinel_settings):
-    RetryPolicyFactory(name="instant", max_attempts=3, initial_delay_seconds=0)
-    pool = ResourcePoolFactory(name="accounts")
-    ResourceFactory(pool=pool, key="alice@x")
+def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed(tmp_path, sentinel_settings,
+                                                                                 instant_policy, pool, alice):
     began = time.monotonic()
     with sentinel_cluster(tmp_path) as (master, _, replica, sentinel_ports):
         sentinel_settings(sentinel_ports)
