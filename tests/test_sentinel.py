@@ -199,8 +199,8 @@ def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed
             assert caches["sentinel"].get("before") == "failover"
             caches["sentinel"].set("after", "failover")
             new_master = Redis(host="127.0.0.1", port=replica, db=servers.TEST_REDIS_DB)
-            assert new_master.get(caches["sentinel"].make_and_validate_key("after")), "the cache wrote to the new master"
-            assert wait_for(lambda: probes.redis_ok(), timeout=10)
+            assert new_master.get(caches["sentinel"].make_and_validate_key("after")), "the cache is on the new master"
+            assert wait_for(probes.redis_ok, timeout=10)
             assert "worker:flows" not in wait_for(_sightings_after_failover, timeout=15).silent
 
             # Stopped as an operator stops it, it leaves the new master's list of workers: its BLPOP,
