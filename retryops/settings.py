@@ -107,33 +107,52 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
-# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
-# prepared statements would then be looked up in a session that never had them.
-DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
-DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
-# Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
-# prepared statements off unless OPTIONS names a threshold, so it is named here.
-if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
-    if DB_TRANSACTION_POOLER:
+# A read replica (a hot standby of the primary, or a pooler in front of one) for the console's
+# heaviest read-only pages: the acceptance figures, which errors are really transient, and
+# `manage.py policy_whatif` (retryops/replica.py says which reads, and why no others). Unset:
+# they read the primary. The tests mirror it onto the test database.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "") or ""
+if DATABASE_REPLICA_URL:
+    try:
+        DATABASES["replica"] = dj_database_url.parse(
+            DATABASE_REPLICA_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
+            test_options={"MIRROR": "default"})
+    except ValueError as exc:
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
-                                   "a transaction-mode pooler cannot keep prepared statements")
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
-# PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
-# filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
-# never won back by queries that short. A pooler may refuse startup options: there, set it on the
-# role instead (ALTER ROLE app SET jit = off).
-if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
-    options = DATABASES["default"].setdefault("OPTIONS", {})
-    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL is not a database URL: {exc}") from None
+DATABASE_ROUTERS = ["retryops.replica.ReplicaRouter"]
+# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
+# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
+# prepared statements would then be looked up in a session that never had them. The replica
+# is taken to be reached the same way as the primary.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+DB_SERVER_SIDE_BINDING = env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER)
+if DB_SERVER_SIDE_BINDING and DB_TRANSACTION_POOLER:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured(f"DATABASE_URL must point at PostgreSQL, got engine {DATABASES['default']['ENGINE']!r}")
+    raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
+                               "a transaction-mode pooler cannot keep prepared statements")
+for _alias, _database in DATABASES.items():
+    _url_name = "DATABASE_URL" if _alias == "default" else "DATABASE_REPLICA_URL"
+    if not _database["ENGINE"].endswith("postgresql"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_url_name} must point at PostgreSQL, got engine {_database['ENGINE']!r}")
+    _database["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
+    # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
+    # saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
+    # prepared statements off unless OPTIONS names a threshold, so it is named here.
+    if DB_SERVER_SIDE_BINDING:
+        _database.setdefault("OPTIONS", {}).update(
+            server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
+    # PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
+    # filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
+    # never won back by queries that short. A pooler may refuse startup options: there, set it on the
+    # role instead (ALTER ROLE app SET jit = off).
+    if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
+        _options = _database.setdefault("OPTIONS", {})
+        _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis Sentinel (Redis on several hosts): REDIS_SENTINELS lists the sentinels (host:port, ...)

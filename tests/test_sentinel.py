@@ -10,10 +10,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 import pytest
 from django.core.cache import caches
@@ -28,10 +26,10 @@ from scheduling.models import Task
 from tests import servers
 from tests.http_server import free_port
 from tests.required import missing
+from tests.startup import start_up
 from tests.telemetry.processes import manage, stop, wait_for, worker_command
 
 MASTER_NAME = "retryops"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _redis(port: int) -> Redis:
@@ -104,18 +102,9 @@ def sentinel_environment(ports: list[int]) -> dict:
             "REDIS_SENTINEL_MASTER": MASTER_NAME, "REDIS_SENTINEL_DB": str(servers.TEST_REDIS_DB)}
 
 
-def start_up(**environment) -> subprocess.CompletedProcess:
-    """settings.py read in a process of its own, with `environment` and no REDIS_URL unless given;
-    prints what the queues and the cache were given."""
-    env = {"DJANGO_SETTINGS_MODULE": "retryops.settings", "PATH": "/usr/bin:/bin", "SECRET_KEY": "x",
-           "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/x", **environment}
-    show = ("import django, json; django.setup(); from django.conf import settings; "
-            "print(json.dumps([settings.RQ_QUEUES, settings.CACHES['default']['OPTIONS']], default=repr))")
-    return subprocess.run([sys.executable, "-c", show], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-
-
 def test_the_sentinel_settings_put_every_queue_and_the_cache_on_the_sentinels_master():
-    run = start_up(REDIS_SENTINELS="10.0.0.5:26379,10.0.0.6:26379", REDIS_SENTINEL_MASTER="retryops",
+    run = start_up("[settings.RQ_QUEUES, settings.CACHES['default']['OPTIONS']]",
+                   REDIS_SENTINELS="10.0.0.5:26379,10.0.0.6:26379", REDIS_SENTINEL_MASTER="retryops",
                    REDIS_SENTINEL_DB="3", REDIS_SENTINEL_MASTER_PASSWORD="pw")
 
     assert run.returncode == 0, run.stderr
