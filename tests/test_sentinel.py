@@ -164,7 +164,8 @@ def succeeded(task: Task) -> bool:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed(tmp_path, sentinel_settings,
-                                                                                 instant_policy, pool, alice):
+                                                                                 instant_policy, pool, alice,
+                                                                                 admin_client):
     began = time.monotonic()
     with sentinel_cluster(tmp_path) as (master, _, replica, sentinel_ports):
         sentinel_settings(sentinel_ports)
@@ -190,6 +191,7 @@ def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed
             new_master = Redis(host="127.0.0.1", port=replica, db=servers.TEST_REDIS_DB)
             assert new_master.get(caches["sentinel"].make_and_validate_key("after")), "the cache is on the new master"
             assert wait_for(probes.redis_ok, timeout=10)
+            assert admin_client.get("/admin/rq/").status_code == 200
             assert "worker:flows" not in wait_for(_sightings_after_failover, timeout=15).silent
 
             # Stopped as an operator stops it, it leaves the new master's list of workers: its BLPOP,
