@@ -64,7 +64,8 @@ def sentinel_cluster(folder, sentinels: int = 3):
     if not server or not sentinel:
         missing("redis-server or redis-sentinel is not installed", install="apt-get install redis-sentinel")
     master_port, replica_port = free_port(), free_port()
-    plain = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    # --dir: a replica writes the copy its master sends it to disk, even with nothing saved.
+    plain = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(folder)]
     with ExitStack() as stack:
         master = stack.enter_context(_process([server, "--port", str(master_port), *plain], master_port))
         stack.enter_context(_process([server, "--port", str(replica_port), *plain,
