@@ -4,7 +4,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from retryops import devservices
+from retryops import devservices, masking
 from retryops.env import (
     env_bool,
     env_choice,
@@ -414,6 +414,12 @@ SPECTACULAR_SETTINGS = {
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
+
+# Keys (a regex searched case-insensitively, at any depth) whose values are masked wherever
+# resource attributes, payloads, results, timeline details, audit entries and log lines leave the
+# system (retryops.masking); the flows still get the real values.
+RETRYOPS_SECRET_KEYS = env_str("RETRYOPS_SECRET_KEYS", "") or masking.DEFAULT_SECRET_KEYS
+masking.compile_secret_keys(RETRYOPS_SECRET_KEYS)
 
 # /metrics (telemetry.metrics_access): a scrape must come from an address in RETRYOPS_METRICS_ALLOW
 # (CIDRs; loopback by default; empty: any address), and, when RETRYOPS_METRICS_TOKEN (or its
