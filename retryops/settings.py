@@ -1,5 +1,6 @@
 """RetryOps settings: everything that differs between machines comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -58,6 +59,8 @@ INSTALLED_APPS = [
     "scheduling",
     "compensation",
     "telemetry",
+    # The console's sign-in throttle (retryops/login_throttle.py).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -78,6 +81,8 @@ MIDDLEWARE = [
     "audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a sign-in its backend refused as locked into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "retryops.urls"
@@ -157,6 +162,21 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     },
 }
+
+# Sign-in throttle (django-axes; retryops/login_throttle.py): this many wrong passwords for one
+# username from one address lock that pair for the cool-off, the right password included.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("RETRYOPS_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("RETRYOPS_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a right password (before the lock) starts the count again
+AXES_CLIENT_IP_CALLABLE = "retryops.login_throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "retryops.login_throttle.locked_out"
+# Failures only: a row per successful sign-in would be a write per session that nobody reads here.
+AXES_DISABLE_ACCESS_LOG = True
+# Locks are lifted with `manage.py axes_reset_username` (or axes_reset); axes' own admin pages
+# would be untranslated English in a Chinese console.
+AXES_ENABLE_ADMIN = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -302,6 +322,8 @@ if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
+# django-axes' failure and lockout lines stay; its start-up banner in every process does not.
+LOGGING["loggers"]["axes.apps"] = {"level": "WARNING"}
 for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
     if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
         from django.core.exceptions import ImproperlyConfigured
