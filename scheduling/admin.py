@@ -304,6 +304,11 @@ class BatchConfigForm(forms.ModelForm):
         exclude = ["last_tick_at", "last_error"]  # the ticks' own
         field_classes = {"payload": StorableJSONField}
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:  # shown masked; save_batch_config keeps what comes back masked
+            self.initial["payload"] = mask_secrets(self.instance.payload)
+
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.
         return storable_json_object(self.cleaned_data.get("payload"), name="payload")

@@ -101,3 +101,21 @@ def test_a_retry_from_the_form_as_shown_runs_the_real_payload(admin_client, redi
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     started = Task.objects.exclude(pk=source.pk).get()
     assert started.payload == {"order": 7, "api_token": SECRET}
+
+
+def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_secret(admin_client, alice,
+                                                                                     instant_policy):
+    from scheduling.models import BatchConfig
+    from tests.resources.test_admin import submitted
+
+    config = services.save_batch_config(data={"name": "nightly", "pool": alice.pool, "flow": "demo",
+                                              "policy": instant_policy, "payload": {"order": 7, "token": SECRET}},
+                                        actor="carol")
+    url = reverse("admin:scheduling_batchconfig_change", args=[config.pk])
+    page = admin_client.get(url)
+    assert SECRET not in page.content.decode()
+    shown = json.loads(page.context["adminform"].form["payload"].value())
+    assert shown == {"order": 7, "token": MASK}
+    response = admin_client.post(url, submitted(page, payload=json.dumps({**shown, "order": 8})))
+    assert response.status_code == 302
+    assert BatchConfig.objects.get(pk=config.pk).payload == {"order": 8, "token": SECRET}
