@@ -1,10 +1,11 @@
 """RetryOps settings: everything that differs between machines comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from retryops import devservices
+from retryops import devservices, masking
 from retryops.env import (
     env_addresses,
     env_bool,
@@ -59,6 +60,8 @@ INSTALLED_APPS = [
     "scheduling",
     "compensation",
     "telemetry",
+    # The console's sign-in throttle (retryops/login_throttle.py).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -79,6 +82,8 @@ MIDDLEWARE = [
     "audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a sign-in its backend refused as locked into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "retryops.urls"
@@ -213,6 +218,21 @@ CACHES = {
                     **(REDIS_SENTINEL.cache_options() if REDIS_SENTINEL else {})},
     },
 }
+
+# Sign-in throttle (django-axes; retryops/login_throttle.py): this many wrong passwords for one
+# username from one address lock that pair for the cool-off, the right password included.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("RETRYOPS_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("RETRYOPS_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a right password (before the lock) starts the count again
+AXES_CLIENT_IP_CALLABLE = "retryops.login_throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "retryops.login_throttle.locked_out"
+# Failures only: a row per successful sign-in would be a write per session that nobody reads here.
+AXES_DISABLE_ACCESS_LOG = True
+# Locks are lifted with `manage.py axes_reset_username` (or axes_reset); axes' own admin pages
+# would be untranslated English in a Chinese console.
+AXES_ENABLE_ADMIN = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -358,6 +378,8 @@ if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
+# django-axes' failure and lockout lines stay; its start-up banner in every process does not.
+LOGGING["loggers"]["axes.apps"] = {"level": "WARNING"}
 for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
     if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
         from django.core.exceptions import ImproperlyConfigured
@@ -470,6 +492,12 @@ SPECTACULAR_SETTINGS = {
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
+
+# Keys (a regex searched case-insensitively, at any depth) whose values are masked wherever
+# resource attributes, payloads, results, timeline details, audit entries and log lines leave the
+# system (retryops.masking); the flows still get the real values.
+RETRYOPS_SECRET_KEYS = env_str("RETRYOPS_SECRET_KEYS", "") or masking.DEFAULT_SECRET_KEYS
+masking.compile_secret_keys(RETRYOPS_SECRET_KEYS)
 
 # /metrics (telemetry.metrics_access): a scrape must come from an address in RETRYOPS_METRICS_ALLOW
 # (CIDRs; loopback by default; empty: any address), and, when RETRYOPS_METRICS_TOKEN (or its
