@@ -6,6 +6,9 @@ import dj_database_url
 
 from retryops import devservices
 from retryops.env import (
+    check_database_url,
+    check_http_url,
+    check_redis_url,
     env_bool,
     env_choice,
     env_float,
@@ -101,7 +104,7 @@ TEMPLATES = [
 # PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
 DATABASES = {
     "default": dj_database_url.parse(
-        devservices.database_url(),
+        check_database_url(devservices.database_url()),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
         conn_health_checks=True,
     )
@@ -135,7 +138,7 @@ if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
     raise ImproperlyConfigured(f"DATABASE_URL must point at PostgreSQL, got engine {DATABASES['default']['ENGINE']!r}")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = devservices.redis_url()
+REDIS_URL = check_redis_url(devservices.redis_url())
 RQ_QUEUES = {
     name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
     for name in ("default", "flows", "retries", "scheduler")
@@ -302,11 +305,10 @@ if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
-for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
-    if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(f"{_name} must be an http:// or https:// URL")
+for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL",
+              "RETRYOPS_HTTP_CALL_URL", "RETRYOPS_RUNBOOK_HTTP_URL"):
+    if globals()[_name]:
+        check_http_url(globals()[_name], name=_name)
 
 # Feature flags (retryops/flags.py), all on; RETRYOPS_FLAGS_OFF lists the ones turned off, e.g.
 # "task-retry-queue,audit-streaming". An unknown name stops start-up.
@@ -319,6 +321,8 @@ RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
 RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
 RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
+if RETRYOPS_STREAM_REDIS_URL:
+    check_redis_url(RETRYOPS_STREAM_REDIS_URL, name="RETRYOPS_STREAM_REDIS_URL")
 
 # Alerts (telemetry.alerts, evaluated every RETRYOPS_ALERT_INTERVAL seconds by `manage.py rqcron
 # telemetry.cron`). An alert fires when its value goes above its threshold, and resolves

@@ -1,0 +1,49 @@
+"""Start-up at the edges: a process started with a malformed URL stops at once with one line
+naming the variable, whichever door it came in by (manage.py's commands, gunicorn)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD = [
+    ("DATABASE_URL", "postgres://", "DATABASE_URL names no database"),
+    ("DATABASE_URL", "mysql://x", "DATABASE_URL must start with postgresql://"),
+    ("DATABASE_URL", "not a url", "DATABASE_URL contains a space"),
+    ("REDIS_URL", "redis://host:notaport", "REDIS_URL has port 'notaport'"),
+    ("REDIS_URL", "http://x", "REDIS_URL must start with redis://"),
+]
+
+
+def start(command: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+
+
+def assert_one_line_naming(result: subprocess.CompletedProcess, said: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
+    assert result.stderr.startswith(f"retryops: bad configuration: {said}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variable, value, said", BAD)
+def test_a_worker_started_with_a_malformed_url_stops_with_one_line_naming_it(variable, value, said):
+    result = start([sys.executable, "manage.py", "rqworker", "default", "--burst"], **{variable: value})
+    assert_one_line_naming(result, said)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["rqcron", "scheduling.cron"], ["migrate"], ["up", "--no-serve"]])
+def test_every_command_refuses_a_malformed_database_url_before_it_starts(command):
+    result = start([sys.executable, "manage.py", *command], DATABASE_URL="mysql://x")
+    assert_one_line_naming(result, "DATABASE_URL must start with postgresql://")
+
+
+@pytest.mark.slow
+def test_gunicorn_started_with_a_malformed_url_stops_with_one_line_naming_it():
+    result = start([sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py",
+                    "retryops.wsgi:application"], REDIS_URL="redis://host:notaport")
+    assert_one_line_naming(result, "REDIS_URL has port 'notaport'")
