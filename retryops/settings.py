@@ -50,12 +50,14 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before django_rq: its rqworker and rqcron commands are retryops' own, which refuse to start
+    # against a database that lacks a migration (retryops/migrated.py).
+    "retryops",
     "django_rq",
     "rest_framework",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "retryops",
     "audit",
     "resources",
     "scheduling",
@@ -347,6 +349,16 @@ RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = env_int("RETRYOPS_ALERT_WORK_ORDER_AFT
 # A notification that failed within this many seconds (by default until escalation sends it again).
 RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS", 3600,
                                                      minimum=1, maximum=30 * 86_400)
+
+# /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
+# every INTERVAL seconds across all web processes (0: never), in the background, their statements
+# together given at most BUDGET_MS; it reports the violations it counted, and is not ready because
+# of them only when FAIL_ON_INVARIANTS is true: a data problem should not take every web process
+# out of the load balancer. An unmigrated database is never ready.
+RETRYOPS_READYZ_INVARIANTS_INTERVAL = env_int("RETRYOPS_READYZ_INVARIANTS_INTERVAL", 60, minimum=0, maximum=86_400)
+RETRYOPS_READYZ_INVARIANTS_BUDGET_MS = env_int("RETRYOPS_READYZ_INVARIANTS_BUDGET_MS", 2000, minimum=10,
+                                               maximum=60_000)
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS = env_bool("RETRYOPS_READYZ_FAIL_ON_INVARIANTS", False)
 
 # The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
 # or the admin's session; permissions are the admin's codenames on the key's service user.

@@ -47,3 +47,31 @@ def test_gunicorn_started_with_a_malformed_url_stops_with_one_line_naming_it():
     result = start([sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py",
                     "retryops.wsgi:application"], REDIS_URL="redis://host:notaport")
     assert_one_line_naming(result, "REDIS_URL has port 'notaport'")
+
+
+@pytest.fixture
+def empty_database(django_db_blocker):
+    """A database on the tests' server with nothing in it, as on a new machine before migrate."""
+    from django.db import connection
+    from psycopg import connect, sql
+
+    name = f"{connection.settings_dict['NAME']}_empty"[:63]
+    admin = dict(dbname="postgres", host=connection.settings_dict["HOST"], port=connection.settings_dict["PORT"],
+                 user=connection.settings_dict["USER"], autocommit=True)
+    with connect(**admin) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield (f"postgresql://{connection.settings_dict['USER']}@{connection.settings_dict['HOST']}:"
+           f"{connection.settings_dict['PORT']}/{name}")
+    with connect(**admin) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqcron", "scheduling.cron"]])
+def test_a_worker_started_on_an_empty_database_refuses_to_start_saying_to_migrate(empty_database, command):
+    result = start([sys.executable, "manage.py", *command], DATABASE_URL=empty_database)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("CommandError: database not migrated: run manage.py migrate; missing: "
+                                    "contenttypes.0001_initial, "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
