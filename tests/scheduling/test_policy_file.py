@@ -72,20 +72,17 @@ def test_a_file_cut_between_the_keys_of_an_entry_names_the_entry_and_the_first_k
                        "'backoff'")
 
 
-def test_a_bad_value_names_the_line_of_its_key(loaded):
+# A key is named by its own line; an entry of a pattern list by the line its mapping starts on.
+@pytest.mark.parametrize("good, bad, line_at, said", [
+    ("max_attempts: 3", "max_attempts: three", "max_attempts: three",
+     r"policies\[1\] \(fast\): max_attempts must be a whole number, got 'three'$"),
+    ("action: retry_other_resource", "action: retry_elsewhere", "- pattern: 'captcha",
+     r"policies\[0\] \(default\): retryable_error_patterns\[3\]\.action must be one of"),
+])
+def test_a_bad_value_names_the_line_of_its_key_or_list_entry(loaded, good, bad, line_at, said):
     path, edited = loaded
-    bad = edited.replace("max_attempts: 3", "max_attempts: three")
-    message = load_refused(path, bad)
-    assert message == (f"{path}, line {line_of(bad, 'max_attempts: three')}: policies[1] (fast): max_attempts must "
-                       "be a whole number, got 'three'")
-
-
-def test_a_bad_pattern_entry_names_the_line_of_the_entry_in_its_list(loaded):
-    path, edited = loaded
-    bad = edited.replace("action: retry_other_resource", "action: retry_elsewhere")
-    message = load_refused(path, bad)
-    assert re.match(rf"{re.escape(str(path))}, line {line_of(bad, '- pattern: ' + chr(39) + 'captcha')}: "
-                    r"policies\[0\] \(default\): retryable_error_patterns\[3\]\.action must be one of", message)
+    broken = edited.replace(good, bad)
+    assert re.match(rf"{re.escape(str(path))}, line {line_of(broken, line_at)}: {said}", load_refused(path, broken))
 
 
 def test_an_empty_file_says_so(loaded):
