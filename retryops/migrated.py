@@ -4,11 +4,13 @@ column in the middle of an attempt. Cheap enough for every readiness probe: the 
 disk are read once per process, then one query of django_migrations."""
 
 import functools
+import sys
 
 from django.core.management.base import CommandError
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
+from django.utils.translation import gettext
 
 # Past this many, the message names the first ones and counts the rest.
 NAMED = 5
@@ -37,12 +39,22 @@ def missing_migrations(using: str = DEFAULT_DB_ALIAS) -> list[str]:
 
 def describe(missing: list[str]) -> str:
     """One line saying what to do, naming the missing migrations."""
-    named = ", ".join(missing[:NAMED]) + (f" and {len(missing) - NAMED} more" if len(missing) > NAMED else "")
-    return f"database not migrated: run manage.py migrate; missing: {named}"
+    named = ", ".join(missing[:NAMED])
+    if len(missing) > NAMED:
+        named = gettext("%(named)s and %(more)d more") % {"named": named, "more": len(missing) - NAMED}
+    return gettext("database not migrated: run manage.py migrate; missing: %(named)s") % {"named": named}
 
 
 def refuse_unmigrated(using: str = DEFAULT_DB_ALIAS) -> None:
-    """CommandError (one line, exit status 1) when a migration is missing."""
-    missing = missing_migrations(using)
+    """CommandError (one line, exit status 1) when a migration is missing. A database that does
+    not answer is said, and the process starts as it did before this check: an outage is not a
+    schema problem, and a worker that exits during one would take honcho's other processes down."""
+    try:
+        missing = missing_migrations(using)
+    except OperationalError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(gettext("retryops: cannot check the database's migrations (%(error)s); starting anyway") % {
+            "error": first_line}, file=sys.stderr)
+        return
     if missing:
         raise CommandError(describe(missing))

@@ -75,3 +75,16 @@ def test_a_worker_started_on_an_empty_database_refuses_to_start_saying_to_migrat
     assert result.stderr.startswith("CommandError: database not migrated: run manage.py migrate; missing: "
                                     "contenttypes.0001_initial, "), result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_reach_the_database_says_so_and_starts_as_before():
+    """An outage is not a schema problem: a worker that exited then would take honcho's others down."""
+    from tests.http_server import free_port
+    from tests.telemetry.processes import redis_server
+
+    with redis_server() as redis_url:
+        result = start([sys.executable, "manage.py", "rqworker", "default", "--burst"],
+                       DATABASE_URL=f"postgresql://postgres@127.0.0.1:{free_port()}/retryops", REDIS_URL=redis_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("retryops: cannot check the database's migrations (connection failed")
