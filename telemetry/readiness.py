@@ -94,3 +94,23 @@ def invariants_report() -> dict:
     except Exception as exc:  # the cache's Redis; /readyz says Redis is down on its own
         return {"state": "unknown", "error": type(exc).__name__}
     return report or {"state": "pending"}
+
+
+class InvariantCollector:
+    """/metrics: retryops_invariant_violations{check}, what /readyz's last run of the checks counted
+    (one read of the shared cache; no sample before the first run, nor for a check it did not
+    finish)."""
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("retryops_invariant_violations", "Rows breaking an invariant, by check, as "
+                                   "/readyz's last run of the invariant checker's fast checks counted them.",
+                                   labels=["check"])
+        try:
+            report = cache.get(REPORT_KEY) if settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL else None
+        except Exception:  # the cache's Redis: the heartbeats' gauges say it is down
+            report = None
+        for name, count in (report or {}).get("violations", {}).items():
+            family.add_metric([name], count)
+        yield family

@@ -128,3 +128,13 @@ def test_readyz_runs_no_checks_when_their_interval_is_zero(client, db, probe_set
     probe_settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
     assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "off"}
     assert cache.get(readiness.LOCK_KEY) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_export_what_the_probes_last_checks_counted(client, claimed_alice, probe_settings):
+    assert "retryops_invariant_violations{" not in client.get("/metrics").content.decode()  # not run yet
+    expire_lease(claimed_alice)
+    invariants_once_checked(client)
+    scraped = client.get("/metrics").content.decode()
+    assert 'retryops_invariant_violations{check="lease_holders"} 1.0' in scraped
+    assert 'retryops_invariant_violations{check="double_leases"} 0.0' in scraped
