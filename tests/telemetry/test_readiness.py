@@ -67,7 +67,8 @@ def test_readyz_says_a_migrated_database_has_its_migrations(client, db, redis_co
     assert "migrations" not in body["failing"]
 
 
-@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqcron", "scheduling.cron"]])
+@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqworker-pool", "default", "--burst"],
+                                     ["rqcron", "scheduling.cron"]])
 def test_a_worker_or_cron_refuses_to_start_on_a_database_missing_a_migration(db, redis_conn, command):
     missing = forget_latest_migration("scheduling")
     with pytest.raises(CommandError) as refused:
