@@ -103,9 +103,14 @@ def _actor(request) -> str:
 
 def _report(modeladmin, request, call, done: str) -> bool:
     try:
-        call()
+        result = call()
     except DomainError as exc:
         modeladmin.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
+        return False
+    # An action's own failure is its outcome, not a refusal: said as such, never as done.
+    if isinstance(result, RunbookRun) and result.state == RunbookRunState.FAILED:
+        modeladmin.message_user(request, gettext("%(run)s ran and failed: %(error)s") % {
+            "run": result.display_name, "error": result.error}, messages.ERROR)
         return False
     modeladmin.message_user(request, done, messages.SUCCESS)
     return True

@@ -9,19 +9,21 @@ log = logging.getLogger(__name__)
 
 @in_stored_language
 def dead_letters_job() -> dict:
-    """Periodic: collect the dead letters not collected yet, follow the replays that ended, and
-    restart the bulk replays whose runner died."""
+    """Periodic: collect the dead letters not collected yet, follow the replays that ended,
+    restart the bulk replays whose runner died, and end the runbook runs whose runner died."""
     from compensation.services import (
         collect_dead_letters,
         follow_replays,
         restart_stalled_bulk_replays,
     )
+    from compensation.services.runbooks import fail_interrupted_runbook_runs
 
     made = 0
     while batch := collect_dead_letters():
         made += len(batch)
     return {"dead_letters": made, "replays_followed": follow_replays(),
-            "bulk_replays_restarted": restart_stalled_bulk_replays()}
+            "bulk_replays_restarted": restart_stalled_bulk_replays(),
+            "runbook_runs_interrupted": len(fail_interrupted_runbook_runs())}
 
 
 @in_stored_language

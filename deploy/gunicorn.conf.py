@@ -1,21 +1,28 @@
 """gunicorn's settings for RetryOps (deploy/Procfile, deploy/compose.yaml), from the environment:
 `gunicorn --config deploy/gunicorn.conf.py retryops.wsgi:application`. A bad value stops start-up
-naming the variable (retryops.env)."""
+with one line naming the variable (retryops.env, retryops.startup)."""
 
 from retryops.env import env_int, env_str
+from retryops.startup import read_settings_or_exit, refuse_bad_configuration
+
+# The app's settings are read here, in gunicorn's master, before any worker starts: a bad one
+# (DATABASE_URL=mysql://x) stops gunicorn with one line, where a worker failing to load the app
+# would print its traceback and gunicorn's own lines around it.
+read_settings_or_exit()
 
 # Threads, not more processes: a request mostly waits on PostgreSQL, and each thread holds its own
 # database connection (see the README's sizing).
 worker_class = "gthread"
-# WEB_CONCURRENCY is the name Heroku-style platforms (and gunicorn itself) use for the process count.
-workers = env_int("WEB_CONCURRENCY", 2, minimum=1, maximum=256)
-threads = env_int("GUNICORN_THREADS", 8, minimum=1, maximum=256)
-# honcho sets PORT for each process it starts (5000 for the first unless `honcho start -p`).
-bind = env_str("GUNICORN_BIND") or f"0.0.0.0:{env_int('PORT', 8000, minimum=1, maximum=65535)}"
+with refuse_bad_configuration():
+    # WEB_CONCURRENCY is the name Heroku-style platforms (and gunicorn itself) use for the process count.
+    workers = env_int("WEB_CONCURRENCY", 2, minimum=1, maximum=256)
+    threads = env_int("GUNICORN_THREADS", 8, minimum=1, maximum=256)
+    # honcho sets PORT for each process it starts (5000 for the first unless `honcho start -p`).
+    bind = env_str("GUNICORN_BIND") or f"0.0.0.0:{env_int('PORT', 8000, minimum=1, maximum=65535)}"
+    # A request longer than this is killed with its worker; the API answers in milliseconds.
+    timeout = env_int("GUNICORN_TIMEOUT", 60, minimum=1, maximum=3600)
 # The app's JSON logs carry each request (telemetry/logs.py); gunicorn's own go to stderr.
 accesslog = None
-# A request longer than this is killed with its worker; the API answers in milliseconds.
-timeout = env_int("GUNICORN_TIMEOUT", 60, minimum=1, maximum=3600)
 # gunicorn 24+ opens a control socket in $HOME/.gunicorn/: two web processes on one host would
 # share its path, and the image's user may not write there. Nothing here uses it.
 control_socket_disable = True

@@ -163,3 +163,78 @@ def env_addresses(name: str) -> list[tuple[str, int]]:
                                        "(an IPv6 address in brackets: [::1]:26379)")
         addresses.append((host, int(port)))
     return addresses
+# The PostgreSQL schemes dj_database_url maps to Django's postgresql backend.
+POSTGRES_SCHEMES = ("postgresql", "postgres", "pgsql")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str):
+    """`url` split, once it has one of `schemes` and a usable port. Messages never repeat the
+    URL itself: it may carry a password."""
+    from urllib.parse import urlsplit
+
+    if any(not ch.isprintable() or ch.isspace() for ch in url):
+        raise ImproperlyConfigured(f"{name} contains a space or a control character; a URL has none "
+                                   f"(%-encode them in a password), such as {example}")
+    scheme, sep, _ = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        raise ImproperlyConfigured(f"{name} is not a URL: it must start with "
+                                   f"{' or '.join(s + '://' for s in schemes)}, such as {example}")
+    if scheme.lower() not in schemes:
+        raise ImproperlyConfigured(f"{name} must start with {' or '.join(s + '://' for s in schemes)}, "
+                                   f"not {scheme}:// (such as {example})")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        host_and_port = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+        port = host_and_port.rpartition("]")[2].rpartition(":")[2]
+        raise ImproperlyConfigured(f"{name} has port {port!r}, which is not a number from 1 to 65535 "
+                                   f"(such as {example})") from None
+    if parts.port == 0:
+        raise ImproperlyConfigured(f"{name} has port 0, which is not a number from 1 to 65535 (such as {example})")
+    return parts
+
+
+def check_database_url(url: str, *, name: str = "DATABASE_URL") -> str:
+    """`url` when it is one PostgreSQL can be reached by (a host may be missing: the local socket);
+    else ImproperlyConfigured naming `name` and what is wrong."""
+    example = "postgresql://USER:PASSWORD@HOST:5432/retryops"
+    parts = _url_parts(name, url, schemes=POSTGRES_SCHEMES, example=example)
+    if not parts.path.strip("/"):
+        raise ImproperlyConfigured(f"{name} names no database: put its name after the host, as in {example}")
+    return url
+
+
+def check_redis_url(url: str, *, name: str = "REDIS_URL") -> str:
+    """`url` when redis-py can connect with it (redis://, rediss:// with a host, unix:// with a
+    socket path; a database number when one is given); else ImproperlyConfigured naming `name`."""
+    example = "redis://HOST:6379/0"
+    parts = _url_parts(name, url, schemes=REDIS_SCHEMES, example=example)
+    if parts.scheme.lower() == "unix":
+        if not parts.path:
+            raise ImproperlyConfigured(f"{name} names no socket: unix:// must be followed by the socket's path, "
+                                       "as in unix:///run/redis/redis.sock")
+        return url
+    if not parts.hostname:
+        raise ImproperlyConfigured(f"{name} names no host, as in {example}")
+    database = parts.path.strip("/")
+    if database and not (database.isascii() and database.isdigit()):
+        raise ImproperlyConfigured(f"{name} has database {database!r} after the host: it must be a number such as 0 "
+                                   f"(as in {example})")
+    from redis.connection import parse_url
+
+    try:
+        parse_url(url)  # the query's options (?db=, ?socket_timeout=...), as redis-py reads them
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return url
+
+
+def check_http_url(url: str, *, name: str) -> str:
+    """`url` when it is an http:// or https:// URL with a host and a usable port."""
+    example = "https://HOST/PATH"
+    parts = _url_parts(name, url, schemes=("http", "https"), example=example)
+    if not parts.hostname:
+        raise ImproperlyConfigured(f"{name} names no host, as in {example}")
+    return url

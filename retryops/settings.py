@@ -7,6 +7,9 @@ import dj_database_url
 
 from retryops import devservices, masking
 from retryops.env import (
+    check_database_url,
+    check_http_url,
+    check_redis_url,
     env_addresses,
     env_bool,
     env_choice,
@@ -49,12 +52,14 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before django_rq: its rqworker and rqcron commands are retryops' own, which refuse to start
+    # against a database that lacks a migration (retryops/migrated.py).
+    "retryops",
     "django_rq",
     "rest_framework",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "retryops",
     "audit",
     "resources",
     "scheduling",
@@ -107,7 +112,7 @@ TEMPLATES = [
 # PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
 DATABASES = {
     "default": dj_database_url.parse(
-        devservices.database_url(),
+        check_database_url(devservices.database_url()),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
         conn_health_checks=True,
     )
@@ -120,7 +125,7 @@ DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "") or ""
 if DATABASE_REPLICA_URL:
     try:
         DATABASES["replica"] = dj_database_url.parse(
-            DATABASE_REPLICA_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
+            check_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL"), conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
             test_options={"MIRROR": "default"})
     except ValueError as exc:
         from django.core.exceptions import ImproperlyConfigured
@@ -194,7 +199,7 @@ else:
 
             raise ImproperlyConfigured(f"{_name} is set but REDIS_SENTINELS is not: list the sentinels "
                                        "(host:port, ...), or put the Redis server in REDIS_URL instead")
-    REDIS_URL = devservices.redis_url()
+    REDIS_URL = check_redis_url(devservices.redis_url())
     REDIS_CONNECTION = {"URL": REDIS_URL}
 RQ_QUEUES = {
     name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
@@ -380,11 +385,10 @@ RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
 # django-axes' failure and lockout lines stay; its start-up banner in every process does not.
 LOGGING["loggers"]["axes.apps"] = {"level": "WARNING"}
-for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
-    if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(f"{_name} must be an http:// or https:// URL")
+for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL",
+              "RETRYOPS_HTTP_CALL_URL", "RETRYOPS_RUNBOOK_HTTP_URL"):
+    if globals()[_name]:
+        check_http_url(globals()[_name], name=_name)
 
 # Feature flags (retryops/flags.py), all on; RETRYOPS_FLAGS_OFF lists the ones turned off, e.g.
 # "task-retry-queue,audit-streaming". An unknown name stops start-up.
@@ -397,6 +401,8 @@ RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
 RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
 RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
+if RETRYOPS_STREAM_REDIS_URL:
+    check_redis_url(RETRYOPS_STREAM_REDIS_URL, name="RETRYOPS_STREAM_REDIS_URL")
 
 # Alerts (telemetry.alerts, evaluated every RETRYOPS_ALERT_INTERVAL seconds by `manage.py rqcron
 # telemetry.cron`). An alert fires when its value goes above its threshold, and resolves
@@ -421,6 +427,16 @@ RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = env_int("RETRYOPS_ALERT_WORK_ORDER_AFT
 # A notification that failed within this many seconds (by default until escalation sends it again).
 RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS", 3600,
                                                      minimum=1, maximum=30 * 86_400)
+
+# /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
+# every INTERVAL seconds across all web processes (0: never), in the background, their statements
+# together given at most BUDGET_MS; it reports the violations it counted, and is not ready because
+# of them only when FAIL_ON_INVARIANTS is true: a data problem should not take every web process
+# out of the load balancer. An unmigrated database is never ready.
+RETRYOPS_READYZ_INVARIANTS_INTERVAL = env_int("RETRYOPS_READYZ_INVARIANTS_INTERVAL", 60, minimum=0, maximum=86_400)
+RETRYOPS_READYZ_INVARIANTS_BUDGET_MS = env_int("RETRYOPS_READYZ_INVARIANTS_BUDGET_MS", 2000, minimum=10,
+                                               maximum=60_000)
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS = env_bool("RETRYOPS_READYZ_FAIL_ON_INVARIANTS", False)
 
 # The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
 # or the admin's session; permissions are the admin's codenames on the key's service user.

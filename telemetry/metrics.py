@@ -3,7 +3,8 @@ one, whose per-process counters would be wrong across workers and hosts), whose 
 listed in COLLECTORS. A collector is a plain object whose collect() yields metric families, read
 from the database at each scrape; it must stay cheap (indexed or precomputed reads).
 
-Other telemetry modules add theirs here: the acceptance figures, the alerts, the heartbeats."""
+Other telemetry modules add theirs here: the acceptance figures, the alerts, the heartbeats, the
+invariant checks /readyz runs."""
 
 from collections import defaultdict
 
@@ -24,6 +25,7 @@ from telemetry.metrics_rollup import (
     RETRY_LATENESS,
     counted_series,
 )
+from telemetry.readiness import InvariantCollector
 
 COUNTER_HELP = {
     "task_retry_scheduled_total": "Retries scheduled (task.retry.scheduled events).",
@@ -86,6 +88,7 @@ COLLECTORS = (
     HeartbeatCollector(),
     AcceptanceCollector(),
     AlertCollector(),
+    InvariantCollector(),
 )
 
 

@@ -1,12 +1,14 @@
 """/healthz and /readyz, for load balancers and orchestrators: JSON, open, never a secret in them."""
 
+from django.conf import settings
+from django.db import DatabaseError
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 from redis.exceptions import RedisError
 
-from retryops import probes
-from telemetry import heartbeats
+from retryops import migrated, probes
+from telemetry import heartbeats, readiness
 
 
 @never_cache
@@ -20,11 +22,28 @@ def healthz(request):
 @never_cache
 @require_safe
 def readyz(request):
-    """Ready to do the work: PostgreSQL and Redis answer, every queue has a worker and every
-    scheduler was seen in the last minute (telemetry.heartbeats). 200 when all is well, else 503;
-    each check says its state, and `silent` names the components nobody saw."""
+    """Ready to do the work: PostgreSQL and Redis answer, the database has every migration, every
+    queue has a worker and every scheduler was seen in the last minute (telemetry.heartbeats).
+    200 when all is well, else 503; each check says its state, `failing` names the checks that make
+    it not ready, and `silent` the components nobody saw. The invariant checker's counts are reported (telemetry.readiness), and fail it
+    only when RETRYOPS_READYZ_FAIL_ON_INVARIANTS is set."""
     database = probes.database_ok()
     checks = {"database": {"state": "ok" if database else "down"}}
+    missing = None
+    if database:
+        try:
+            missing = migrated.missing_migrations()
+        except DatabaseError:  # it stopped answering between the two
+            database, checks["database"] = False, {"state": "down"}
+    if missing is None:
+        checks["migrations"] = checks["invariants"] = {"state": "unknown"}
+    elif missing:
+        checks["migrations"] = {"state": "missing", "count": len(missing), "missing": missing[:migrated.NAMED],
+                                "hint": "manage.py migrate"}
+        checks["invariants"] = {"state": "unknown"}
+    else:
+        checks["migrations"] = {"state": "ok"}
+        checks["invariants"] = readiness.invariants_report()
     try:
         seen = heartbeats.sightings() if probes.redis_ok(heartbeats.TIMEOUT) else None
     except RedisError:  # it stopped answering between the two
@@ -39,9 +58,13 @@ def readyz(request):
         checks["schedulers"] = {"state": "ok" if all(seen.schedulers.values()) else "silent",
                                 "seen": seen.schedulers}
         silent = seen.silent
-    ready = database and seen is not None and not silent
-    response = JsonResponse({"status": "ready" if ready else "not_ready", "checks": checks, "silent": silent},
-                            status=200 if ready else 503)
+    fail_on_invariants = settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS
+    failing = [name for name, check in checks.items()
+               if check["state"] in ("down", "missing", "silent")
+               or (name == "invariants" and fail_on_invariants and check["state"] == "violations")]
+    ready = not failing
+    response = JsonResponse({"status": "ready" if ready else "not_ready", "checks": checks, "failing": failing,
+                             "silent": silent}, status=200 if ready else 503)
     # Django logs every 5xx as an error; a balancer probing every few seconds would fill the log
     # with them while a worker is down (the alerts say that once). The flag is Django's own.
     response._has_been_logged = True

@@ -1,7 +1,17 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from retryops.env import env_addresses, env_bool, env_float, env_int, env_list, env_str
+from retryops.env import (
+    check_database_url,
+    check_http_url,
+    check_redis_url,
+    env_addresses,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+)
 
 
 def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
@@ -68,3 +78,62 @@ def test_env_addresses_names_the_variable_and_the_bad_address(monkeypatch, raw):
 def test_env_addresses_reads_hosts_and_bracketed_ipv6(monkeypatch):
     monkeypatch.setenv("REDIS_SENTINELS", "10.0.0.5:26379, sentinel-b:26380,[::1]:26381,")
     assert env_addresses("REDIS_SENTINELS") == [("10.0.0.5", 26379), ("sentinel-b", 26380), ("::1", 26381)]
+@pytest.mark.parametrize("check, url, said", [(check_database_url, url, said) for url, said in [
+    ("postgres://", "DATABASE_URL names no database: put its name after the host"),
+    ("postgresql://db.example:5432/", "DATABASE_URL names no database"),
+    ("mysql://x", "DATABASE_URL must start with postgresql:// or postgres:// or pgsql://, not mysql://"),
+    ("postgis://db.example/retryops", "DATABASE_URL must start with postgresql:// or postgres:// or pgsql://, not "
+                                      "postgis://"),
+    ("notaurl", "DATABASE_URL is not a URL: it must start with postgresql://"),
+    ("not a url", "DATABASE_URL contains a space or a control character"),
+    ("postgresql://app@db.example:notaport/retryops", "DATABASE_URL has port 'notaport', which is not a number from 1 "
+                                                      "to 65535"),
+    ("postgresql://app@db.example:70000/retryops", "DATABASE_URL has port '70000', which is not a number"),
+    ("postgresql://app@[::1]:0/retryops", "DATABASE_URL has port 0, which is not a number"),
+]] + [(check_redis_url, url, said) for url, said in [
+    ("redis://host:notaport", "REDIS_URL has port 'notaport', which is not a number from 1 to 65535"),
+    ("http://x", "REDIS_URL must start with redis:// or rediss:// or unix://, not http://"),
+    ("redis://", "REDIS_URL names no host"),
+    ("redis://127.0.0.1:6379/abc", "REDIS_URL has database 'abc' after the host: it must be a number"),
+    ("unix://", "REDIS_URL names no socket"),
+    ("redis://127.0.0.1:6379/0?socket_timeout=soon", "REDIS_URL: Invalid value for 'socket_timeout'"),
+    ("127.0.0.1:6379", "REDIS_URL is not a URL: it must start with redis://"),
+]])
+def test_a_malformed_database_or_redis_url_is_refused_saying_what_is_wrong(check, url, said):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check(url)
+    assert str(refused.value).startswith(said)
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://app:s3cret@db.example:5432/retryops",
+    "postgres://app@127.0.0.1/retryops?sslmode=require",
+    # The embedded server's: its socket folder as an encoded host.
+    "postgresql://postgres@%2Ftmp%2Fretryops-pg/retryops",
+    "postgresql:///retryops",
+])
+def test_a_postgresql_url_is_taken_as_it_is(url):
+    assert check_database_url(url) == url
+
+
+def test_a_refused_database_url_never_repeats_its_password():
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check_database_url("postgresql://app:hunter2@db.example:54x2/retryops")
+    assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "rediss://:pw@cache.example:6380",
+                                 "unix:///tmp/retryops-redis.sock", "redis://cache.example/15?socket_timeout=0.5"])
+def test_a_redis_url_is_taken_as_it_is(url):
+    assert check_redis_url(url) == url
+
+
+@pytest.mark.parametrize("url, said", [
+    ("hooks.slack.com/services/x", "RETRYOPS_SLACK_WEBHOOK_URL is not a URL: it must start with http:// or https://"),
+    ("https://hooks.slack.com:x/services/x", "RETRYOPS_SLACK_WEBHOOK_URL has port 'x'"),
+    ("https:///services/x", "RETRYOPS_SLACK_WEBHOOK_URL names no host"),
+])
+def test_a_malformed_http_url_setting_is_refused_saying_what_is_wrong(url, said):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check_http_url(url, name="RETRYOPS_SLACK_WEBHOOK_URL")
+    assert str(refused.value).startswith(said)

@@ -1,11 +1,14 @@
 """Running runbook actions for work orders: request (idempotent by token), approve or reject
 (four eyes for external actions), run. Each operator action is one transaction with one audit
-entry; the action itself runs between two transactions, holding no lock while it talks to the
-outside world."""
+entry. The action itself runs after the transaction that marks its run running, in one of its own
+that commits its writes with the run's outcome (a failure undoes them), holding no lock of the run
+or its work order while it talks to the outside world; a run whose process died in the action is
+ended as failed by fail_interrupted_runbook_runs (the dead-letter consumer's periodic job)."""
 
+from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
@@ -206,13 +209,65 @@ def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
                             input=run.input, token=run.token, requested_by=run.requested_by,
                             approved_by=run.approved_by, actor=actor)
     try:
-        # Its result and error are kept on the run: stored text is English whatever the language
-        # of the operator who runs it (as retryops.language.in_stored_language does for jobs).
-        with translation.override(None):
-            result, error = step.function()(context), ""
+        # What the action writes in the database commits with its run's outcome, or not at all:
+        # one that raises halfway leaves none of its writes behind (what it sent outside cannot be
+        # undone, which is why external actions wait for a second operator).
+        with transaction.atomic():
+            _hold_runner_lock(run.pk)
+            # Its result and error are kept on the run: stored text is English whatever the language
+            # of the operator who runs it (as retryops.language.in_stored_language does for jobs).
+            with translation.override(None):
+                result = step.function()(context)
+            return _finish(run, actor=actor, result=result, error="")
     except Exception as exc:  # the action's failure is its outcome, kept on the run
-        result, error = None, _error_text(exc)
-    return _finish(run, actor=actor, result=result, error=error)
+        error = _error_text(exc)
+    except BaseException as exc:  # Ctrl-C or a worker's shutdown: the run ends, then the process
+        _finish_after_error(run, actor=actor, error=f"interrupted ({type(exc).__name__}): {INTERRUPTED_KEPT}")
+        raise
+    return _finish_after_error(run, actor=actor, error=error)
+
+
+# What a failed or interrupted run's error says of the action's writes.
+INTERRUPTED_KEPT = "the action's database writes were undone"
+# The runner of a run holds this transaction-level lock (namespace, run id) while its action
+# runs; a run left `running` whose lock is free has no runner (its process died).
+RUNNER_LOCK = 0x52554E  # "RUN"
+# A run is judged only this long after it started: between its start's commit and the action's
+# transaction taking the lock, and between that rollback and the failure's commit, it holds none.
+RUNNER_GRACE = timedelta(seconds=60)
+
+
+def _hold_runner_lock(run_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [RUNNER_LOCK, run_id % 2**31])
+
+
+def _finish_after_error(run: RunbookRun, *, actor: str, error: str) -> RunbookRun:
+    """_finish with the error, on a connection the action may have broken (a server that went
+    away): a broken one is replaced first, outside any caller's transaction."""
+    if not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+    return _finish(run, actor=actor, result=None, error=error)
+
+
+def fail_interrupted_runbook_runs(*, now=None) -> list[int]:
+    """End as failed each run left `running` by a process that died in its action (its runner's
+    lock is free): its action's database writes were rolled back with that process's transaction.
+    Returns their ids; a run whose runner is still at it is left alone."""
+    now = now or timezone.now()
+    failed = []
+    stale = (RunbookRun.objects.filter(state=R.RUNNING, started_at__lt=now - RUNNER_GRACE)
+             .order_by("started_at").values_list("pk", flat=True)[:100])
+    for run_id in stale:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [RUNNER_LOCK, run_id % 2**31])
+            if not cursor.fetchone()[0]:
+                continue
+            if RunbookRun.objects.filter(pk=run_id, state=R.RUNNING).update(
+                    state=R.FAILED, finished_at=now, updated_at=now,
+                    error=f"interrupted: the process running the action stopped before it ended; {INTERRUPTED_KEPT}"):
+                failed.append(run_id)
+    return failed
 
 
 def _finish(run: RunbookRun, *, actor: str, result: Any, error: str) -> RunbookRun:

@@ -72,22 +72,35 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
             "source": source, "type": type(text).__name__}, source=source)
     try:
         document = yaml.safe_load(text)
+        # The same text as nodes, which know their lines: each refusal below names the line of
+        # the key it is about (or of the entry that lacks it).
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        raise BadPolicy(_("%(source)s: not valid YAML: %(error)s") % {"source": source, "error": exc},
-                        source=source) from None
+        raise BadPolicy(_("%(source)s, %(where)s: not valid YAML: %(error)s") % {
+            "source": source, "where": _yaml_place(exc), "error": _yaml_problem(exc)},
+            source=source, line=_yaml_line(exc)) from None
+    if document is None:
+        raise BadPolicy(_("%(source)s: the file is empty: expected a mapping with a 'policies' list") % {
+            "source": source}, source=source)
     if not isinstance(document, dict) or not isinstance(document.get("policies"), list):
-        raise BadPolicy(_("%(source)s: expected a mapping with a 'policies' list") % {"source": source},
-                        source=source)
+        line = _line_of(root, ["policies"])
+        raise BadPolicy(_("%(source)s, line %(line)s: expected a mapping with a 'policies' list") % {
+            "source": source, "line": line}, source=source, line=line)
     cleaned, names = [], set()
     for n, entry in enumerate(document["policies"]):
         label = f"policies[{n}]" + (f" ({entry['name']})" if isinstance(entry, dict) and "name" in entry else "")
         try:
             data = clean_policy(entry)
         except BadPolicy as exc:
-            raise BadPolicy(f"{source}: {label}: {exc}", source=source, entry=n, **exc.details) from None
+            line = _line_of(root, ["policies", n, *_field_path(exc.details.get("field", ""))])
+            raise BadPolicy(_("%(source)s, line %(line)s: %(entry)s: %(error)s") % {
+                "source": source, "line": line, "entry": label, "error": exc},
+                source=source, entry=n, line=line, **exc.details) from None
         if data["name"] in names:
-            raise BadPolicy(_("%(source)s: %(entry)s: policy name %(name)r appears twice") % {
-                "source": source, "entry": label, "name": data["name"]}, source=source, entry=n)
+            line = _line_of(root, ["policies", n, "name"])
+            raise BadPolicy(_("%(source)s, line %(line)s: %(entry)s: policy name %(name)r appears twice") % {
+                "source": source, "line": line, "entry": label, "name": data["name"]},
+                source=source, entry=n, line=line)
         names.add(data["name"])
         cleaned.append(data)
     with transaction.atomic():
@@ -95,3 +108,53 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
             existing = set(RetryPolicy.objects.select_for_update().filter(name__in=names).values_list("name", flat=True))
             cleaned = [data for data in cleaned if data["name"] not in existing]
         return [save_retry_policy(data=data, actor=actor) for data in cleaned]
+
+
+def _field_path(field: str) -> list:
+    """"non_retryable_error_patterns[3].action" as keys and indexes: [..., 3, "action"]."""
+    import re
+
+    return [int(index) if index else key for key, index in re.findall(r"(\w+)|\[(\d+)\]", field)]
+
+
+def _line_of(root, path: list) -> int:
+    """The line (from 1) of the deepest node of `path` the YAML document has: the key itself, or
+    the entry that lacks it (a file cut short ends inside the last one)."""
+    import yaml
+
+    line, node = 1, root
+    for step in path:
+        found = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == step:
+                    found, line = value, key.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
+            found = node.value[step]
+            line = found.start_mark.line + 1
+        if found is None:
+            break
+        node = found
+    return line
+
+
+def _yaml_line(exc) -> int | None:
+    mark = getattr(exc, "problem_mark", None)
+    return mark.line + 1 if mark else None
+
+
+def _yaml_place(exc) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return _("line %(line)s, column %(column)s") % {"line": mark.line + 1, "column": mark.column + 1} if mark \
+        else _("somewhere")
+
+
+def _yaml_problem(exc) -> str:
+    """PyYAML's own words on one line, without its "<unicode string>" places."""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context, mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and mark:
+        return _("%(problem)s %(context)s that starts at line %(line)s, column %(column)s") % {
+            "problem": problem, "context": context, "line": mark.line + 1, "column": mark.column + 1}
+    return problem

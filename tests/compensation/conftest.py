@@ -47,3 +47,14 @@ def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstr
     TaskEvent.objects.bulk_create(TaskEvent(task=t, kind=TaskEventKind.DEAD, attempt_number=3,
                                             details={"signature": signature}) for t in tasks)
     return tasks
+
+
+@pytest.fixture
+def order(pool, instant_policy):
+    """The work order the dead-letter consumer opens for two demo tasks that died (runbooks act on it)."""
+    from compensation import services
+    from compensation.models import WorkOrder
+
+    dead_tasks(pool=pool, policy=instant_policy, n=2)
+    services.collect_dead_letters()
+    return WorkOrder.objects.get()

@@ -7,22 +7,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from compensation import services
-from compensation.models import WorkOrder
 from compensation.runbook_models import RunbookRun
 from compensation.services.runbooks import request_runbook_action
-from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
 
 RUNS = reverse("admin:compensation_runbookrun_changelist")
-
-
-@pytest.fixture
-def order(pool, instant_policy) -> WorkOrder:
-    dead_tasks(pool=pool, policy=instant_policy, n=2)
-    services.collect_dead_letters()
-    return WorkOrder.objects.get()
 
 
 @pytest.fixture

@@ -103,13 +103,6 @@ def runbook_dir(tmp_path, settings):
     return tmp_path
 
 
-@pytest.fixture
-def order(pool, instant_policy) -> WorkOrder:
-    dead_tasks(pool=pool, policy=instant_policy, n=2)
-    services.collect_dead_letters()
-    return WorkOrder.objects.get()
-
-
 def request(order, action="credit", input=None, token="t-1", actor="ops:carol"):
     return request_runbook_action(work_order=order, runbook="test-book", action=action,
                                   input={"amount": 5} if input is None else input, token=token, actor=actor)

@@ -96,8 +96,8 @@ def test_database_replica_url_adds_a_replica_mirrored_in_the_tests_with_the_prim
 
 
 @pytest.mark.parametrize("url, said", [
-    ("nonsense", "DATABASE_REPLICA_URL is not a database URL"),
-    ("mysql://reader@10.0.0.7/retryops", "DATABASE_REPLICA_URL must point at PostgreSQL"),
+    ("nonsense", "DATABASE_REPLICA_URL is not a URL: it must start with postgresql://"),
+    ("mysql://reader@10.0.0.7/retryops", "DATABASE_REPLICA_URL must start with postgresql://"),
 ])
 def test_a_bad_database_replica_url_stops_start_up_naming_it(url, said):
     run = start_up(REDIS_URL="redis://127.0.0.1:6379/0", DATABASE_REPLICA_URL=url)

@@ -33,7 +33,7 @@ def test_a_bad_policy_document_is_refused_in_the_readers_language(db):
     with translation.override("zh-hans"), pytest.raises(BadPolicy) as refusal:
         services.load_retry_policies(text="policies: [{name: x}]", source="p.yaml", actor="ops")
 
-    assert str(refusal.value) == "p.yaml: policies[0] (x): 缺少字段 'max_attempts'"
+    assert str(refusal.value) == "p.yaml 第 1 行：policies[0] (x)：缺少字段 'max_attempts'"
 
 
 @pytest.fixture

@@ -129,7 +129,7 @@ def test_reloading_an_unchanged_file_records_nothing(db):
 
 def test_a_bad_policy_anywhere_loads_nothing(db):
     bad = {k: v for k, v in GOOD.items() if k != "max_attempts"} | {"name": "broken"}
-    with pytest.raises(BadPolicy, match=r"t.yaml: policies\[1\] \(broken\): missing field 'max_attempts'"):
+    with pytest.raises(BadPolicy, match=r"t.yaml, line \d+: policies\[1\] \(broken\): missing field 'max_attempts'"):
         services.load_retry_policies(text=document(GOOD, bad), source="t.yaml", actor="loader")
     assert not RetryPolicy.objects.exists()
 
@@ -181,7 +181,7 @@ def test_a_number_that_is_not_finite_or_too_large_is_refused_with_its_field_name
 
 
 def test_an_infinite_delay_in_the_yaml_file_is_refused_with_its_place(db):
-    with pytest.raises(BadPolicy, match=r"t.yaml: policies\[0\] \(p\): max_delay_seconds must be"):
+    with pytest.raises(BadPolicy, match=r"t.yaml, line 5: policies\[0\] \(p\): max_delay_seconds must be"):
         services.load_retry_policies(text=document({**GOOD, "max_delay_seconds": float("inf")}), source="t.yaml",
                                      actor="loader")
     assert not RetryPolicy.objects.exists()

@@ -38,7 +38,9 @@ def test_readyz_without_workers_is_not_ready_and_names_each_silent_component(cli
     body = response.json()
     assert (response.status_code, body["status"]) == (503, "not_ready")
     assert {name: check["state"] for name, check in body["checks"].items()} == {
-        "database": "ok", "redis": "ok", "workers": "silent", "schedulers": "silent"}
+        "database": "ok", "migrations": "ok", "invariants": "off", "redis": "ok", "workers": "silent",
+        "schedulers": "silent"}
+    assert body["failing"] == ["workers", "schedulers"]
     assert body["checks"]["workers"]["seen"] == {"retries": 0, "flows": 0, "default": 0, "scheduler": 0}
     assert body["silent"] == ["worker:retries", "worker:flows", "worker:default", "worker:scheduler",
                               "scheduler:rq:retries", "scheduler:rq:flows",
@@ -59,7 +61,9 @@ def test_readyz_reports_a_stopped_redis_as_not_ready_and_never_shows_its_passwor
     body = stopped_redis.json()
     assert (stopped_redis.status_code, body["status"]) == (503, "not_ready")
     assert {name: check["state"] for name, check in body["checks"].items()} == {
-        "database": "ok", "redis": "down", "workers": "unknown", "schedulers": "unknown"}
+        "database": "ok", "migrations": "ok", "invariants": "off", "redis": "down", "workers": "unknown",
+        "schedulers": "unknown"}
+    assert body["failing"] == ["redis"]
     assert "worker:flows" in body["silent"]
     for response in (running_redis, stopped_redis):
         assert "s3cret-pw" not in response.content.decode() and "redis://" not in response.content.decode()

@@ -41,6 +41,7 @@ METRICS = (
     "retryops_retry_success_ratio", "retryops_retry_within_sla_ratio", "retryops_dead_letter_to_work_order_seconds",
     "retryops_work_order_to_compensated_seconds", "retryops_compensation_completion_ratio",
     "task_attempt_duration_seconds", "task_retry_lateness_seconds", "dead_letter_to_work_order_seconds",
+    "retryops_invariant_violations",
 )
 
 

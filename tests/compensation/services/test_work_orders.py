@@ -13,13 +13,6 @@ from tests.compensation.conftest import dead_tasks
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def order(pool, instant_policy) -> WorkOrder:
-    dead_tasks(pool=pool, policy=instant_policy, n=2)
-    services.collect_dead_letters()
-    return WorkOrder.objects.get()
-
-
 def audit_of(order):
     return list(AuditEntry.objects.filter(target_type="compensation.workorder", target_id=str(order.pk))
                 .order_by("id").values_list("action", flat=True))

@@ -1,0 +1,116 @@
+"""What /readyz says of the data, read-only: the invariant checker's fast checks
+(telemetry.invariants), counted, at most once every RETRYOPS_READYZ_INVARIANTS_INTERVAL seconds
+across all web processes (a lock in the shared cache), in a thread of their own so the probe never
+waits for them, in one read-only transaction whose statements together get
+RETRYOPS_READYZ_INVARIANTS_BUDGET_MS at most.
+
+A violation is a data problem: it is reported, and fails readiness only when
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (else one bad row would take every web process out of
+the load balancer, turning a data problem into an outage)."""
+
+import logging
+import os
+import threading
+import time
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from telemetry.invariants import CHECKS, DEEP, Horizons
+
+log = logging.getLogger(__name__)
+
+REPORT_KEY = "readyz:invariants"
+LOCK_KEY = "readyz:invariants:lock"
+# The checks a probe may run: every one but the full scans.
+FAST = tuple(name for name in CHECKS if name not in DEEP)
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def check_now(*, budget_ms: int | None = None) -> dict:
+    """Run the fast checks now in this thread, in one read-only transaction, each statement
+    limited to what is left of the budget; count each check's violations."""
+    budget = (budget_ms or settings.RETRYOPS_READYZ_INVARIANTS_BUDGET_MS) / 1000
+    started, counts, state, detail = time.monotonic(), {}, "ok", ""
+    try:
+        own_transaction = not connection.in_atomic_block
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                if own_transaction:  # (a caller's transaction, a test's, is left as it was)
+                    # Whatever a check does, this transaction cannot write.
+                    cursor.execute("SET TRANSACTION READ ONLY")
+                cursor.execute("SHOW statement_timeout")
+                [(timeout_before,)] = cursor.fetchall()
+                horizons = Horizons.from_settings()
+                for name in FAST:
+                    left = int((budget - (time.monotonic() - started)) * 1000)
+                    if left < 1:
+                        raise _OutOfTime
+                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{left}ms"])
+                    counts[name] = len(CHECKS[name](horizons))
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout_before])
+    except _OutOfTime:
+        state = "timeout"
+    except DatabaseError as exc:
+        # 57014 query_canceled: the statement timeout; anything else (a lost connection) is an error.
+        timed_out = getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "57014"
+        state, detail = ("timeout", "") if timed_out else ("error", type(exc).__name__)
+    if state == "ok" and any(counts.values()):
+        state = "violations"
+    report = {"state": state, "violations": counts, "unfinished": [n for n in FAST if n not in counts],
+              "checked_at": timezone.now().isoformat(), "took_ms": round((time.monotonic() - started) * 1000)}
+    if detail:
+        report["error"] = detail
+    if state != "ok":
+        report["hint"] = "manage.py check_invariants"
+    return report
+
+
+def _refresh() -> None:
+    try:
+        report = check_now()
+        cache.set(REPORT_KEY, report, timeout=3 * settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL)
+    except Exception:  # a thread's exception would only reach stderr; the next interval tries again
+        log.exception("readyz: the invariant checks failed")
+    finally:
+        connection.close()  # this thread's own connection, which nothing else would close
+
+
+def invariants_report() -> dict:
+    """The last report (state pending until the first is in; off when the interval is 0), starting
+    a refresh in the background when no process ran one within the interval."""
+    interval = settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL
+    if not interval:
+        return {"state": "off"}
+    try:
+        report = cache.get(REPORT_KEY)
+        if cache.add(LOCK_KEY, os.getpid(), timeout=interval):
+            threading.Thread(target=_refresh, name="readyz-invariants", daemon=True).start()
+    except Exception as exc:  # the cache's Redis; /readyz says Redis is down on its own
+        return {"state": "unknown", "error": type(exc).__name__}
+    return report or {"state": "pending"}
+
+
+class InvariantCollector:
+    """/metrics: retryops_invariant_violations{check}, what /readyz's last run of the checks counted
+    (one read of the shared cache; no sample before the first run, nor for a check it did not
+    finish)."""
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("retryops_invariant_violations", "Rows breaking an invariant, by check, as "
+                                   "/readyz's last run of the invariant checker's fast checks counted them.",
+                                   labels=["check"])
+        try:
+            report = cache.get(REPORT_KEY) if settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL else None
+        except Exception:  # the cache's Redis: the heartbeats' gauges say it is down
+            report = None
+        for name, count in (report or {}).get("violations", {}).items():
+            family.add_metric([name], count)
+        yield family

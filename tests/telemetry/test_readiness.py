@@ -1,0 +1,141 @@
+"""/readyz and the data: an unmigrated database is not ready (and no worker starts on it); the
+invariant checker's fast checks are counted in the background, read-only, within a time budget,
+and reported without failing readiness unless a setting says so."""
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.core.cache import cache
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+from django.utils import timezone
+
+from resources.models import Resource
+from telemetry import readiness
+from tests import servers
+from tests.telemetry.processes import wait_for
+
+
+def forget_latest_migration(app: str = "telemetry") -> str:
+    """The database as an older release left it: the app's latest migration not applied."""
+    latest = MigrationRecorder.Migration.objects.filter(app=app).latest("name")
+    latest.delete()
+    return f"{app}.{latest.name}"
+
+
+def expire_lease(resource) -> None:
+    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(hours=1))
+
+
+@pytest.fixture(autouse=True)
+def cache_on_test_redis(settings):
+    """Django's cache, with its lock and report, in the tests' Redis database, in every thread: set
+    through the settings, which makes each thread open it anew (the probe's checks run in one of
+    their own), whenever the cache was first opened in this process."""
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": servers.redis_url()}}
+
+
+@pytest.fixture
+def probe_settings(settings, redis_conn):
+    settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 60
+    settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS = False
+    return settings
+
+
+def invariants_once_checked(client) -> dict:
+    """/readyz's body once its background checks have reported."""
+    return wait_for(lambda: (body := client.get("/readyz").json())["checks"]["invariants"]["state"] != "pending"
+                    and body, timeout=20)
+
+
+def test_readyz_is_not_ready_on_a_database_missing_a_migration_and_names_it(client, db, redis_conn):
+    missing = forget_latest_migration()
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 503
+    assert body["checks"]["migrations"] == {"state": "missing", "count": 1, "missing": [missing],
+                                            "hint": "manage.py migrate"}
+    assert "migrations" in body["failing"]
+    assert body["checks"]["invariants"] == {"state": "unknown"}  # not run on a schema they do not know
+
+
+def test_readyz_says_a_migrated_database_has_its_migrations(client, db, redis_conn):
+    body = client.get("/readyz").json()
+    assert body["checks"]["migrations"] == {"state": "ok"}
+    assert "migrations" not in body["failing"]
+
+
+@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqworker-pool", "default", "--burst"],
+                                     ["rqcron", "scheduling.cron"]])
+def test_a_worker_or_cron_refuses_to_start_on_a_database_missing_a_migration(db, redis_conn, command):
+    missing = forget_latest_migration("scheduling")
+    with pytest.raises(CommandError) as refused:
+        call_command(*command)
+    assert str(refused.value) == f"database not migrated: run manage.py migrate; missing: {missing}"
+
+
+def test_the_probes_checks_pass_a_clean_database(db, redis_conn):
+    report = readiness.check_now()
+    assert (report["state"], report["unfinished"]) == ("ok", [])
+    assert report["violations"] == dict.fromkeys(readiness.FAST, 0)
+
+
+def test_the_probes_checks_count_each_violation_and_point_at_the_command(claimed_alice, redis_conn):
+    expire_lease(claimed_alice)
+    report = readiness.check_now()
+    assert report["state"] == "violations"
+    assert report["violations"]["lease_holders"] == 1
+    assert report["hint"] == "manage.py check_invariants"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_probes_checks_give_up_at_their_budget_instead_of_waiting(pool, redis_conn):
+    # Another session holds the resources table: every check on it would wait for as long as it does.
+    settings_dict = connection.settings_dict
+    with psycopg.connect(dbname=settings_dict["NAME"], host=settings_dict["HOST"], port=settings_dict["PORT"],
+                         user=settings_dict["USER"]) as blocker:
+        blocker.execute(f"LOCK TABLE {Resource._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+        report = readiness.check_now(budget_ms=300)
+    assert report["state"] == "timeout"
+    assert "lease_holders" in report["unfinished"]
+    assert report["took_ms"] < 3000
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fail_on_invariants", [False, True])
+def test_readyz_reports_invariant_violations_and_fails_on_them_only_when_told(client, claimed_alice, probe_settings,
+                                                                               fail_on_invariants):
+    probe_settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS = fail_on_invariants
+    expire_lease(claimed_alice)
+    assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "pending"}
+    body = invariants_once_checked(client)
+    invariants = body["checks"]["invariants"]
+    assert (invariants["state"], invariants["violations"]["lease_holders"]) == ("violations", 1)
+    assert ("invariants" in body["failing"]) is fail_on_invariants
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_probe_runs_the_checks_at_most_once_per_interval(client, pool, probe_settings, redis_conn):
+    first = invariants_once_checked(client)["checks"]["invariants"]
+    assert first["state"] == "ok"
+    for _ in range(5):
+        assert client.get("/readyz").json()["checks"]["invariants"]["checked_at"] == first["checked_at"]
+    assert 0 < redis_conn.ttl(cache.make_and_validate_key(readiness.LOCK_KEY)) <= 60
+
+
+def test_readyz_runs_no_checks_when_their_interval_is_zero(client, db, probe_settings):
+    probe_settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
+    assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "off"}
+    assert cache.get(readiness.LOCK_KEY) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_metrics_export_what_the_probes_last_checks_counted(client, claimed_alice, probe_settings):
+    assert "retryops_invariant_violations{" not in client.get("/metrics").content.decode()  # not run yet
+    expire_lease(claimed_alice)
+    invariants_once_checked(client)
+    scraped = client.get("/metrics").content.decode()
+    assert 'retryops_invariant_violations{check="lease_holders"} 1.0' in scraped
+    assert 'retryops_invariant_violations{check="double_leases"} 0.0' in scraped
