@@ -2,6 +2,7 @@ import os
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 from django.utils import translation
 
 from resources import services
@@ -29,6 +30,16 @@ def _no_invariant_checks_behind_readyz(settings):
     """/readyz's invariant checks run in a thread of their own, which would outlive a test that is
     not transactional; tests/telemetry/test_readiness.py turns them on."""
     settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quick_passwords():
+    """MD5 for every password a test makes: PBKDF2's million rounds cost about a second per hash
+    here, and pytest-django's admin_user (behind admin_client, in some 300 tests) hashes one per test.
+    The tests prove the console, not the hasher. A test whose user logs in to a server process of
+    its own (which reads the real settings) sets the default hashers back (tests/test_up.py)."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

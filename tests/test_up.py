@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import psycopg
 import pytest
+from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
@@ -102,7 +103,9 @@ def wait_until_answering(url: str, process: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_the_web_server_up_starts_leaves_no_idle_database_connections_behind():
+def test_the_web_server_up_starts_leaves_no_idle_database_connections_behind(settings):
+    # The server process checks the password with the real hashers, not the tests' quick one.
+    settings.PASSWORD_HASHERS = global_settings.PASSWORD_HASHERS
     get_user_model().objects.create_superuser("admin", "admin@localhost", "s3cret-pass")
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -164,13 +164,6 @@ def upstream_down(context):
     raise TimeoutError("upstream timed out after 30s")
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """PBKDF2's million rounds cost a second per hash here, twice per story (the user, the login
-    form); the stories test the console, not the hasher. The live server reads the same settings."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def carol(transactional_db):
     """An operator: she sees resources, tasks and dead letters, and may retry and replay."""

@@ -14,13 +14,6 @@ from retryops import roles
 PASSWORD = "walk-pw-1"
 
 
-@pytest.fixture(autouse=True)
-def _quick_passwords(settings):
-    # The walk makes several users per test and logs in and changes passwords on its way; the
-    # default hasher spends half a second on each, by design.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def console_groups(db) -> dict[str, Group]:
     roles.sync_groups(apps)
