@@ -1,7 +1,6 @@
 """Which workers and schedulers were seen: what RQ's own classes leave in the tests' Redis, and
 real processes started as `manage.py up` starts them."""
 
-import time
 from datetime import timedelta
 
 import django_rq
@@ -138,12 +137,22 @@ def test_up_starts_a_worker_for_every_queue_the_scheduler_and_every_cron_the_che
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_an_idle_worker_started_as_up_starts_it_is_seen_after_a_minute_and_more(redis_conn):
+def test_an_idle_worker_started_as_up_starts_heartbeats_again_within_the_minute_it_is_seen_for(redis_conn):
     command = Up().child_processes("127.0.0.1:8000", receiver_port=None)["worker"][0]
     with running(command[command.index("rqworker"):]):
         wait_for(lambda: sightings().workers["flows"] == 1)
-        time.sleep(70)  # RQ's default TTL would have it heartbeat only every 405 s
+        # It beats at birth and again as it starts to wait for a job; the next beat comes only when
+        # that wait times out: after 30 s with up's --worker-ttl, 405 s with RQ's default. Seeing
+        # that beat proves the interval without sleeping past a minute.
+        worker = Worker.all(connection=redis_conn)[0]
+
+        def beat_after_the_wait():
+            worker.refresh()
+            return worker.last_heartbeat - worker.birth_date > timedelta(seconds=10) and worker.last_heartbeat
+
+        beat = wait_for(beat_after_the_wait, timeout=heartbeats.SEEN_WITHIN.total_seconds() + 15)
         seen = sightings()
+    assert beat - worker.birth_date < heartbeats.SEEN_WITHIN
     assert [seen.workers[queue] for queue in ("retries", "flows", "default")] == [1, 1, 1]
     assert (seen.schedulers["rq:retries"], seen.schedulers["rq:flows"]) == (1, 1)
 
