@@ -11,6 +11,7 @@ from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
+from retryops.masking import keep_masked_secrets
 from scheduling.choices import TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.models import RetryPolicy, Task
@@ -110,6 +111,11 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             flow = last.flow
             payload = last.payload if payload is None else payload
             policy = policy or last.policy
+        if instance is None and last is not None and payload is not None:
+            # A client sends back the payload as the API showed it, masked: the mask keeps the
+            # secret it stands for, or the retry would run (and store) "******", and would not be
+            # recognised as the last task's business instance run again.
+            payload = keep_masked_secrets(payload, last.payload)
         payload = parse_payload(payload)
         if repeats is None and last is not None and (flow, payload) == (last.flow, last.payload):
             # The last task's business instance again: copied here, or typed back as the console's

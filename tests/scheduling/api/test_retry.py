@@ -152,3 +152,22 @@ def test_with_redis_down_a_retry_is_still_accepted_and_queued_in_the_database(ap
     body = response.json()
     assert (body["state"], body["queued"], body["wake_up_sent"]) == ("pending", True, False)
     assert Task.objects.get(pk=body["id"]).state == "pending"
+
+
+def test_a_retry_sending_back_the_payload_as_the_api_showed_it_runs_the_real_secret(api, alice, default_policy):
+    fail_on(alice, payload={"order": 41, "api_token": "t-s3cr3t"})
+    shown = api.get(f"/api/tasks/{Task.objects.get().pk}/").json()
+    assert shown["payload"]["api_token"] == "******"
+    response = retry(api, alice, {"flow": shown["flow"], "payload": shown["payload"]})
+    assert response.status_code == 201, response.content
+    assert Task.objects.get(pk=response.json()["id"]).payload == {"order": 41, "api_token": "t-s3cr3t"}
+
+
+def test_a_retry_sending_back_a_succeeded_tasks_masked_payload_is_refused_as_running_it_twice(api, alice,
+                                                                                              default_policy):
+    task = fail_on(alice, payload={"order": 41, "api_token": "t-s3cr3t"})
+    Task.objects.filter(pk=task.pk).update(state="succeeded")
+    shown = api.get(f"/api/tasks/{task.pk}/").json()
+    response = retry(api, alice, {"flow": shown["flow"], "payload": shown["payload"]})
+    assert response.status_code == 400, response.content
+    assert Task.objects.count() == 1
