@@ -15,9 +15,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 MASK = "******"
 SETTING = "RETRYOPS_SECRET_KEYS"
-# password/passwd/pwd, any *token*, *secret*, *cookie* (Set-Cookie too), api_key, api-key,
-# apikey, x-api-key, authorization, private_key, privatekey, credentials.
-DEFAULT_SECRET_KEYS = r"passw(or)?d|\bpwd\b|token|secret|cookie|api[-_]?key|authori[sz]ation|private[-_]?key|credential"
+# password/passwd/pwd, passphrase, any *token*, *secret*, *cookie* (Set-Cookie too), api_key, api-key,
+# apikey, x-api-key, authorization, private_key, privatekey, credentials. No \b around pwd: an
+# underscore is a word character, so \bpwd\b missed db_pwd and user_pwd.
+DEFAULT_SECRET_KEYS = r"passw(or)?d|passphrase|pwd|token|secret|cookie|api[-_]?key|authori[sz]ation|private[-_]?key|credential"
 
 
 @lru_cache(maxsize=8)

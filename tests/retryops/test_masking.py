@@ -15,6 +15,11 @@ def test_the_default_pattern_finds_secret_keys_whatever_their_case(key):
     assert is_secret_key(key)
 
 
+@pytest.mark.parametrize("key", ["db_pwd", "user_pwd", "dbPwd", "PWD_1", "passphrase", "ssh_passphrase"])
+def test_the_default_pattern_finds_a_pwd_or_passphrase_inside_a_longer_key(key):
+    assert is_secret_key(key)
+
+
 @pytest.mark.parametrize("key", ["region", "username", "email", "passenger", "pool", "label", "key"])
 def test_the_default_pattern_leaves_ordinary_keys_alone(key):
     assert not is_secret_key(key)
