@@ -9,6 +9,7 @@ cannot point the worker at an arbitrary host: RETRYOPS_HTTP_CALL_URL, RETRYOPS_H
 import json
 import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from django.conf import settings
@@ -20,10 +21,19 @@ class HttpCallError(Exception):
     """An HTTP answer the flow does not accept; the message carries the status."""
 
 
+def _shown(url: str) -> str:
+    """The URL as an error may say it: without its query, fragment and user info, where a key or
+    a password may be. The error goes to the attempt, the dead letter, the work order's title and
+    the pages sent to Slack and PagerDuty, none of which masks anything in free text."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
 def http_call(context: FlowContext):
     url = getattr(settings, "RETRYOPS_HTTP_CALL_URL", "")
     if not url:
         raise HttpCallError("RETRYOPS_HTTP_CALL_URL is not set: the http_call flow has nowhere to send")
+    shown = _shown(url)
     body = json.dumps({
         "task": context.task_id, "attempt": context.attempt, "payload": context.payload,
         "resource": {"key": context.resource_key, "attributes": context.resource_attributes},
@@ -36,13 +46,13 @@ def http_call(context: FlowContext):
         with urllib.request.urlopen(request, timeout=timeout) as response:
             text = response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        raise HttpCallError(f"HTTP {exc.code} from {url}: {exc.read()[:200].decode('utf-8', 'replace')}") from None
+        raise HttpCallError(f"HTTP {exc.code} from {shown}: {exc.read()[:200].decode('utf-8', 'replace')}") from None
     except (socket.timeout, TimeoutError):
-        raise TimeoutError(f"POST {url} timed out after {timeout:g}s") from None
+        raise TimeoutError(f"POST {shown} timed out after {timeout:g}s") from None
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, (socket.timeout, TimeoutError)):
-            raise TimeoutError(f"POST {url} timed out after {timeout:g}s") from None
-        raise ConnectionError(f"connection refused or reset by {url}: {exc.reason}") from None
+            raise TimeoutError(f"POST {shown} timed out after {timeout:g}s") from None
+        raise ConnectionError(f"connection refused or reset by {shown}: {exc.reason}") from None
     try:
         return json.loads(text) if text.strip() else None
     except json.JSONDecodeError:

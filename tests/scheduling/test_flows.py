@@ -18,7 +18,7 @@ class Upstream(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         received.append((self.path, body, self.headers["Idempotency-Key"]))
-        status = int(self.path.strip("/") or 200)
+        status = int(self.path.partition("?")[0].strip("/") or 200)
         if status == 999:
             time.sleep(2)
             status = 200
@@ -84,3 +84,19 @@ def test_a_refused_connection_is_retryable(settings):
 def test_no_configured_url_is_a_clear_error(settings):
     with pytest.raises(Exception, match="RETRYOPS_HTTP_CALL_URL is not set"):
         call(settings, "")
+
+
+@pytest.mark.parametrize("path, timeout", [("/500", 5), ("/401", 5), ("/999", 0.5)])
+def test_an_error_names_the_upstream_without_the_token_in_its_url(settings, upstream, path, timeout):
+    # The message goes to the attempt, the dead letter, the work order's title and its Slack and
+    # PagerDuty pages: a key in the URL's query must not go with it.
+    with pytest.raises(Exception) as caught:
+        call(settings, f"{upstream}{path}?api_key=k-s3cr3t", timeout=timeout)
+    assert "s3cr3t" not in str(caught.value)
+    assert f"{upstream}{path}" in str(caught.value)
+
+
+def test_a_refused_connection_names_the_upstream_without_the_token_in_its_url(settings):
+    with pytest.raises(ConnectionError) as caught:
+        call(settings, "http://127.0.0.1:1/hook?token=k-s3cr3t")
+    assert "s3cr3t" not in str(caught.value) and "http://127.0.0.1:1/hook" in str(caught.value)
