@@ -71,7 +71,7 @@ def _masked(value, secret: re.Pattern):
 
 def keep_masked_secrets(submitted, stored):
     """`submitted` with each MASK under a secret key replaced by the stored value at the same
-    place: a page or a client that sends back what it was shown (masked) keeps the real secret,
+    place (in a list: in the same entry, see _sources): a page or a client that sends back what it was shown (masked) keeps the real secret,
     and a value typed over the mask replaces it. A mask with nothing stored at its place stays
     as sent (it is then what is stored)."""
     secret = _secret_keys()
@@ -90,5 +90,22 @@ def _kept(submitted, stored, secret: re.Pattern):
         return kept
     if isinstance(submitted, list):
         before = stored if isinstance(stored, list) else []
-        return [_kept(value, before[n] if n < len(before) else None, secret) for n, value in enumerate(submitted)]
+        return [_kept(value, source, secret) for value, source in zip(submitted, _sources(submitted, before, secret))]
     return submitted
+
+
+def _sources(submitted: list, before: list, secret: re.Pattern) -> list:
+    """For each entry of a list sent back, the stored entry its masks stand for: the one that was
+    shown exactly so (entries removed, added or moved keep their own secrets; by position alone,
+    removing the first of two accounts gave the second the first one's password), else, for an
+    entry edited beside its mask, the one at its place when the list kept its length; else none."""
+    shown = [_masked(entry, secret) for entry in before]
+    unused = list(range(len(before)))
+    sources = []
+    for n, value in enumerate(submitted):
+        match = next((i for i in unused if shown[i] == value), None)
+        if match is not None:
+            unused.remove(match)
+        sources.append(match)
+    return [before[match] if match is not None else before[n] if len(before) == len(submitted) else None
+            for n, match in enumerate(sources)]

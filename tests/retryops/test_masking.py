@@ -80,10 +80,17 @@ def test_a_mask_under_an_ordinary_key_is_an_ordinary_value():
     assert keep_masked_secrets({"note": MASK}, {"note": "old"}) == {"note": MASK}
 
 
-def test_secrets_in_lists_are_kept_by_position():
+def test_secrets_in_lists_are_kept_by_the_entries_as_shown():
     stored = {"accounts": [{"api_key": "k1"}, {"api_key": "k2"}]}
     sent = {"accounts": [{"api_key": MASK}, {"api_key": "k3"}, {"api_key": MASK}]}
-    assert keep_masked_secrets(sent, stored) == {"accounts": [{"api_key": "k1"}, {"api_key": "k3"}, {"api_key": MASK}]}
+    assert keep_masked_secrets(sent, stored) == {"accounts": [{"api_key": "k1"}, {"api_key": "k3"}, {"api_key": "k2"}]}
+
+
+def test_a_list_entry_edited_beside_its_mask_keeps_the_secret_at_its_place():
+    stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
+    sent = {"accounts": [{"user": "a", "password": MASK}, {"user": "b2", "password": MASK}]}
+    assert keep_masked_secrets(sent, stored) == {"accounts": [{"user": "a", "password": "pa"},
+                                                              {"user": "b2", "password": "pb"}]}
 
 
 @pytest.mark.slow
@@ -92,3 +99,17 @@ def test_a_secret_keys_variable_that_is_no_regex_stops_start_up_naming_it():
 
     assert "RETRYOPS_SECRET_KEYS='pass(' is not a valid regular expression" in settings_error(
         RETRYOPS_SECRET_KEYS="pass(")
+
+
+def test_a_list_entry_removed_before_another_does_not_give_that_other_its_secret():
+    stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
+    sent = {"accounts": [{"user": "b", "password": MASK}]}
+    assert keep_masked_secrets(sent, stored) == {"accounts": [{"user": "b", "password": "pb"}]}
+
+
+def test_list_entries_reordered_as_shown_keep_their_own_secrets():
+    stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
+    sent = {"accounts": [{"user": "c", "password": "pc"}, {"user": "b", "password": MASK},
+                         {"user": "a", "password": MASK}]}
+    assert keep_masked_secrets(sent, stored) == {"accounts": [
+        {"user": "c", "password": "pc"}, {"user": "b", "password": "pb"}, {"user": "a", "password": "pa"}]}
