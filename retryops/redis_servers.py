@@ -6,7 +6,7 @@ console's RQ panel open their short-timeout clients through `client()`. Nothing 
 Django's settings at import, so settings.py can use it.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis import Redis
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
@@ -35,9 +35,10 @@ class SentinelMaster:
     sentinels: tuple[tuple[str, int], ...]
     name: str
     db: int = 0
-    # The master's (and its replicas') password, and the sentinels' own, if they have one.
-    password: str = ""
-    sentinel_password: str = ""
+    # The master's (and its replicas') password, and the sentinels' own, if they have one; left
+    # out of the repr, which a debug page or diffsettings shows (in CACHES' OPTIONS too).
+    password: str = field(default="", repr=False)
+    sentinel_password: str = field(default="", repr=False)
 
     def sentinel_kwargs(self, timeout: float = SENTINEL_TIMEOUT_SECONDS) -> dict:
         return {"socket_timeout": timeout, "socket_connect_timeout": timeout,

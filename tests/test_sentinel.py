@@ -238,3 +238,10 @@ def test_a_command_cut_by_a_signal_leaves_no_reply_for_the_next_one(tmp_path):
 
         # On a connection kept in the pool, LRANGE would read the BLPOP's late "nothing" (None).
         assert client.lrange("list", 0, -1) == [b"value"]
+
+
+def test_a_sentinel_master_shown_anywhere_never_shows_its_passwords():
+    # Its repr is what a debug page, diffsettings or a log line of CACHES shows.
+    master = SentinelMaster(sentinels=(("10.0.0.1", 26379),), name=MASTER_NAME, password="m-s3cr3t",
+                            sentinel_password="s-s3cr3t")
+    assert "s3cr3t" not in repr(master) and "10.0.0.1" in repr(master)
