@@ -186,7 +186,11 @@ def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str):
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
-    except ValueError:
+    except ValueError as exc:
+        if "IPv6" in str(exc):  # urlsplit's "Invalid IPv6 URL": a [ or ] without its other half
+            port = re.search(r"@?HOST(:\d+)", example)
+            raise ImproperlyConfigured(f"{name} has a host with an unclosed [ (an IPv6 address goes in brackets, "
+                                       f"as in [::1]{port.group(1) if port else ''})") from None
         host_and_port = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
         port = host_and_port.rpartition("]")[2].rpartition(":")[2]
         raise ImproperlyConfigured(f"{name} has port {port!r}, which is not a number from 1 to 65535 "

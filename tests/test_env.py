@@ -90,6 +90,9 @@ def test_env_addresses_reads_hosts_and_bracketed_ipv6(monkeypatch):
                                                       "to 65535"),
     ("postgresql://app@db.example:70000/retryops", "DATABASE_URL has port '70000', which is not a number"),
     ("postgresql://app@[::1]:0/retryops", "DATABASE_URL has port 0, which is not a number"),
+    # Not "port '5432' is not a number": the bracket is what is wrong.
+    ("postgresql://app@[::1:5432/retryops", "DATABASE_URL has a host with an unclosed [ (an IPv6 address goes in "
+                                            "brackets, as in [::1]:5432)"),
 ]] + [(check_redis_url, url, said) for url, said in [
     ("redis://host:notaport", "REDIS_URL has port 'notaport', which is not a number from 1 to 65535"),
     ("http://x", "REDIS_URL must start with redis:// or rediss:// or unix://, not http://"),
