@@ -162,9 +162,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gunicorn(workers: int, threads: int, env: dict) -> tuple:
+def gunicorn(workers: int, threads: int, env: dict, log=None) -> tuple:
     """The app under gunicorn on a free loopback port, `env` its environment (the database and
-    Redis of the benchmark): (the process, its base URL) once /api/health/ answers."""
+    Redis of the benchmark), its stderr to the file `log` if given (a long run must not fill a
+    pipe nobody reads): (the process, its base URL) once /api/health/ answers."""
     import subprocess
     import time
 
@@ -174,7 +175,7 @@ def gunicorn(workers: int, threads: int, env: dict) -> tuple:
     server = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
          "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -184,7 +185,8 @@ def gunicorn(workers: int, threads: int, env: dict) -> tuple:
         except httpx.TransportError:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"gunicorn did not start: {server.stderr.read() if server.poll() is not None else ''}")
+            said = server.stderr.read() if server.poll() is not None and server.stderr else ""
+            raise SystemExit(f"gunicorn did not start: {said}")
         time.sleep(0.2)
 
 
