@@ -196,3 +196,41 @@ def percentile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+class RedisServer:
+    """A redis-server of a benchmark's own on a free loopback port, its files and log in `folder`;
+    append-only (`append_only`) survives a restart as deploy/compose.yaml's does, else nothing is
+    kept. Never the shared server: a benchmark may flush or restart it."""
+
+    def __init__(self, folder: Path, *, append_only: bool = False):
+        self.folder, self.append_only, self.process = folder, append_only, None
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        from redis import Redis
+
+        self.process = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
+             "--appendonly", "yes" if self.append_only else "no", "--save", "", "--maxmemory-policy", "noeviction"],
+            stdout=open(self.folder / "redis.log", "a"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if Redis.from_url(self.url, socket_timeout=0.5).ping():
+                    return
+            except Exception:
+                time.sleep(0.05)
+        raise SystemExit(f"redis-server did not answer on port {self.port}: see {self.folder / 'redis.log'}")
+
+    def stop(self) -> None:
+        self.process.terminate()  # a clean shutdown: the append-only file is flushed
+        self.process.wait(timeout=30)

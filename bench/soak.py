@@ -38,7 +38,6 @@ import collections
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,10 +49,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from common import (  # noqa: E402
+    RedisServer,
     add_json_option,
     bench_database_url,
     figure,
-    free_port,
     gunicorn,
     percentile,
     setup_django,
@@ -116,37 +115,6 @@ def start_upstream() -> str:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}/call"
-
-
-# Redis: a server of this soak's own, append-only in a folder of its own.
-
-class RedisServer:
-    def __init__(self, folder: Path):
-        self.folder, self.port, self.process = folder, free_port(), None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        from redis import Redis
-
-        self.process = subprocess.Popen(
-            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
-             "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction"],
-            stdout=open(self.folder / "redis.log", "a"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if Redis.from_url(self.url, socket_timeout=0.5).ping():
-                    return
-            except Exception:
-                time.sleep(0.05)
-        raise SystemExit(f"redis-server did not answer on port {self.port}: see {self.folder / 'redis.log'}")
-
-    def stop(self) -> None:
-        self.process.terminate()  # a clean shutdown: the append-only file is flushed
-        self.process.wait(timeout=30)
 
 
 # The processes of a deployment, started again when they exit.
@@ -451,7 +419,7 @@ def main() -> None:
     seconds = args.minutes * 60
 
     logs = Path(tempfile.mkdtemp(prefix="retryops-soak-"))
-    redis = RedisServer(logs)
+    redis = RedisServer(logs, append_only=True)  # as deploy/compose.yaml runs it
     redis.start()
     env = {"REDIS_URL": redis.url, "RETRYOPS_HTTP_CALL_URL": start_upstream(),
            "RETRYOPS_HTTP_CALL_TIMEOUT": str(HTTP_CALL_TIMEOUT), "RETRYOPS_BATCH_INTERVAL": str(args.batch_interval),
