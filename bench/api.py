@@ -46,7 +46,8 @@ from scheduling.models import Attempt, RetryPolicy, Task  # noqa: E402
 BENCH_REDIS_DB = 14
 HISTORY_ATTEMPTS = 10_000
 CLAIM_POOL_SIZE = 1_000
-PERMISSIONS = [("resources", "view_resource"), ("resources", "change_resource"), ("scheduling", "view_attempt")]
+PERMISSIONS = [("resources", "view_resource"), ("resources", "change_resource"), ("resources", "claim_resource"),
+               ("scheduling", "view_attempt")]
 
 
 def bench_redis_url() -> str:

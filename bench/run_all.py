@@ -101,8 +101,8 @@ def run(script: str, args: list[str], logs: Path, env: dict) -> dict:
 def number(value: float | None) -> str:
     if value is None:
         return ""
-    if value == int(value):
-        return f"{value:,.0f}"
+    if isinstance(value, int) or value == 0:
+        return f"{value:,}"
     magnitude = abs(value)
     return f"{value:,.0f}" if magnitude >= 100 else f"{value:.1f}" if magnitude >= 10 else f"{value:.2f}" \
         if magnitude >= 0.1 else f"{value:.3f}"
