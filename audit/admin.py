@@ -20,6 +20,7 @@ from audit import selectors, services
 from audit.choices import AuditAction
 from audit.models import ApiClient, AuditEntry
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 
 # Past this many matches the changelist stops counting: a count(*) of a filtered audit table
 # scans every match on every page view. The last pages beyond it are reached by narrowing the filter.
@@ -109,7 +110,9 @@ class WithinFilter(admin.SimpleListFilter):
 def _json_block(value):
     if value is None:
         return "—"
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+    # Masked again when shown: entries written before masking existed may hold a secret.
+    return format_html("<pre>{}</pre>", json.dumps(mask_secrets(value), indent=2, ensure_ascii=False,
+                                                   sort_keys=True))
 
 
 @admin.register(AuditEntry)

@@ -32,6 +32,7 @@ from audit.models import ApiClient, AuditEntry, IdempotencyKey
 from audit.streaming import delete_in_batches, stream_audit_entry
 from retryops.inputs import record_id
 from retryops.jsonsafe import check_text, clean_text, make_storable
+from retryops.masking import mask_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ def _storable(value: Any, name: str, repairs: list[str]) -> Any:
     # make_storable names the top of what it walked "result"; here it is before or after.
     repairs += [name + note.removeprefix("result") if note.startswith("result") else f"{name}: {note}"
                 for note in notes]
-    return stored
+    # Masked: the audit log is read by people and streamed to other systems, and a secret
+    # attribute an operator changed must not be copied into it.
+    return mask_secrets(stored)
 
 
 def record_audit(*, action: str, target: models.Model | Target, before: Any = None, after: Any = None,

@@ -38,6 +38,7 @@ from compensation.services.runbooks import (
     run_runbook_action,
 )
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 
 STATE_COLOURS = {RunbookRunState.REQUESTED: "#b36b00", RunbookRunState.APPROVED: "#205493",
                  RunbookRunState.RUNNING: "#205493", RunbookRunState.SUCCEEDED: "#2e7d32",
@@ -172,13 +173,24 @@ class RunbookRunAdmin(admin.ModelAdmin):
     list_select_related = ("work_order",)
     search_fields = ("token", "runbook", "action", "requested_by")
     # On a run's page, its work order as the reader's language names it (its __str__ stays English).
-    readonly_fields = [*(f.name for f in RunbookRun._meta.fields), "work_order_link"]
+    readonly_fields = [*(f.name for f in RunbookRun._meta.fields), "work_order_link", "input_shown", "result_shown"]
     actions = ["approve", "run", "reject"]
     show_full_result_count = False
 
+    # Fields shown through a display method of their own, in the field's place.
+    SHOWN_AS = {"work_order": "work_order_link", "input": "input_shown", "result": "result_shown"}
+
     def get_fields(self, request, obj=None):
-        return list(dict.fromkeys("work_order_link" if name == "work_order" else name
-                                  for name in super().get_fields(request, obj)))
+        return list(dict.fromkeys(self.SHOWN_AS.get(name, name) for name in super().get_fields(request, obj)))
+
+    @admin.display(description=RunbookRun._meta.get_field("input").verbose_name)
+    def input_shown(self, run):
+        return json.dumps(mask_secrets(run.input), ensure_ascii=False)
+
+    @admin.display(description=RunbookRun._meta.get_field("result").verbose_name)
+    def result_shown(self, run):
+        return self.get_empty_value_display() if run.result is None else json.dumps(mask_secrets(run.result),
+                                                                                  ensure_ascii=False)
 
     @admin.display(description=_("work order"))
     def work_order_link(self, run):

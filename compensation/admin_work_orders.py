@@ -34,6 +34,7 @@ from compensation.selectors import (
 )
 from compensation.services.work_orders import TRANSITIONS
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 
 # How many of its notifications and runbook runs a work order's page shows; their lists have the rest.
 NOTIFICATIONS_SHOWN = 20
@@ -175,6 +176,8 @@ class WorkOrderConsole:
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None and obj.pk is not None:
             runs = runbook_runs_of(obj, limit=RUNS_SHOWN)
+            for run in runs:  # shown, never saved: what an action was given or answered may hold a secret
+                run.input, run.result = mask_secrets(run.input), mask_secrets(run.result)
             notifications = notifications_of(obj, limit=NOTIFICATIONS_SHOWN)
             context.update(
                 console=True,

@@ -335,30 +335,30 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
     from rq.defaults import DEFAULT_WORKER_TTL
     from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
-    from retryops.probes import redis_client
+    from retryops.probes import queue_server, redis_client
     from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
 
     now = now or timezone.now()
     names = (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE)
-    urls = {name: settings.RQ_QUEUES[name]["URL"] for name in names}
+    servers = {name: queue_server(name) for name in names}
     workers, errors = {}, {}
-    for url in dict.fromkeys(urls.values()):
+    for server in dict.fromkeys(servers.values()):
         try:
-            for worker in Worker.all(connection=redis_client(url, timeout)):
+            for worker in Worker.all(connection=redis_client(server, timeout)):
                 age = (now - worker.last_heartbeat).total_seconds() if worker.last_heartbeat else None
                 workers[worker.name] = {"name": worker.name, "state": worker.get_state(),
                                         "queues": worker.queue_names(), "last_heartbeat": worker.last_heartbeat,
                                         "heartbeat_age": age, "late": age is None or age > DEFAULT_WORKER_TTL}
         except RedisError as exc:
-            errors[url] = gettext("Redis did not answer: %(error)s") % {"error": exc}
+            errors[server] = gettext("Redis did not answer: %(error)s") % {"error": exc}
     queues = []
     for name in names:
         row = {"name": name, "workers": sum(name in worker["queues"] for worker in workers.values())}
-        if urls[name] in errors:
-            queues.append({**row, "error": errors[urls[name]]})
+        if servers[name] in errors:
+            queues.append({**row, "error": errors[servers[name]]})
             continue
         try:
-            queue = django_rq.get_queue(name, connection=redis_client(urls[name], timeout))
+            queue = django_rq.get_queue(name, connection=redis_client(servers[name], timeout))
             # Counted without the registries' clean-up, which moves and fails jobs: a page only reads.
             registries = {"scheduled": ScheduledJobRegistry, "running": StartedJobRegistry,
                           "failed": FailedJobRegistry}

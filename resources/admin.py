@@ -31,6 +31,7 @@ from resources.forms import (  # noqa: F401 - scheduling.admin imports the JSON 
 from resources.models import Resource, ResourcePool
 from resources.selectors import DiagnosisRule, diagnosis_report, timeline_page
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 
 # Written by resources.services only. probe_after and the cooldown belong here too: a value
 # posted back from a page rendered before a probe or a quarantine would revive or cancel a probe.
@@ -243,5 +244,7 @@ class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmi
                 diagnosis_colour=DIAGNOSIS_COLOURS.get(report.diagnosis, ""),
             )
             page = timeline_page(resource=obj, page=request.GET.get("timeline"), per_page=TIMELINE_PAGE_SIZE)
+            for event in page:  # shown, never saved: rows written before masking may hold a secret
+                event.details = mask_secrets(event.details)
             context.update(timeline=page, timeline_pages=page.paginator.get_elided_page_range(page.number))
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)

@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
 from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
+from retryops.masking import mask_secrets
 
 
 class StorableJSONField(forms.JSONField):
@@ -62,6 +63,13 @@ class ResourceForm(forms.ModelForm):
         model = Resource
         fields = ["pool", "key", "label", "attributes"]
         field_classes = {"attributes": StorableJSONField}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            # The page (and its hidden copy of what it showed) never holds a secret; what comes
+            # back masked keeps the stored secret (resources.services.change_resource).
+            self.initial["attributes"] = mask_secrets(self.instance.attributes)
 
     def clean_attributes(self):
         return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")

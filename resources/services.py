@@ -56,6 +56,7 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
 )
 from retryops import inputs
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
+from retryops.masking import keep_masked_secrets, mask_secrets
 
 LEASE_EXPIRED_REASON = "lease expired"
 LEASE_EXPIRED_UNUSED_REASON = "lease expired unused"
@@ -114,6 +115,13 @@ def _json(value: dict | None, *, field: str) -> str:
     except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
         raise InvalidInput(gettext("%(field)s is nested too deeply to store") % {"field": field},
                            field=field) from None
+
+
+def _details(value: dict | None) -> str:
+    """A claim's or a release's details as the timeline keeps them: checked, then with the values
+    of secret keys masked (the timeline is for people; nothing ever reads a secret back from it)."""
+    _json(value, field="details")
+    return json.dumps(mask_secrets(value or {}), cls=DjangoJSONEncoder)
 
 
 def _lease_seconds(value: int | None, *, field: str = "lease_seconds") -> int | None:
@@ -198,7 +206,7 @@ def _claim_params(*, holder: str, lease_seconds: int | None, actor: str | None, 
         "holder": holder,
         "lease_seconds": _lease_seconds(lease_seconds),
         "actor": _actor(actor) if actor else holder,
-        "details": _json(details, field="details"),
+        "details": _details(details),
         "lease_kind": LeaseKind.RESERVATION if reserve else LeaseKind.USE,
     }
 
@@ -313,7 +321,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
         raise InvalidInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
             "field": "outcome", "values": ", ".join(Outcome.values), "value": repr(outcome)}, field="outcome")
     params = {"resource_id": resource_id, "token": token, "actor": _actor(actor) if actor else "",
-              "details": _json(details, field="details")}
+              "details": _details(details)}
     if outcome == Outcome.SUCCESS:
         released = _one(sql.RELEASE_SUCCESS, params)
     else:
@@ -718,9 +726,12 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
         changes["label"] = _text(label, field="label", max_length=Resource._meta.get_field("label").max_length)
     if attributes is not None:
         _json(attributes, field="attributes")
-        changes["attributes"] = attributes
     with transaction.atomic():
         current = lock_resource(resource)
+        if attributes is not None:
+            # What the console and the API showed was masked: a secret sent back as its mask
+            # keeps the stored value, one typed over the mask replaces it.
+            changes["attributes"] = keep_masked_secrets(attributes, current.attributes)
         _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
     return current
 

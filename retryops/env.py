@@ -143,3 +143,23 @@ def env_header_value(name: str) -> tuple[str, str] | None:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a header and its value such as "
                                    "'X-Forwarded-Proto: https'")
     return "HTTP_" + header.upper().replace("-", "_"), value
+
+
+def env_addresses(name: str) -> list[tuple[str, int]]:
+    """Comma-separated host:port pairs ("10.0.0.5:26379, sentinel-b:26379, [::1]:26379"); unset
+    or empty: none."""
+    raw = os.environ.get(name)
+    addresses = []
+    for item in (raw or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, colon, port = item.rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        host = host[1:-1] if bracketed else host
+        if (not colon or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536
+                or (":" in host and not bracketed) or any(c.isspace() or c in "/@[]" for c in host)):
+            raise ImproperlyConfigured(f"{name}: {item!r} is not a host:port such as sentinel-a:26379 "
+                                       "(an IPv6 address in brackets: [::1]:26379)")
+        addresses.append((host, int(port)))
+    return addresses

@@ -1,11 +1,13 @@
 """RetryOps settings: everything that differs between machines comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from retryops import devservices
+from retryops import devservices, masking
 from retryops.env import (
+    env_addresses,
     env_bool,
     env_choice,
     env_float,
@@ -58,6 +60,8 @@ INSTALLED_APPS = [
     "scheduling",
     "compensation",
     "telemetry",
+    # The console's sign-in throttle (retryops/login_throttle.py).
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -78,6 +82,8 @@ MIDDLEWARE = [
     "audit.middleware.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a sign-in its backend refused as locked into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "retryops.urls"
@@ -106,38 +112,92 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
-# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
-# prepared statements would then be looked up in a session that never had them.
-DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
-DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
-# Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
-# saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
-# prepared statements off unless OPTIONS names a threshold, so it is named here.
-if env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER):
-    if DB_TRANSACTION_POOLER:
+# A read replica (a hot standby of the primary, or a pooler in front of one) for the console's
+# heaviest read-only pages: the acceptance figures, which errors are really transient, and
+# `manage.py policy_whatif` (retryops/replica.py says which reads, and why no others). Unset:
+# they read the primary. The tests mirror it onto the test database.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "") or ""
+if DATABASE_REPLICA_URL:
+    try:
+        DATABASES["replica"] = dj_database_url.parse(
+            DATABASE_REPLICA_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
+            test_options={"MIRROR": "default"})
+    except ValueError as exc:
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
-                                   "a transaction-mode pooler cannot keep prepared statements")
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
-# PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
-# filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
-# never won back by queries that short. A pooler may refuse startup options: there, set it on the
-# role instead (ALTER ROLE app SET jit = off).
-if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
-    options = DATABASES["default"].setdefault("OPTIONS", {})
-    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
-if not DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        raise ImproperlyConfigured(f"DATABASE_REPLICA_URL is not a database URL: {exc}") from None
+DATABASE_ROUTERS = ["retryops.replica.ReplicaRouter"]
+# Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
+# reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
+# prepared statements would then be looked up in a session that never had them. The replica
+# is taken to be reached the same way as the primary.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
+DB_SERVER_SIDE_BINDING = env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER)
+if DB_SERVER_SIDE_BINDING and DB_TRANSACTION_POOLER:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured(f"DATABASE_URL must point at PostgreSQL, got engine {DATABASES['default']['ENGINE']!r}")
+    raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
+                               "a transaction-mode pooler cannot keep prepared statements")
+for _alias, _database in DATABASES.items():
+    _url_name = "DATABASE_URL" if _alias == "default" else "DATABASE_REPLICA_URL"
+    if not _database["ENGINE"].endswith("postgresql"):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{_url_name} must point at PostgreSQL, got engine {_database['ENGINE']!r}")
+    _database["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
+    # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
+    # saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
+    # prepared statements off unless OPTIONS names a threshold, so it is named here.
+    if DB_SERVER_SIDE_BINDING:
+        _database.setdefault("OPTIONS", {}).update(
+            server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
+    # PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
+    # filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
+    # never won back by queries that short. A pooler may refuse startup options: there, set it on the
+    # role instead (ALTER ROLE app SET jit = off).
+    if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
+        _options = _database.setdefault("OPTIONS", {})
+        _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = devservices.redis_url()
+# Redis Sentinel (Redis on several hosts): REDIS_SENTINELS lists the sentinels (host:port, ...)
+# and REDIS_SENTINEL_MASTER the name they watch the master under. The queues, the workers, the
+# cache, the streams and the probes then ask the sentinels which server is the master, and follow
+# it through a failover with no setting changed; REDIS_URL is not used. REDIS_SENTINEL_DB picks
+# the database, REDIS_SENTINEL_MASTER_PASSWORD is the master's (and its replicas') requirepass,
+# REDIS_SENTINEL_PASSWORD the sentinels' own, if they have one (both also as *_FILE).
+REDIS_SENTINELS = env_addresses("REDIS_SENTINELS")
+REDIS_SENTINEL = None
+if REDIS_SENTINELS:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from retryops.redis_servers import SentinelMaster
+
+    if env_str("REDIS_URL"):
+        raise ImproperlyConfigured("REDIS_URL and REDIS_SENTINELS are both set: set one (with REDIS_SENTINELS, "
+                                   "the sentinels name the Redis server)")
+    if not (env_str("REDIS_SENTINEL_MASTER") or "").strip():
+        raise ImproperlyConfigured("REDIS_SENTINELS is set but REDIS_SENTINEL_MASTER is not: name the master the "
+                                   "sentinels watch (their `sentinel monitor NAME ...`)")
+    REDIS_SENTINEL = SentinelMaster(
+        sentinels=tuple(REDIS_SENTINELS), name=env_str("REDIS_SENTINEL_MASTER").strip(),
+        db=env_int("REDIS_SENTINEL_DB", 0, minimum=0, maximum=15),
+        password=env_str("REDIS_SENTINEL_MASTER_PASSWORD", "") or "",
+        sentinel_password=env_str("REDIS_SENTINEL_PASSWORD", "") or "")
+    REDIS_URL = ""
+    REDIS_CONNECTION = REDIS_SENTINEL.rq_connection()
+else:
+    for _name in ("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_DB", "REDIS_SENTINEL_MASTER_PASSWORD",
+                  "REDIS_SENTINEL_PASSWORD"):
+        if env_str(_name):
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured(f"{_name} is set but REDIS_SENTINELS is not: list the sentinels "
+                                       "(host:port, ...), or put the Redis server in REDIS_URL instead")
+    REDIS_URL = devservices.redis_url()
+    REDIS_CONNECTION = {"URL": REDIS_URL}
 RQ_QUEUES = {
-    name: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
+    name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
     for name in ("default", "flows", "retries", "scheduler")
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
@@ -152,11 +212,27 @@ RQ_SHOW_ADMIN_LINK = False
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": REDIS_URL or f"sentinel:{REDIS_SENTINEL.name}",
         "KEY_PREFIX": "retryops",
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5,
+                    **(REDIS_SENTINEL.cache_options() if REDIS_SENTINEL else {})},
     },
 }
+
+# Sign-in throttle (django-axes; retryops/login_throttle.py): this many wrong passwords for one
+# username from one address lock that pair for the cool-off, the right password included.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("RETRYOPS_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("RETRYOPS_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True  # a right password (before the lock) starts the count again
+AXES_CLIENT_IP_CALLABLE = "retryops.login_throttle.client_address"
+AXES_LOCKOUT_CALLABLE = "retryops.login_throttle.locked_out"
+# Failures only: a row per successful sign-in would be a write per session that nobody reads here.
+AXES_DISABLE_ACCESS_LOG = True
+# Locks are lifted with `manage.py axes_reset_username` (or axes_reset); axes' own admin pages
+# would be untranslated English in a Chinese console.
+AXES_ENABLE_ADMIN = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -302,6 +378,8 @@ if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
+# django-axes' failure and lockout lines stay; its start-up banner in every process does not.
+LOGGING["loggers"]["axes.apps"] = {"level": "WARNING"}
 for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_PUBLIC_URL"):
     if globals()[_name] and not globals()[_name].startswith(("http://", "https://")):
         from django.core.exceptions import ImproperlyConfigured
@@ -414,6 +492,12 @@ SPECTACULAR_SETTINGS = {
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
+
+# Keys (a regex searched case-insensitively, at any depth) whose values are masked wherever
+# resource attributes, payloads, results, timeline details, audit entries and log lines leave the
+# system (retryops.masking); the flows still get the real values.
+RETRYOPS_SECRET_KEYS = env_str("RETRYOPS_SECRET_KEYS", "") or masking.DEFAULT_SECRET_KEYS
+masking.compile_secret_keys(RETRYOPS_SECRET_KEYS)
 
 # /metrics (telemetry.metrics_access): a scrape must come from an address in RETRYOPS_METRICS_ALLOW
 # (CIDRs; loopback by default; empty: any address), and, when RETRYOPS_METRICS_TOKEN (or its

@@ -21,6 +21,7 @@ from resources.admin import (
     storable_json_object,
 )
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 from scheduling import services, whatif
 from scheduling.admin_analysis import TransienceConsole
 from scheduling.admin_console import TaskConsole
@@ -89,7 +90,7 @@ class TaskEventInline(admin.TabularInline):
 
     @admin.display(description=_("details"))
     def event_details(self, event):
-        return _lines((key, _shown(value)) for key, value in event.details.items())
+        return _lines((key, _shown(value)) for key, value in mask_secrets(event.details).items())
 
 
 # What an operator reads first on a task's page; the rest follows below them.
@@ -104,10 +105,11 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
     list_select_related = ("pool", "resource")
     search_fields = ("=id", "idempotency_key", "resource__key", "last_error_signature")
     show_full_result_count = False
-    readonly_fields = ("strict_mode", "next_run")
+    readonly_fields = ("strict_mode", "next_run", "payload_shown", "result_shown")
     inlines = [AttemptInline, TaskEventInline]
     # Fields shown through a display method of their own, in the field's place.
-    SHOWN_AS = {"strict": "strict_mode", "next_run_at": "next_run"}
+    SHOWN_AS = {"strict": "strict_mode", "next_run_at": "next_run", "payload": "payload_shown",
+                "result": "result_shown"}
 
     def get_fields(self, request, obj=None):
         fields = [f for f in super().get_fields(request, obj) if f not in self.SHOWN_AS.values()]
@@ -131,6 +133,14 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
         # Formatted here: a read-only method's value is shown as str(), not as a date.
         return display_for_value(task.next_run_at if task.state in WAITING_STATES else None,
                                  self.get_empty_value_display())
+
+    @admin.display(description=Task._meta.get_field("payload").verbose_name)
+    def payload_shown(self, task):
+        return _shown(mask_secrets(task.payload))
+
+    @admin.display(description=Task._meta.get_field("result").verbose_name)
+    def result_shown(self, task):
+        return self.get_empty_value_display() if task.result is None else _shown(mask_secrets(task.result))
 
     @admin.display(description=_("strict"))
     def strict_mode(self, task):
@@ -293,6 +303,11 @@ class BatchConfigForm(forms.ModelForm):
         fields = "__all__"
         exclude = ["last_tick_at", "last_error"]  # the ticks' own
         field_classes = {"payload": StorableJSONField}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:  # shown masked; save_batch_config keeps what comes back masked
+            self.initial["payload"] = mask_secrets(self.instance.payload)
 
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.

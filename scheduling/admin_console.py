@@ -31,6 +31,7 @@ from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import get_resource, when
 from retryops.errors import DomainError
+from retryops.masking import keep_masked_secrets
 from scheduling import services
 from scheduling.choices import WAITING_STATES, TaskState
 from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial
@@ -156,6 +157,8 @@ class TaskConsole:
     def _start(self, request, form: RetryResourceForm, source: Task | None) -> Task | None:
         """Start what the form says; `source` is the task whose flow and payload it was filled with."""
         data, resource = form.cleaned_data, form.resource
+        if source is not None:  # the form showed the source's payload masked
+            data["payload"] = keep_masked_secrets(data["payload"], source.payload)
         policy = data["policy"].name if data["policy"] else None
         try:
             if data["strict"]:

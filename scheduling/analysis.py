@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.utils import timezone
 
 from retryops.inputs import record_id, whole_number
+from retryops.replica import read_alias
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
 from scheduling.errors import BadInput
 from scheduling.models import Attempt, RetryPolicy, Task
@@ -174,7 +175,7 @@ def transient_errors(*, policy: RetryPolicy | int | None = None, days=None, now:
         policy.pk if isinstance(policy, RetryPolicy) else record_id(policy, field="policy", error=BadInput))
     until = now or timezone.now()
     since = until - timedelta(days=days)
-    with connection.cursor() as cursor:
+    with connections[read_alias()].cursor() as cursor:
         cursor.execute(_FAILURES_SQL, {
             "since": since, "until": until, "policy": policy_id, "limit": limit + 1,
             "succeeded": TaskState.SUCCEEDED, "dead": TaskState.DEAD,

@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from resources.models import Resource, ResourcePool
 from resources.selectors import get_resource
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 from scheduling.errors import BadPayload
 from scheduling.flows import known_flows
 from scheduling.models import RetryPolicy, Task
@@ -114,7 +115,9 @@ def retry_initial(*, resource: Resource | None, source: Task | None, pool: Resou
     elif pool is not None:
         initial["pool"] = pool.pk
     if source is not None:
-        initial.update(flow=source.flow, payload=shown_payload(source.payload), policy=source.policy.name)
+        # Masked: the page never holds a secret; the view puts the source's back (keep_masked_secrets).
+        initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)),
+                       policy=source.policy.name)
     return initial
 
 

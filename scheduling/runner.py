@@ -7,7 +7,7 @@ import threading
 import time
 
 import structlog
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 
 from resources.errors import LeaseMismatch
 from retryops.jsonsafe import check_text, clean_text, make_storable
@@ -71,7 +71,7 @@ def _run(started) -> Attempt | None:
     try:
         # Made storable in here: a result that even make_storable cannot read (its repr raises, or
         # it nests past the recursion limit) is a success all the same.
-        return finish_attempt(attempt=started.attempt, result=_storable(result), duration=duration)
+        return _finish(attempt=started.attempt, result=_storable(result), duration=duration)
     except Exception as exc:
         # A success left `running` would be re-run by the dispatcher once its lease ran out, side
         # effects and all. The flow did succeed: record that, with a note in place of the result.
@@ -80,6 +80,20 @@ def _run(started) -> Attempt | None:
         note = clean_text(f"the result could not be stored: {type(exc).__name__}: {exc}")[:2000]
         return finish_attempt(attempt=started.attempt, result={"value": None, "storage_note": note},
                               duration=duration)
+
+
+def _finish(**outcome) -> Attempt:
+    """finish_attempt, once more on a new connection if the database dropped the worker's (a
+    restart, a failover, pg_terminate_backend) while the flow ran. The stand-ins below are for a
+    value the database refuses: one for a dropped connection would lose a success's result, or
+    the error a verdict depends on (a 401 retried as if transient). Safe to repeat: an outcome
+    that did commit leaves the attempt ended, and the second call records nothing more."""
+    try:
+        return finish_attempt(**outcome)
+    except (OperationalError, InterfaceError):
+        log.warning("recording the outcome failed on the database connection; trying on a new one", exc_info=True)
+        connection.close()
+        return finish_attempt(**outcome)
 
 
 def _storable(result):
@@ -101,7 +115,7 @@ def _record_failure(attempt: Attempt, error: Exception, duration: float) -> Atte
     would wait for its lease to run out and be retried as a lost worker's, its failure never
     counted against the resource or judged by the policy."""
     try:
-        return finish_attempt(attempt=attempt, error=_storable_error(error), duration=duration)
+        return _finish(attempt=attempt, error=_storable_error(error), duration=duration)
     except Exception as exc:
         log.exception("task %s attempt %s: its error could not be stored; recording the failure without it",
                       attempt.task_id, attempt.number)

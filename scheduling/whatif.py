@@ -38,7 +38,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connections
 from django.db.models import Case, Count, F, FloatField, Func, Q, TextField, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
@@ -47,6 +47,7 @@ from django.utils.translation import gettext_lazy as _
 
 from resources.choices import FailureCategory
 from retryops.inputs import whole_number
+from retryops.replica import read_alias
 from scheduling.choices import TERMINAL_STATES, AttemptOutcome, PatternAction, TaskState
 from scheduling.errors import BadInput, BadPolicy
 from scheduling.models import Attempt, RetryPolicy, Task
@@ -260,6 +261,7 @@ def _histories(policy: RetryPolicy, since: datetime):
     sql, params = _query(policy, since).query.sql_with_params()
     task, state, attempts = None, None, []
     succeeded, abandoned = AttemptOutcome.SUCCEEDED.value, AttemptOutcome.ABANDONED.value
+    connection = connections[read_alias()]
     connection.ensure_connection()
     with connection.connection.cursor() as cursor:  # psycopg's own: Django's wrapper has no stream()
         for task_id, task_state, number, outcome, signature, category, action, resource, text, start, duration \

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_safe
 
+from retryops.replica import replica_reads
 from scheduling.selectors import retry_sla_grace
 from telemetry.figures import WINDOWS, Figure, Window, acceptance_figures
 
@@ -128,7 +129,8 @@ def cards(request, *, seconds: int, now=None) -> list[dict]:
     """The figures over `seconds` up to `now`, as the page and the panel show them."""
     now = now or timezone.now()
     window = Window(seconds=seconds, until=now)
-    f = acceptance_figures(seconds=seconds, now=now)
+    with replica_reads():
+        f = acceptance_figures(seconds=seconds, now=now)
     at_least = _("target ≥ %(value)s")
     at_most = _("target ≤ %(value)s (p99)")
     return [

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from retryops.language import in_stored_language
+from retryops.replica import replica_reads
 from telemetry.figures import acceptance_figures
 from telemetry.figures_models import AcceptanceSnapshot
 
@@ -18,7 +19,9 @@ def refresh_acceptance_snapshot(*, seconds: int | None = None, now: datetime | N
     succeed, the later one's figures stay."""
     seconds = seconds or settings.RETRYOPS_FIGURES_WINDOW_SECONDS
     now = now or timezone.now()
-    figures = {key: figure.value for key, figure in acceptance_figures(seconds=seconds, now=now).items()}
+    # Seconds of aggregates over the window, which need not see the last second's rows.
+    with replica_reads():
+        figures = {key: figure.value for key, figure in acceptance_figures(seconds=seconds, now=now).items()}
     with transaction.atomic():
         AcceptanceSnapshot.objects.bulk_create(
             [AcceptanceSnapshot(window_seconds=seconds, computed_at=now, figures=figures)],

@@ -21,7 +21,6 @@ What each one leaves (rq 2.12):
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.utils import timezone
 from redis.exceptions import RedisError
 from rq.cron_scheduler_registry import get_registry_key as cron_registry_key
@@ -29,7 +28,7 @@ from rq.scheduler import SCHEDULER_KEY_TEMPLATE, SCHEDULER_LOCKING_KEY_TEMPLATE
 from rq.utils import utcparse
 from rq.worker_registration import REDIS_WORKER_KEYS
 
-from retryops.probes import redis_client
+from retryops.probes import queue_server, redis_client
 from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE, WORKER_QUEUES
 
 SEEN_WITHIN = timedelta(seconds=60)
@@ -87,10 +86,6 @@ def _config_of(raw) -> str | None:
     return next((config for config in CRON_CONFIGS if path == config or path.endswith(f".{config}")), None)
 
 
-def _url(queue: str) -> str:
-    return settings.RQ_QUEUES[queue]["URL"]
-
-
 def sightings(*, now: datetime | None = None, timeout: float = TIMEOUT) -> Sightings:
     """Who heartbeated within SEEN_WITHIN of `now`: two pipelined round trips per Redis (the list,
     then each one's hash), whatever the number of jobs. Raises RedisError when Redis does not
@@ -99,19 +94,19 @@ def sightings(*, now: datetime | None = None, timeout: float = TIMEOUT) -> Sight
     since = now - SEEN_WITHIN
     workers, schedulers = dict.fromkeys(QUEUES, 0), dict.fromkeys(scheduler_names(), 0)
     # RQ keeps a worker, its scheduler and the cron schedulers in the Redis of their queues.
-    cron_url = _url(PERIODIC_QUEUE)
-    for url in dict.fromkeys([*map(_url, QUEUES), cron_url]):
-        redis = redis_client(url, timeout)
-        delayed = [queue for queue in DELAYED_QUEUES if _url(queue) == url]
+    cron_server = queue_server(PERIODIC_QUEUE)
+    for server in dict.fromkeys([*map(queue_server, QUEUES), cron_server]):
+        redis = redis_client(server, timeout)
+        delayed = [queue for queue in DELAYED_QUEUES if queue_server(queue) == server]
         with redis.pipeline(transaction=False) as pipe:
             pipe.smembers(REDIS_WORKER_KEYS)
             for queue in delayed:
                 pipe.get(SCHEDULER_LOCKING_KEY_TEMPLATE % queue)
-            if url == cron_url:
+            if server == cron_server:
                 pipe.zrangebyscore(cron_registry_key(), (now - SEEN_WITHIN - CRON_GRACE).timestamp(), "+inf")
             worker_keys, *rest = pipe.execute()
         holders = dict(zip(delayed, map(_text, rest[:len(delayed)])))
-        crons = [_text(name) for name in rest[len(delayed)]] if url == cron_url else []
+        crons = [_text(name) for name in rest[len(delayed)]] if server == cron_server else []
         worker_keys = sorted(map(_text, worker_keys))
         with redis.pipeline(transaction=False) as pipe:
             for key in worker_keys:
@@ -124,7 +119,7 @@ def sightings(*, now: datetime | None = None, timeout: float = TIMEOUT) -> Sight
         for queues, beat in answers[:len(worker_keys)]:
             if _recent(beat, since=since):
                 for queue in _text(queues).split(","):
-                    if queue in workers and _url(queue) == url:
+                    if queue in workers and queue_server(queue) == server:
                         workers[queue] += 1
         answers = answers[len(worker_keys):]
         for (queue, holder), beat in zip(holders.items(), answers):

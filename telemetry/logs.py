@@ -12,6 +12,8 @@ attempt). Search the logs of every process for a task_id, or a request_id, to fo
 
 import structlog
 
+from retryops import masking
+
 FORMATS = ("json", "text")
 
 
@@ -21,6 +23,7 @@ def _shared() -> list:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),
+        masking.mask_log_secrets,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
 
@@ -53,7 +56,8 @@ def configure_structlog() -> None:
     """structlog's own loggers (`structlog.get_logger()`), should code use them, end in the same handler."""
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.stdlib.add_log_level,
-                    structlog.stdlib.add_logger_name, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.stdlib.add_logger_name, masking.mask_log_secrets,
+                    structlog.processors.TimeStamper(fmt="iso", utc=True),
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,

@@ -1,7 +1,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from retryops.env import env_bool, env_float, env_int, env_list, env_str
+from retryops.env import env_addresses, env_bool, env_float, env_int, env_list, env_str
 
 
 def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
@@ -55,3 +55,16 @@ def test_env_int_names_the_variable_and_the_maximum(monkeypatch):
     monkeypatch.setenv("RETRYOPS_ALERT_INTERVAL", "3601")
     with pytest.raises(ImproperlyConfigured, match="RETRYOPS_ALERT_INTERVAL=3601 must be at most 3600"):
         env_int("RETRYOPS_ALERT_INTERVAL", 30, minimum=1, maximum=3600)
+
+
+@pytest.mark.parametrize("raw", ["sentinel-a", "sentinel-a:", ":26379", "sentinel-a:port", "sentinel-a:70000",
+                                 "::1:26379", "user@host:26379", "sentinel-a:２６３７９"])
+def test_env_addresses_names_the_variable_and_the_bad_address(monkeypatch, raw):
+    monkeypatch.setenv("REDIS_SENTINELS", f"10.0.0.5:26379, {raw}")
+    with pytest.raises(ImproperlyConfigured, match=f"REDIS_SENTINELS: '{raw}' is not a host:port"):
+        env_addresses("REDIS_SENTINELS")
+
+
+def test_env_addresses_reads_hosts_and_bracketed_ipv6(monkeypatch):
+    monkeypatch.setenv("REDIS_SENTINELS", "10.0.0.5:26379, sentinel-b:26380,[::1]:26381,")
+    assert env_addresses("REDIS_SENTINELS") == [("10.0.0.5", 26379), ("sentinel-b", 26380), ("::1", 26381)]

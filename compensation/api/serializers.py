@@ -6,7 +6,7 @@ from rest_framework import serializers
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.runbook_models import RunbookRun
 from compensation.services.bulk_replay import MAX_RATE, MIN_RATE
-from retryops.api.fields import Flag, JsonObject, Text
+from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
 from retryops.inputs import MAX_ID
 
 # Free text an operator types: the services' limits.
@@ -35,7 +35,7 @@ class DeadLetterSerializer(serializers.ModelSerializer):
 class DeadLetterDetailSerializer(DeadLetterSerializer):
     """A dead letter with the payload its task ran with, which a replay runs again."""
 
-    payload = serializers.JSONField(source="task.payload", read_only=True)
+    payload = MaskedJson(source="task.payload", read_only=True)
 
     class Meta(DeadLetterSerializer.Meta):
         fields = [*DeadLetterSerializer.Meta.fields, "payload"]
@@ -193,8 +193,8 @@ class CloseSerializer(serializers.Serializer):
 class RunbookRunSerializer(serializers.ModelSerializer):
     """A request to run a runbook action for a work order, and its outcome."""
 
-    result = serializers.JSONField(read_only=True, help_text="What the action answered (null until it ran).")
-    input = serializers.JSONField(read_only=True)
+    result = MaskedJson(read_only=True, help_text="What the action answered (null until it ran).")
+    input = MaskedJson(read_only=True)
 
     class Meta:
         model = RunbookRun

@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
-from retryops.api.fields import Flag, JsonObject, Text
+from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
 from retryops.inputs import MAX_INTEGER
 
 
@@ -33,6 +33,9 @@ class ResourceSerializer(serializers.ModelSerializer):
     release with)."""
 
     pool = serializers.CharField(source="pool.name", read_only=True)
+    attributes = MaskedJson(read_only=True, help_text="Attributes handed to flows; the values of secret keys "
+                                                      "(RETRYOPS_SECRET_KEYS) read \"******\". Sent back "
+                                                      "unchanged in a PATCH, a masked value keeps the secret.")
 
     class Meta:
         model = Resource

@@ -5,6 +5,7 @@ PostgreSQL's jsonb can hold. What else a service refuses, it refuses itself (Bad
 from rest_framework import serializers
 
 from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
+from retryops.masking import mask_secrets
 
 
 class Text(serializers.CharField):
@@ -36,6 +37,14 @@ class JsonObject(serializers.JSONField):
             self.fail("unstorable", problem=str(exc))
         except RecursionError:
             self.fail("unstorable", problem="nested too deeply to store")
+
+
+class MaskedJson(serializers.JSONField):
+    """JSON answered with the values of secret keys masked (retryops.masking): attributes,
+    payloads, details and results that flows get or write in full."""
+
+    def to_representation(self, value):
+        return super().to_representation(mask_secrets(value))
 
 
 class Flag(serializers.BooleanField):

@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from retryops.api.fields import Flag, JsonObject, Text
+from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
 from scheduling.choices import WAITING_STATES
 from scheduling.models import Task
 
@@ -13,6 +13,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
     pool = serializers.CharField(source="pool.name", read_only=True)
     policy = serializers.CharField(source="policy.name", read_only=True)
+    payload = MaskedJson(read_only=True, help_text="What the flow works on; the values of secret keys read \"******\".")
     queued = serializers.SerializerMethodField(help_text="It waits for its next attempt, which a worker will run: "
                                                          "the task is in the database, whether or not Redis answered.")
     wake_up_sent = serializers.SerializerMethodField(
@@ -58,7 +59,7 @@ class HistoryEntrySerializer(serializers.Serializer):
     attempt_number = serializers.IntegerField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
-    details = serializers.DictField()
+    details = MaskedJson()
 
 
 class LastFailureSerializer(serializers.Serializer):

@@ -16,6 +16,7 @@ from retryops.api.authentication import actor_of
 from retryops.api.pagination import CursorPage
 from retryops.api.views import ApiView
 from retryops.inputs import MAX_ID
+from retryops.masking import mask_secrets
 from scheduling import services
 from scheduling.api.serializers import (
     HistoryEntrySerializer,
@@ -121,4 +122,4 @@ ENTRY_FIELDS = list(HistoryEntrySerializer().fields)
 def entry_dict(entry) -> dict:
     """A history entry as RetryHistorySerializer's `results` shows it (datetimes rendered by the
     JSON renderer, as DateTimeField renders them)."""
-    return {name: getattr(entry, name) for name in ENTRY_FIELDS}
+    return {name: getattr(entry, name) for name in ENTRY_FIELDS} | {"details": mask_secrets(entry.details)}

@@ -12,6 +12,7 @@ from resources import services as pool
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, PoolExhausted, ResourceUnavailable
+from retryops.masking import mask_secrets
 from scheduling.choices import (
     WAITING_STATES,
     AttemptOutcome,
@@ -140,8 +141,11 @@ def record_unrun_attempt(task: Task, number: int, now: datetime, error: Exceptio
 
 
 def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None = None, duration: float = 0.0) -> Attempt:
-    """Record an attempt's outcome, release or hold its resource, and retry or end the task."""
+    """Record an attempt's outcome, release or hold its resource, and retry or end the task. The
+    result is kept with the values of secret keys masked: it is only ever shown (console, API,
+    dead letters), and a flow that echoes its resource's attributes must not copy a secret there."""
     now = timezone.now()
+    result = mask_secrets(result)
     with transaction.atomic():
         # Lock order, here and in recover_lost_attempts: the attempt, then its task.
         if attempt.task.is_probe:

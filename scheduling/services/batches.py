@@ -18,6 +18,7 @@ from resources.selectors import get_pool
 from retryops.errors import DomainError
 from retryops.inputs import flag, record_id, whole_number
 from retryops.jsonsafe import clean_text
+from retryops.masking import keep_masked_secrets
 from scheduling.errors import BadInput, BadPolicy, FlowNotFound, too_long
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, Task
@@ -183,6 +184,8 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
                 pk=config_id).first()
             if saved is None:
                 raise BadInput(_("no batch config with id %(id)r") % {"id": config_id}, field="config")
+            if "payload" in values:  # the console showed it masked: a mask sent back keeps the secret
+                values["payload"] = keep_masked_secrets(values["payload"], saved.payload)
             edited = {field: value for field, value in values.items() if getattr(saved, field) != value}
             if not edited:
                 return saved

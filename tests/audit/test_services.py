@@ -143,9 +143,9 @@ def test_nul_characters_and_huge_numbers_in_snapshots_are_repaired(alice):
 
 def test_dates_decimals_and_uuids_in_snapshots_are_stored_as_text(alice):
     when, token = timezone.now(), uuid.uuid4()
-    entry = record_audit(action="resource.change", target=alice, after={"at": when, "price": Decimal("1.10"), "token": token})
+    entry = record_audit(action="resource.change", target=alice, after={"at": when, "price": Decimal("1.10"), "reference": token})
     entry = AuditEntry.objects.get(pk=entry.pk)
-    assert (entry.after["price"], entry.after["token"]) == ("1.10", str(token))
+    assert (entry.after["price"], entry.after["reference"]) == ("1.10", str(token))
     assert abs(parse_datetime(entry.after["at"]) - when) < timedelta(milliseconds=1)  # JSON keeps milliseconds
     assert entry.repairs == []
 

@@ -105,3 +105,14 @@ def test_a_run_cannot_be_edited_in_the_admin(admin_client, order):
     assert response.status_code == 403
     run.refresh_from_db()
     assert run.state == "requested"
+
+
+def test_a_runs_secret_input_and_result_are_shown_masked_on_its_page_and_its_work_orders(admin_client, order):
+    run = request_refund(order)
+    RunbookRun.objects.filter(pk=run.pk).update(input={"ticket": "OPS-1", "api_key": "k-s3cr3t"},
+                                                result={"session_token": "t-s3cr3t", "ok": True})
+    for page in (reverse("admin:compensation_runbookrun_change", args=[run.pk]),
+                 reverse("admin:compensation_workorder_change", args=[order.pk])):
+        text = admin_client.get(page).content.decode()
+        assert "OPS-1" in text and "******" in text, page
+        assert "s3cr3t" not in text, page

@@ -22,9 +22,8 @@ _LAST_LOGIN = re.compile(r'UPDATE "auth_user" SET "last_login" = [^,]* WHERE "au
 SESSION_TABLE = "django_session"
 
 
-def admin_routes() -> dict[str, URLPattern]:
-    """Every URL pattern of the project under /admin/ (the admin site, each ModelAdmin's own
-    views, django-rq's pages, the dashboard), by its full route."""
+def routes_under(start: str) -> dict[str, URLPattern]:
+    """Every URL pattern of the project whose full route starts with `start`, by that route."""
     found: dict[str, URLPattern] = {}
 
     def walk(patterns, prefix: str) -> None:
@@ -32,12 +31,18 @@ def admin_routes() -> dict[str, URLPattern]:
             route = prefix + str(pattern.pattern)
             if isinstance(pattern, URLResolver):
                 walk(pattern.url_patterns, route)
-            elif isinstance(pattern, URLPattern) and route.startswith(ADMIN_PREFIX):
+            elif isinstance(pattern, URLPattern) and route.startswith(start):
                 assert route not in found, f"two patterns with the route {route}"
                 found[route] = pattern
 
     walk(get_resolver().url_patterns, "")
     return found
+
+
+def admin_routes() -> dict[str, URLPattern]:
+    """Every URL pattern of the project under /admin/ (the admin site, each ModelAdmin's own
+    views, django-rq's pages, the dashboard), by its full route."""
+    return routes_under(ADMIN_PREFIX)
 
 
 class _Forms(HTMLParser):

@@ -131,6 +131,34 @@ def unreadable_error(context):
     return {"ok": True}
 
 
+def drop_my_connection():
+    """Terminate this thread's database connection from another one, as a database restart,
+    a failover or pg_terminate_backend does while a flow runs."""
+    pid = connection.connection.info.backend_pid
+
+    def terminate():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    in_thread(terminate).join()
+
+
+@flow("connection_dropped_then_ok")
+def connection_dropped_then_ok(context):
+    """Succeeds, but the worker's database connection is gone by the time it records that."""
+    calls.append((context.task_id, context.attempt))
+    drop_my_connection()
+    return {"paid": True}
+
+
+@flow("connection_dropped_then_401")
+def connection_dropped_then_401(context):
+    """Fails for good (the upstream refused its credentials) on a worker whose connection is gone."""
+    calls.append((context.task_id, context.attempt))
+    drop_my_connection()
+    raise PermissionError("HTTP 401 from upstream: credentials revoked")
+
+
 class CountingWorker(SimpleWorker):
     """A burst worker that counts the jobs it executes: each is one delivery of a wake-up."""
 

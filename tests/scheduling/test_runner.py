@@ -125,6 +125,20 @@ def test_a_failure_whose_error_the_database_refuses_still_ends_the_attempt_faile
     assert (task.state, task.attempt_count) == (TaskState.SUCCEEDED, 2)
 
 
+def test_a_success_recorded_on_a_dropped_database_connection_keeps_its_result(redis_conn, alice, instant_policy):
+    task = run_once("connection_dropped_then_ok", alice.pool)
+    assert helpers.calls == [(task.pk, 1)]
+    assert (task.state, task.result) == (TaskState.SUCCEEDED, {"paid": True})
+
+
+def test_a_failure_recorded_on_a_dropped_database_connection_keeps_its_error_and_verdict(
+        redis_conn, alice, instant_policy):
+    task = run_once("connection_dropped_then_401", alice.pool)
+    assert helpers.calls == [(task.pk, 1)]
+    assert task.state == TaskState.DEAD
+    assert Attempt.objects.get(task=task).error_message == "HTTP 401 from upstream: credentials revoked"
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -103,3 +103,23 @@ def test_env_choice_takes_any_case_and_refuses_the_rest(monkeypatch):
     monkeypatch.setenv("LOG_LEVEL", "verbose")
     with pytest.raises(ImproperlyConfigured, match="LOG_LEVEL='verbose' is not one of DEBUG, INFO"):
         env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING"))
+
+
+def test_secret_keys_of_a_log_line_are_masked_at_any_depth(web_log):
+    logging.getLogger("retryops.test").warning(
+        "calling upstream", extra={"resource_attributes": {"region": "eu", "password": "hunter2"},
+                                   "api_key": "k-123", "attempt": 2})
+    [line] = [line for line in json_lines(web_log.getvalue()) if line["event"] == "calling upstream"]
+    assert line["resource_attributes"] == {"region": "eu", "password": "******"}
+    assert (line["api_key"], line["attempt"]) == ("******", 2)
+    assert "hunter2" not in web_log.getvalue() and "k-123" not in web_log.getvalue()
+
+
+def test_a_log_line_with_an_exception_still_renders_its_traceback_once_masked(web_log):
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("retryops.test").exception("it failed", extra={"token": "t-1"})
+    [line] = [line for line in json_lines(web_log.getvalue()) if line["event"] == "it failed"]
+    assert line["token"] == "******"
+    assert "ValueError: boom" in line["exception"]

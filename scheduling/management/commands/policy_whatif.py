@@ -6,6 +6,7 @@ from django.utils.translation import gettext_lazy
 
 from audit.management.base import TranslatedHelpCommand
 from retryops.errors import DomainError
+from retryops.replica import replica_reads
 from scheduling import selectors
 from scheduling.whatif import DEFAULT_DAYS, EXPECTED_NOTE, proposal, what_if
 
@@ -79,7 +80,9 @@ class Command(TranslatedHelpCommand):
             changes[field] = value
         try:
             current = selectors.get_policy(policy)
-            result = what_if(policy=current, proposed=proposal(current, changes), days=days)
+            # Days of attempts streamed: from the replica, when there is one.
+            with replica_reads():
+                result = what_if(policy=current, proposed=proposal(current, changes), days=days)
         except DomainError as exc:
             raise CommandError(str(exc)) from None
         if json:

@@ -1,0 +1,93 @@
+"""Secrets in the JSON that flows get (a resource's attributes, a task's payload) and in what
+flows, clients and services write beside it (results, timeline details, audit entries) shown as
+a mask wherever they leave the system for people or other systems: the console, the API, the
+audit log and its stream, the logs. The flows themselves get the real values.
+
+A key is secret when RETRYOPS_SECRET_KEYS (a regex, searched case-insensitively in the key) finds
+it; the whole value under such a key is masked, whatever its type, at any depth. Every layer
+uses this one module (it sits beside retryops.jsonsafe, below audit), so there is one rule."""
+
+import re
+from functools import lru_cache
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+MASK = "******"
+SETTING = "RETRYOPS_SECRET_KEYS"
+# password/passwd/pwd, any *token*, *secret*, *cookie* (Set-Cookie too), api_key, api-key,
+# apikey, x-api-key, authorization, private_key, privatekey, credentials.
+DEFAULT_SECRET_KEYS = r"passw(or)?d|\bpwd\b|token|secret|cookie|api[-_]?key|authori[sz]ation|private[-_]?key|credential"
+
+
+@lru_cache(maxsize=8)
+def compile_secret_keys(pattern: str) -> re.Pattern:
+    """The setting's regex, compiled case-insensitively; ImproperlyConfigured naming the setting
+    when it is not a regex (or is empty, which would mask nothing and look like it masks)."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ImproperlyConfigured(f"{SETTING} must be a non-empty regular expression (keys to mask), got {pattern!r}")
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise ImproperlyConfigured(f"{SETTING}={pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def _secret_keys() -> re.Pattern:
+    # A log line written before settings are read (settings.py's own imports) uses the default.
+    pattern = getattr(settings, SETTING, DEFAULT_SECRET_KEYS) if settings.configured else DEFAULT_SECRET_KEYS
+    return compile_secret_keys(pattern)
+
+
+def mask_log_secrets(logger, method_name: str, event_dict: dict) -> dict:
+    """A structlog processor: a log line's keys (`extra={...}`, bound context) masked like the rest."""
+    return mask_secrets(event_dict)
+
+
+def is_secret_key(key) -> bool:
+    return isinstance(key, str) and _secret_keys().search(key) is not None
+
+
+def mask_secrets(value):
+    """A copy of `value` (JSON: dicts, lists, scalars) with the value under every secret key,
+    at any depth, replaced by MASK. Anything else is returned as it is; the input is not changed."""
+    secret = _secret_keys()
+    try:
+        return _masked(value, secret)
+    except RecursionError:  # nested too deeply to look through: nothing of it is shown
+        return MASK
+
+
+def _masked(value, secret: re.Pattern):
+    if isinstance(value, dict):
+        return {key: MASK if isinstance(key, str) and secret.search(key) else _masked(item, secret)
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item, secret) for item in value]
+    if isinstance(value, tuple):  # a log line's exc_info stays a tuple
+        return tuple(_masked(item, secret) for item in value)
+    return value
+
+
+def keep_masked_secrets(submitted, stored):
+    """`submitted` with each MASK under a secret key replaced by the stored value at the same
+    place: a page or a client that sends back what it was shown (masked) keeps the real secret,
+    and a value typed over the mask replaces it. A mask with nothing stored at its place stays
+    as sent (it is then what is stored)."""
+    secret = _secret_keys()
+    return _kept(submitted, stored, secret)
+
+
+def _kept(submitted, stored, secret: re.Pattern):
+    if isinstance(submitted, dict):
+        before = stored if isinstance(stored, dict) else {}
+        kept = {}
+        for key, value in submitted.items():
+            if isinstance(key, str) and secret.search(key) and value == MASK and key in before:
+                kept[key] = before[key]
+            else:
+                kept[key] = _kept(value, before.get(key), secret)
+        return kept
+    if isinstance(submitted, list):
+        before = stored if isinstance(stored, list) else []
+        return [_kept(value, before[n] if n < len(before) else None, secret) for n, value in enumerate(submitted)]
+    return submitted

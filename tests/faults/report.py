@@ -1,0 +1,16 @@
+"""The fault suite's table: one row per fault, printed by conftest.py at the end of the run."""
+
+COLUMNS = ("fault", "tasks started", "succeeded", "dead", "lost", "run twice", "settle (s)", "restarted")
+ROWS: list[tuple] = []
+
+
+def add(fault: str, *, started: int, succeeded: int, dead: int, lost: int, run_twice: int, settle: float,
+        restarted: int) -> None:
+    ROWS.append((fault, started, succeeded, dead, lost, run_twice, f"{settle:.1f}", restarted))
+
+
+def table() -> list[str]:
+    cells = [COLUMNS, *ROWS]
+    widths = [max(len(str(row[i])) for row in cells) for i in range(len(COLUMNS))]
+    return ["  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+            for row in cells]

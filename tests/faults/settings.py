@@ -1,0 +1,6 @@
+"""Settings of the processes the fault suite starts: the app's, plus the suite's flow."""
+
+from retryops.settings import *  # noqa: F403
+from retryops.settings import RETRYOPS_FLOWS
+
+RETRYOPS_FLOWS = {**RETRYOPS_FLOWS, "faults_http": "tests.faults.flow.faults_http"}

@@ -1,0 +1,89 @@
+"""retryops.masking: which keys are secret, what a masked value looks like, and how a masked value
+sent back keeps the stored secret."""
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from retryops.masking import MASK, compile_secret_keys, is_secret_key, keep_masked_secrets, mask_secrets
+
+
+@pytest.mark.parametrize("key", ["password", "db_password", "Passwd", "pwd", "token", "access_token", "X-Auth-Token",
+                                 "client_secret", "SECRET", "cookie", "Set-Cookie", "api_key", "apikey", "X-Api-Key",
+                                 "API-KEY", "Authorization", "private_key", "privateKey", "credentials"])
+def test_the_default_pattern_finds_secret_keys_whatever_their_case(key):
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["region", "username", "email", "passenger", "pool", "label", "key"])
+def test_the_default_pattern_leaves_ordinary_keys_alone(key):
+    assert not is_secret_key(key)
+
+
+def test_secret_values_are_masked_at_any_depth_and_nothing_else_is():
+    value = {"region": "eu", "password": "hunter2",
+             "upstream": {"url": "https://x", "headers": {"Authorization": "Bearer abc", "Accept": "json"}},
+             "accounts": [{"user": "a", "api_key": "k1"}, {"user": "b", "api_key": {"nested": "k2"}}]}
+    assert mask_secrets(value) == {
+        "region": "eu", "password": MASK,
+        "upstream": {"url": "https://x", "headers": {"Authorization": MASK, "Accept": "json"}},
+        "accounts": [{"user": "a", "api_key": MASK}, {"user": "b", "api_key": MASK}]}
+
+
+def test_masking_leaves_its_input_as_it_was():
+    value = {"token": "t", "inner": {"secret": "s"}}
+    mask_secrets(value)
+    assert value == {"token": "t", "inner": {"secret": "s"}}
+
+
+def test_values_that_are_not_objects_pass_through():
+    assert [mask_secrets(v) for v in (None, 3, "password", ["token"])] == [None, 3, "password", ["token"]]
+
+
+@override_settings(RETRYOPS_SECRET_KEYS=r"^pin$")
+def test_the_pattern_comes_from_the_setting():
+    assert mask_secrets({"pin": "1234", "password": "kept"}) == {"pin": MASK, "password": "kept"}
+
+
+@pytest.mark.parametrize("pattern", ["(unclosed", "", "   "])
+def test_a_pattern_that_is_no_regex_is_refused_naming_the_setting(pattern):
+    with pytest.raises(ImproperlyConfigured, match="RETRYOPS_SECRET_KEYS"):
+        compile_secret_keys(pattern)
+
+
+@override_settings(RETRYOPS_SECRET_KEYS="(unclosed")
+def test_masking_with_a_broken_setting_fails_loudly_instead_of_showing_secrets():
+    with pytest.raises(ImproperlyConfigured, match="RETRYOPS_SECRET_KEYS"):
+        mask_secrets({"password": "x"})
+
+
+def test_a_secret_sent_back_as_its_mask_keeps_the_stored_value():
+    stored = {"region": "eu", "password": "hunter2", "upstream": {"token": "abc"}}
+    sent = {"region": "us", "password": MASK, "upstream": {"token": MASK}}
+    assert keep_masked_secrets(sent, stored) == {"region": "us", "password": "hunter2", "upstream": {"token": "abc"}}
+
+
+def test_a_secret_typed_over_the_mask_replaces_the_stored_value():
+    assert keep_masked_secrets({"password": "new"}, {"password": "old"}) == {"password": "new"}
+
+
+def test_a_secret_left_out_is_removed_and_a_mask_with_nothing_stored_stays_as_sent():
+    assert keep_masked_secrets({"token": MASK}, {"password": "old"}) == {"token": MASK}
+
+
+def test_a_mask_under_an_ordinary_key_is_an_ordinary_value():
+    assert keep_masked_secrets({"note": MASK}, {"note": "old"}) == {"note": MASK}
+
+
+def test_secrets_in_lists_are_kept_by_position():
+    stored = {"accounts": [{"api_key": "k1"}, {"api_key": "k2"}]}
+    sent = {"accounts": [{"api_key": MASK}, {"api_key": "k3"}, {"api_key": MASK}]}
+    assert keep_masked_secrets(sent, stored) == {"accounts": [{"api_key": "k1"}, {"api_key": "k3"}, {"api_key": MASK}]}
+
+
+@pytest.mark.slow
+def test_a_secret_keys_variable_that_is_no_regex_stops_start_up_naming_it():
+    from tests.telemetry.test_metrics_settings import settings_error
+
+    assert "RETRYOPS_SECRET_KEYS='pass(' is not a valid regular expression" in settings_error(
+        RETRYOPS_SECRET_KEYS="pass(")

@@ -1,0 +1,121 @@
+"""Secrets a flow gets (its resource's attributes, its payload) and writes (its result): the flow
+gets the real values; its result is stored masked; the task's payload is shown masked by the
+console and the API, and the console's retry form that shows it masked runs the real one."""
+
+import json
+from html import escape
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from compensation.models import DeadLetter
+from retryops.masking import MASK
+from scheduling import services
+from scheduling.flows import flow
+from scheduling.models import Task
+from tests.api_fixtures import OPERATE, keyed_client
+from tests.factories import DeadLetterFactory, ResourceFactory, TaskFactory
+from tests.scheduling.helpers import work
+
+SECRET = "hunter2-s3cr3t"
+seen: list[dict] = []
+
+
+@flow("echo_secrets")
+def echo_secrets(context):
+    """Hands back what it was given, as a careless flow would."""
+    seen.append({"attributes": context.resource_attributes, "payload": context.payload})
+    return {"echo": context.resource_attributes, "session": {"cookie": "c-" + SECRET}, "ok": True}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flow_gets_the_real_secrets_and_its_result_is_stored_masked(redis_conn, pool, instant_policy):
+    seen.clear()
+    ResourceFactory(pool=pool, key="carol@x", attributes={"region": "eu", "password": SECRET})
+    task = services.start_task(flow="echo_secrets", pool_name=pool, created_by="test", policy="instant",
+                               payload={"order": 7, "api_token": "t-" + SECRET})
+    work()
+    assert seen == [{"attributes": {"region": "eu", "password": SECRET}, "payload": {"order": 7,
+                                                                                  "api_token": "t-" + SECRET}}]
+    task.refresh_from_db()
+    assert task.state == "succeeded"
+    assert task.result == {"echo": {"region": "eu", "password": MASK}, "session": {"cookie": MASK}, "ok": True}
+    assert task.payload["api_token"] == "t-" + SECRET  # kept: a retry runs it again
+
+
+@pytest.fixture
+def secret_task(alice, default_policy):
+    return TaskFactory(pool=alice.pool, resource=alice, policy=default_policy, state="succeeded", next_run_at=None,
+                       finished_at=timezone.now(),
+                       payload={"order": 7, "api_token": SECRET}, result={"authorization": SECRET, "id": 3})
+
+
+def test_the_task_page_shows_payload_and_result_masked(admin_client, secret_task):
+    page = admin_client.get(reverse("admin:scheduling_task_change", args=[secret_task.pk]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert SECRET not in text
+    assert escape('"order": 7') in text and MASK in text
+
+
+def test_the_api_answers_a_tasks_payload_masked(make_api_client, secret_task):
+    api = keyed_client(make_api_client("billing", *OPERATE)[1])
+    response = api.get(f"/api/tasks/{secret_task.pk}/")
+    assert response.status_code == 200, response.content
+    assert response.json()["payload"] == {"order": 7, "api_token": MASK}
+
+
+def test_the_api_answers_a_dead_letters_payload_masked(make_api_client, secret_task):
+    from retryops import roles
+
+    letter = DeadLetterFactory(task=TaskFactory(pool=secret_task.pool, policy=secret_task.policy, state="dead",
+                                                next_run_at=None, finished_at=timezone.now(), payload={"password": SECRET}))
+    api = keyed_client(make_api_client("oncall", *roles.ROLES[roles.OPERATORS])[1])
+    response = api.get(f"/api/dead-letters/{letter.pk}/")
+    assert response.status_code == 200, response.content
+    assert response.json()["payload"] == {"password": MASK}
+    assert DeadLetter.objects.get(pk=letter.pk).task.payload == {"password": SECRET}
+
+
+def retry_form(admin_client, task):
+    return admin_client.get(reverse("admin:scheduling_task_retry") + f"?task={task.pk}")
+
+
+def test_the_retry_form_shows_the_payload_masked(admin_client, secret_task):
+    page = retry_form(admin_client, secret_task)
+    assert page.status_code == 200
+    assert SECRET not in page.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_from_the_form_as_shown_runs_the_real_payload(admin_client, redis_conn, pool, alice,
+                                                              default_policy):
+    source = TaskFactory(pool=pool, resource=alice, requested_resource=alice, policy=default_policy, state="dead",
+                         next_run_at=None, finished_at=timezone.now(), flow="demo", payload={"order": 7, "api_token": SECRET})
+    form = retry_form(admin_client, source).context["form"]
+    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
+    data = {name: value for name, value in data.items() if value is not False}
+    assert json.loads(data["payload"])["api_token"] == MASK
+    response = admin_client.post(reverse("admin:scheduling_task_retry") + f"?task={source.pk}", data)
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    started = Task.objects.exclude(pk=source.pk).get()
+    assert started.payload == {"order": 7, "api_token": SECRET}
+
+
+def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_secret(admin_client, alice,
+                                                                                     instant_policy):
+    from scheduling.models import BatchConfig
+    from tests.resources.test_admin import submitted
+
+    config = services.save_batch_config(data={"name": "nightly", "pool": alice.pool, "flow": "demo",
+                                              "policy": instant_policy, "payload": {"order": 7, "token": SECRET}},
+                                        actor="carol")
+    url = reverse("admin:scheduling_batchconfig_change", args=[config.pk])
+    page = admin_client.get(url)
+    assert SECRET not in page.content.decode()
+    shown = json.loads(page.context["adminform"].form["payload"].value())
+    assert shown == {"order": 7, "token": MASK}
+    response = admin_client.post(url, submitted(page, payload=json.dumps({**shown, "order": 8})))
+    assert response.status_code == 302
+    assert BatchConfig.objects.get(pk=config.pk).payload == {"order": 8, "token": SECRET}
