@@ -38,6 +38,7 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # (script, --quick arguments): each runs with its own defaults unless --quick.
 SCRIPTS = (
     ("claim.py", ["--seconds", "2", "--procs", "1,4", "--pick-pairs", "500"]),
+    ("pgbouncer.py", ["--seconds", "2", "--procs", "1,4", "--pick-pairs", "500"]),
     ("flows.py", ["--tasks", "1000", "--retries", "50", "--rounds", "1"]),
     ("dlq_cleanup.py", ["--rows", "20000"]),
     ("dead_letter_latency.py", ["--deaths", "40", "--spread", "4"]),
