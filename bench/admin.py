@@ -22,11 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    add_json_option,
     page_sizes_in_children,
     print_page_table,
     setup_django,
     superuser_client,
     time_pages,
+    write_figures,
 )
 
 POOLS = 5
@@ -183,6 +185,7 @@ def main() -> None:
     parser.add_argument("--failing", type=int, default=10, choices=range(1, 96), metavar="1..95",
                         help="Percent of the resources failing now (35 is a large outage).")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat, args.events_per_resource, args.failing)
@@ -194,6 +197,7 @@ def main() -> None:
           f"{args.failing}% of the resources failing, {args.events_per_resource} timeline events each; "
           f"target p95 < {TARGET_P95_MS} ms")
     print_page_table(results, [label for label, _ in PAGES], "resources", TARGET_P95_MS)
+    write_figures(args.json, sizes=sizes, repeat=args.repeat, failing=args.failing)
 
 
 if __name__ == "__main__":

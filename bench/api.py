@@ -20,14 +20,13 @@ import argparse
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from common import setup_django  # noqa: E402
+from common import add_json_option, figure, gunicorn, percentile, setup_django, write_figures  # noqa: E402
 
 setup_django()
 
@@ -47,7 +46,8 @@ from scheduling.models import Attempt, RetryPolicy, Task  # noqa: E402
 BENCH_REDIS_DB = 14
 HISTORY_ATTEMPTS = 10_000
 CLAIM_POOL_SIZE = 1_000
-PERMISSIONS = [("resources", "view_resource"), ("resources", "change_resource"), ("scheduling", "view_attempt")]
+PERMISSIONS = [("resources", "view_resource"), ("resources", "change_resource"), ("resources", "claim_resource"),
+               ("scheduling", "view_attempt")]
 
 
 def bench_redis_url() -> str:
@@ -127,11 +127,6 @@ def api_key() -> str:
     return create_api_client(name="bench", user=user, actor="bench")[1]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
 # Each client is a process: a closed loop of one call after the other until the deadline.
 
 
@@ -196,31 +191,6 @@ def run(make, args_of, clients: int, seconds: float) -> dict:
             "n": len(times)}
 
 
-def gunicorn(workers: int, threads: int) -> tuple[subprocess.Popen, str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "REDIS_URL": bench_redis_url(), "RETRYOPS_API_READ_RATE": "1000000/min",
-           "RETRYOPS_API_WRITE_RATE": "1000000/min"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/api/health/", timeout=2).status_code == 200:
-                return server, base
-        except httpx.TransportError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"gunicorn did not start: {server.stderr.read() if server.poll() is not None else ''}")
-        time.sleep(0.2)
-
-
 def row(label: str, figures: dict, unit: str) -> str:
     return (f"  {label:34} {figures['rate']:8.0f} {unit}/s   p50 {figures['p50']:6.1f} ms   "
             f"p99 {figures['p99']:6.1f} ms   ({figures['n']:,})")
@@ -232,6 +202,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,4", help="Comma-separated client counts (one process each).")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes.")
     parser.add_argument("--threads", type=int, default=4, help="Threads per gunicorn worker.")
+    add_json_option(parser)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
 
@@ -241,7 +212,9 @@ def main() -> None:
     print(f"resource {resource.pk}: {Attempt.objects.filter(resource=resource).count():,} attempts, "
           f"{ResourceEvent.objects.filter(resource=resource).count():,} events; claims from a pool of "
           f"{CLAIM_POOL_SIZE:,}; gunicorn {args.workers} workers x {args.threads} threads")
-    server, base = gunicorn(args.workers, args.threads)
+    env = {**os.environ, "REDIS_URL": bench_redis_url(), "RETRYOPS_API_READ_RATE": "1000000/min",
+           "RETRYOPS_API_WRITE_RATE": "1000000/min"}
+    server, base = gunicorn(args.workers, args.threads, env)
     try:
         for clients in counts:
             print(f"\n{clients} client{'s' if clients > 1 else ''}, {args.seconds:g} s each")
@@ -253,9 +226,13 @@ def main() -> None:
             print(row("claim_next + release (services)", local, "pairs"))
             print(f"  {'HTTP / in-process':34} throughput {http['rate'] / local['rate']:.2f}x, "
                   f"p50 {http['p50'] / local['p50']:.1f}x the time")
+            figure(f"GET retry_history p99, {clients} client(s)", history["p99"], "ms", target="< 50 ms")
+            figure(f"claim_next + release over HTTP, {clients} client(s)", http["rate"], "pairs/s",
+                   baseline=local["rate"], baseline_name="the same through the services in-process")
     finally:
         server.terminate()
         server.wait(timeout=30)
+    write_figures(args.json, seconds=args.seconds, workers=args.workers, threads=args.threads)
     print(f"\nload average after: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
 
 

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django  # noqa: E402
+from common import add_json_option, figure, setup_django, write_figures  # noqa: E402
 
 setup_django()
 
@@ -168,6 +168,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="Length of each throughput run.")
     parser.add_argument("--procs", default="1,4,16", help="Comma-separated process counts.")
     parser.add_argument("--pick-pairs", type=int, default=2000, help="Claims timed in each pool-size run.")
+    add_json_option(parser)
     args = parser.parse_args()
     procs = [int(p) for p in args.procs.split(",")]
 
@@ -182,8 +183,12 @@ def main() -> None:
         raw = rates["raw SQL"]
         print(f"{n:>5} {rates['services']:>10.0f} {raw:>10.0f} {rates['naive ORM']:>10.0f} "
               f"{rates['services'] / raw:>13.2f} {rates['naive ORM'] / raw:>8.2f}", flush=True)
+        figure(f"claim+release through the services, {n} process(es)", rates["services"], "pairs/s", baseline=raw,
+               baseline_name="raw FOR UPDATE SKIP LOCKED loop")
 
-    print(f"\ndouble claims in the services' timeline: {double_claims(small, first_event)}")
+    doubles = double_claims(small, first_event)
+    print(f"\ndouble claims in the services' timeline: {doubles}")
+    figure("double claims in the services' timeline", doubles, "claims", target="0")
 
     large = ensure_pool("bench-1m", LARGE)
     t_small = time_per_claim(small, args.pick_pairs)
@@ -191,6 +196,9 @@ def main() -> None:
     print(f"\ntime per claim+release, 1 process, {args.pick_pairs} pairs")
     print(f"  pool of {SMALL:>9,}: {t_small * 1000:.3f} ms (baseline)")
     print(f"  pool of {LARGE:>9,}: {t_large * 1000:.3f} ms  ratio {t_large / t_small:.2f} (target <= 1.5)")
+    figure(f"time per claim+release, pool of {LARGE:,}", t_large * 1000, "ms", baseline=t_small * 1000,
+           baseline_name=f"pool of {SMALL:,}", target="ratio <= 1.5")
+    write_figures(args.json, seconds=args.seconds, procs=procs)
 
 
 if __name__ == "__main__":

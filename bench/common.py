@@ -110,4 +110,127 @@ def print_page_table(results: dict[int, dict[str, dict]], labels: list[str], nou
             worst = max(worst, row["p95"])
             line += f"{row['p50']:>10.1f}{row['p95']:>10.1f}{row['queries']:>8}"
         print(line)
+        if len(sizes) > 1:
+            small, large = results[sizes[0]][label], results[sizes[-1]][label]
+            figure(f"{label}, p95 at {sizes[-1]:,} {noun}", large["p95"], "ms", baseline=small["p95"],
+                   baseline_name=f"{sizes[0]:,} {noun}", target=f"< {target_p95_ms} ms")
     print(f"worst p95 {worst:.1f} ms (target < {target_p95_ms} ms)")
+
+
+# Figures for bench/run_all.py: each benchmark keeps what it prints as figures too, each beside
+# the baseline measured in the same run, and writes them with --json PATH. run_all reads these
+# files, never the human text, which is free to change.
+FIGURES: list[dict] = []
+
+
+def add_json_option(parser) -> None:
+    """The --json PATH option every benchmark takes (bench/run_all.py passes it)."""
+    parser.add_argument("--json", metavar="PATH", help="Also write the figures as JSON to PATH (bench/run_all.py).")
+
+
+def figure(name: str, value: float, unit: str, *, baseline: float | None = None, baseline_name: str = "",
+           ratio: float | None = None, target: str = "") -> None:
+    """Keep one figure: `value` in `unit`, beside `baseline` (what `baseline_name` measured in the
+    same run, same unit); the ratio is value / baseline unless given (a median of ratios, say)."""
+    if ratio is None and baseline:
+        ratio = value / baseline
+    FIGURES.append({"name": name, "value": value, "unit": unit, "baseline": baseline,
+                    "baseline_name": baseline_name, "ratio": ratio, "target": target})
+
+
+def write_figures(path: str | None, **about) -> None:
+    """Write the kept figures (and `about`: sizes, settings of the run) to `path`, if given."""
+    import json
+
+    if path:
+        Path(path).write_text(json.dumps({"figures": FIGURES, **about}, indent=1, default=str))
+
+
+def read_figures(path: str) -> list[dict]:
+    """The figures another benchmark's --json wrote, to keep beside this one's (bench/metrics.py
+    runs bench/whatif.py)."""
+    import json
+
+    return json.loads(Path(path).read_text())["figures"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gunicorn(workers: int, threads: int, env: dict, log=None) -> tuple:
+    """The app under gunicorn on a free loopback port, `env` its environment (the database and
+    Redis of the benchmark), its stderr to the file `log` if given (a long run must not fill a
+    pipe nobody reads): (the process, its base URL) once /api/health/ answers."""
+    import subprocess
+    import time
+
+    import httpx
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/api/health/", timeout=2).status_code == 200:
+                return server, base
+        except httpx.TransportError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            said = server.stderr.read() if server.poll() is not None and server.stderr else ""
+            raise SystemExit(f"gunicorn did not start: {said}")
+        time.sleep(0.2)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile of `values` (nearest rank); 0.0 of none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+class RedisServer:
+    """A redis-server of a benchmark's own on a free loopback port, its files and log in `folder`;
+    append-only (`append_only`) survives a restart as deploy/compose.yaml's does, else nothing is
+    kept. Never the shared server: a benchmark may flush or restart it."""
+
+    def __init__(self, folder: Path, *, append_only: bool = False):
+        self.folder, self.append_only, self.process = folder, append_only, None
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        from redis import Redis
+
+        self.process = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
+             "--appendonly", "yes" if self.append_only else "no", "--save", "", "--maxmemory-policy", "noeviction"],
+            stdout=open(self.folder / "redis.log", "a"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if Redis.from_url(self.url, socket_timeout=0.5).ping():
+                    return
+            except Exception:
+                time.sleep(0.05)
+        raise SystemExit(f"redis-server did not answer on port {self.port}: see {self.folder / 'redis.log'}")
+
+    def stop(self) -> None:
+        self.process.terminate()  # a clean shutdown: the append-only file is flushed
+        self.process.wait(timeout=30)

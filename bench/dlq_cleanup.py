@@ -36,7 +36,7 @@ from pathlib import Path
 APP_DATABASE_URL = os.environ.get("DATABASE_URL")
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
-from common import setup_django  # noqa: E402
+from common import add_json_option, figure, setup_django, write_figures  # noqa: E402
 
 setup_django("_bench_dlq")
 
@@ -187,7 +187,13 @@ def compare(rows: int, batch_size: int) -> None:
     baseline = measure("baseline", rows, batch_size)
     print(line("bare DELETE loop (baseline)", baseline, None), flush=True)
     for phase, label in PHASES.items():
-        print(line(label, measure(phase, rows, batch_size), baseline), flush=True)
+        figures = measure(phase, rows, batch_size)
+        print(line(label, figures, baseline), flush=True)
+        figure(f"{label}, batches of {batch_size:,}", figures["rows"] / figures["seconds"], "rows/s",
+               baseline=baseline["rows"] / baseline["seconds"], baseline_name="bare DELETE loop",
+               target=">= 20,000 rows/s")
+        figure(f"{label}, peak RSS", figures["peak_rss_kb"] / 1024, "MB", baseline=baseline["peak_rss_kb"] / 1024,
+               baseline_name="bare DELETE loop's process", target="< 150 MB")
     print(f"  load average {os.getloadavg()[0]:.1f}")
 
 
@@ -198,6 +204,7 @@ def main() -> None:
                         help="Rows per batch (baseline and service); default: the service's default.")
     parser.add_argument("--sweep", default="", help="Comma-separated batch sizes to compare as well.")
     parser.add_argument("--phase", choices=["baseline", *PHASES], help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.batch_size is None:
         args.batch_size = cleanup_dead_letters.__kwdefaults__["batch_size"]
@@ -213,6 +220,7 @@ def main() -> None:
     for size in [int(s) for s in args.sweep.split(",") if s.strip()]:
         print(f"\nbatches of {size:,}")
         compare(args.rows, size)
+    write_figures(args.json, rows=args.rows, batch_size=args.batch_size)
 
 
 if __name__ == "__main__":

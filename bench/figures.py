@@ -23,11 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    add_json_option,
     page_sizes_in_children,
     print_page_table,
     setup_django,
     superuser_client,
     time_pages,
+    write_figures,
 )
 
 TARGET_SCRAPE_MS = 20
@@ -103,6 +105,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,1000000", help="Comma-separated numbers of attempts.")
     parser.add_argument("--repeat", type=int, default=20, help="Timed scrapes (a quarter as many of the rest).")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat)
@@ -112,6 +115,7 @@ def main() -> None:
     print("time per call (ms) and queries, after a warm-up")
     print_page_table(results, LABELS[:1], "attempts", TARGET_SCRAPE_MS)
     print_page_table(results, LABELS[1:], "attempts", TARGET_PAGE_MS)
+    write_figures(args.json, sizes=sizes, repeat=args.repeat)
 
 
 if __name__ == "__main__":

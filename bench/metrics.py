@@ -26,7 +26,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import page_sizes_in_children, setup_django, time_pages  # noqa: E402
+from common import (  # noqa: E402
+    FIGURES,
+    add_json_option,
+    figure,
+    page_sizes_in_children,
+    read_figures,
+    setup_django,
+    time_pages,
+    write_figures,
+)
 
 TARGET_P95_MS = 200
 DAYS = 7
@@ -34,11 +43,17 @@ DAYS = 7
 
 def what_if_report() -> None:
     """bench/whatif.py's figures: the policy what-if over 1,000,000 recorded attempts beside 10,000
-    (target under 10 s), in a process of its own, since it keeps a database of its own."""
+    (target under 10 s), in a process of its own, since it keeps a database of its own; its figures
+    join this run's."""
     import subprocess
+    import tempfile
 
     print("\npolicy what-if (bench/whatif.py):", flush=True)
-    subprocess.run([sys.executable, str(Path(__file__).with_name("whatif.py"))], check=False)
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("whatif.py")), "--json", out.name],
+                              check=False)
+        if done.returncode == 0:
+            FIGURES.extend(read_figures(out.name))
 
 
 # Callables run after the metrics' figures are printed, each printing its own lines.
@@ -154,6 +169,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="Timed scrapes.")
     parser.add_argument("--new-events", type=int, default=10_000, help="Events written before the timed pass.")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat, args.new_events)
@@ -178,8 +194,19 @@ def main() -> None:
         print(f"rollup at {size:,} attempts: first pass over the whole history "
               f"{results[size]['first pass']['p50'] / 1000:.2f} s; one pass after {args.new_events:,} new events "
               f"{results[size]['pass']['p50']:.1f} ms ({results[size]['pass']['queries']:,} rollup rows)")
+    for label, name in (("scrape", "scrape"), ("scrape, new events live", "scrape with new events not rolled up"),
+                        ("scrape after the pass", "scrape after the rollup pass")):
+        figure(f"/metrics {name}, p95 at {large:,} attempts", results[large][label]["p95"], "ms",
+               baseline=results[small][label]["p95"], baseline_name=f"{small:,} attempts",
+               target=f"< {TARGET_P95_MS} ms" if label == "scrape" else "")
+    figure(f"rollup, first pass over {large:,} attempts", results[large]["first pass"]["p50"] / 1000, "s",
+           baseline=results[small]["first pass"]["p50"] / 1000, baseline_name=f"{small:,} attempts")
+    figure(f"rollup, one pass after {args.new_events:,} new events, {large:,} attempts",
+           results[large]["pass"]["p50"] / 1000, "s", baseline=results[small]["pass"]["p50"] / 1000,
+           baseline_name=f"{small:,} attempts")
     for report in EXTRA_REPORTS:
         report()
+    write_figures(args.json, sizes=sizes, repeat=args.repeat, new_events=args.new_events)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import setup_django  # noqa: E402
+from common import add_json_option, figure, setup_django, write_figures  # noqa: E402
 
 setup_django()
 
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,200000", help="Comma-separated counts of processed events.")
     parser.add_argument("--claims", type=int, default=15, help="Claims timed at each size.")
     parser.add_argument("--catch-up-timeout", type=float, default=30.0)
+    add_json_option(parser)
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
 
@@ -157,6 +158,11 @@ def main() -> None:
     (small, old_small, new_small), (large, old_large, new_large) = rows[0], rows[-1]
     print(f"\ngrowth from {small:,} to {large:,} processed: anti-join x{old_large / old_small:.1f}, "
           f"watermark x{new_large / new_small:.2f} (target <= 1.5)")
+    figure(f"claim of 1 new event, {large:,} processed", new_large, "ms", baseline=old_large,
+           baseline_name="the anti-join claim it replaced")
+    figure(f"watermark claim's growth, {small:,} to {large:,} processed", new_large, "ms", baseline=new_small,
+           baseline_name=f"the same at {small:,}", target="ratio <= 1.5")
+    write_figures(args.json, sizes=sizes, claims=args.claims)
 
 
 if __name__ == "__main__":

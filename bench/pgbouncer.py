@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dj_database_url  # noqa: E402
 from claim import SMALL, ensure_pool, throughput, time_per_claim  # noqa: E402  (sets Django up)
+from common import add_json_option, figure, write_figures  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 
 from retryops.devservices import transaction_pooler  # noqa: E402
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=20, help="PgBouncer's server connections.")
     parser.add_argument("--pick-pairs", type=int, default=2000, help="Pairs timed from one process each way.")
     parser.add_argument("--rounds", type=int, default=1, help="Rounds per figure; the median is printed.")
+    add_json_option(parser)
     args = parser.parse_args()
     procs = [int(p) for p in args.procs.split(",")]
 
@@ -85,12 +87,17 @@ def main() -> None:
             print(f"{n:>5} {rates['direct']:>8.0f} {rates['direct, pooler settings']:>24.0f} "
                   f"{rates['pgbouncer']:>10.0f} {rates['pgbouncer'] / rates['direct']:>17.2f} "
                   f"{rates['pgbouncer'] / rates['direct, pooler settings']:>24.2f}", flush=True)
+            figure(f"claim+release through PgBouncer, {n} process(es)", rates["pgbouncer"], "pairs/s",
+                   baseline=rates["direct"], baseline_name="straight to PostgreSQL")
 
         print(f"\ntime per claim+release, 1 process, {args.pick_pairs} pairs, median of {args.rounds}")
         times = median_of(args.rounds, ways, lambda: time_per_claim(pool, args.pick_pairs))
         for way, seconds in times.items():
             print(f"  {way:<24} {seconds * 1000:.3f} ms  ratio to direct {seconds / times['direct']:.2f}")
+        figure("time per claim+release through PgBouncer, 1 process", times["pgbouncer"] * 1000, "ms",
+               baseline=times["direct"] * 1000, baseline_name="straight to PostgreSQL")
         use(direct)
+    write_figures(args.json, seconds=args.seconds, procs=procs, pool_size=args.pool_size, rounds=args.rounds)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    add_json_option,
+    figure,
     page_sizes_in_children,
     print_page_table,
     setup_django,
     superuser_client,
     time_pages,
+    write_figures,
 )
 
 TARGET_P95_MS = 500
@@ -220,6 +223,7 @@ def main() -> None:
     parser.add_argument("--history-days", type=int, default=30,
                         help="Days the attempts are spread over (the windows read 7 and 30 of them).")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat, args.explain, args.history_days)
@@ -234,6 +238,11 @@ def main() -> None:
     print_page_table(results, [label for label in labels if label != BASELINE], "attempts", TARGET_P95_MS)
     print(f"baseline, {BASELINE}: " + ", ".join(
         f"{size:,} attempts p50 {rows[BASELINE]['p50']:.1f} ms" for size, rows in results.items()))
+    largest = results[sizes[-1]]
+    figure(f"selector, 7 days, every policy, p50 at {sizes[-1]:,} attempts",
+           largest["selector, 7 days, every policy"]["p50"], "ms", baseline=largest[BASELINE]["p50"],
+           baseline_name="the same without attempt_failure_time_idx")
+    write_figures(args.json, sizes=sizes, repeat=args.repeat, history_days=args.history_days)
 
 
 if __name__ == "__main__":

@@ -146,9 +146,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,1000000", help="Attempts per policy, comma-separated.")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    from common import add_json_option, figure, setup_django, write_figures
 
-    from common import setup_django
+    add_json_option(parser)
+    args = parser.parse_args()
 
     setup_django(suffix="_bench_whatif")
     load = os.getloadavg()[0]
@@ -162,10 +163,14 @@ def main() -> None:
         first, last = rows[0], rows[-1]
         print(f"ratio {last['seconds'] / first['seconds']:.0f}x the time for {last['attempts'] / first['attempts']:.0f}x "
               f"the attempts; {last['attempts']:,} attempts in {last['seconds']:.2f} s (target < {TARGET_SECONDS} s)")
+        figure(f"policy what-if over {last['attempts']:,} attempts", last["seconds"], "s",
+               baseline=first["seconds"], baseline_name=f"{first['attempts']:,} attempts",
+               target=f"< {TARGET_SECONDS} s")
     for row in rows[-1:]:
         print(f"  {'at ' + format(row['attempts'], ',') + ' attempts':<50} {'current':>12} {'proposed':>12}")
         for line in row["result"].rows():
             print(f"  {line.label:<50} {line.current.total:>12,.1f} {line.proposed.total:>12,.1f}")
+    write_figures(args.json, sizes=args.sizes, repeat=args.repeat)
 
 
 if __name__ == "__main__":
