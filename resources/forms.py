@@ -9,8 +9,9 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
+from retryops.errors import BadInput
 from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
-from retryops.masking import mask_secrets
+from retryops.masking import keep_masked_secrets, mask_secrets
 
 
 class StorableJSONField(forms.JSONField):
@@ -58,6 +59,17 @@ def storable_json_object(value, *, name: str) -> dict:
         raise forms.ValidationError(str(exc)) from None
 
 
+def refuse_unknown_masks(value: dict, stored: dict, *, name: str) -> dict:
+    """`value` if each mask in it stands for a secret stored at its place, else the refusal the
+    service would raise (retryops.masking.keep_masked_secrets) as a ValidationError on the field,
+    instead of a server error from save_model."""
+    try:
+        keep_masked_secrets(value, stored, field=name)
+    except BadInput as exc:
+        raise forms.ValidationError(str(exc), code=exc.code) from None
+    return value
+
+
 class ResourceForm(forms.ModelForm):
     class Meta:
         model = Resource
@@ -72,7 +84,10 @@ class ResourceForm(forms.ModelForm):
             self.initial["attributes"] = mask_secrets(self.instance.attributes)
 
     def clean_attributes(self):
-        return storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
+        attributes = storable_json_object(self.cleaned_data.get("attributes"), name="attributes")
+        if self.instance.pk is None:
+            return attributes
+        return refuse_unknown_masks(attributes, self.instance.attributes, name="attributes")
 
 
 class ResourceActionForm(forms.Form):

@@ -730,8 +730,10 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
         current = lock_resource(resource)
         if attributes is not None:
             # What the console and the API showed was masked: a secret sent back as its mask
-            # keeps the stored value, one typed over the mask replaces it.
-            changes["attributes"] = keep_masked_secrets(attributes, current.attributes)
+            # keeps the stored value, one typed over the mask replaces it, a mask with no stored
+            # secret behind it is refused.
+            changes["attributes"] = keep_masked_secrets(attributes, current.attributes, field="attributes",
+                                                        error=InvalidInput)
         _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
     return current
 

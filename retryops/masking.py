@@ -12,6 +12,9 @@ from functools import lru_cache
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext
+
+from retryops.errors import BadInput
 
 MASK = "******"
 SETTING = "RETRYOPS_SECRET_KEYS"
@@ -69,28 +72,41 @@ def _masked(value, secret: re.Pattern):
     return value
 
 
-def keep_masked_secrets(submitted, stored):
+def keep_masked_secrets(submitted, stored, *, field: str, error: type[BadInput] = BadInput):
     """`submitted` with each MASK under a secret key replaced by the stored value at the same
-    place (in a list: in the same entry, see _sources): a page or a client that sends back what it was shown (masked) keeps the real secret,
-    and a value typed over the mask replaces it. A mask with nothing stored at its place stays
-    as sent (it is then what is stored)."""
-    secret = _secret_keys()
-    return _kept(submitted, stored, secret)
+    place (in a list: in the same entry, see _sources): a page or a client that sends back what it
+    was shown (masked) keeps the real secret, and a value typed over the mask replaces it. A mask
+    with no secret stored at its place (a key renamed while it showed the mask, a new key given
+    the mask) is refused with `error` (the caller's app's BadInput, code masked_secret_unknown)
+    naming its path under `field`: stored, the mask would be what the flows use as the secret."""
+    try:
+        return _kept(submitted, stored, _secret_keys(), field)
+    except _UnknownMask as exc:
+        path = exc.args[0]
+        raise error(gettext("%(path)s shows the mask %(mask)s but no secret is stored for it: type the secret") % {
+            "path": path, "mask": MASK}, field=field, path=path, code="masked_secret_unknown") from None
 
 
-def _kept(submitted, stored, secret: re.Pattern):
+class _UnknownMask(Exception):
+    """A mask with no stored secret behind it; args: its path."""
+
+
+def _kept(submitted, stored, secret: re.Pattern, path: str):
     if isinstance(submitted, dict):
         before = stored if isinstance(stored, dict) else {}
         kept = {}
         for key, value in submitted.items():
-            if isinstance(key, str) and secret.search(key) and value == MASK and key in before:
+            if isinstance(key, str) and secret.search(key) and value == MASK:
+                if key not in before:
+                    raise _UnknownMask(f"{path}.{key}")
                 kept[key] = before[key]
             else:
-                kept[key] = _kept(value, before.get(key), secret)
+                kept[key] = _kept(value, before.get(key), secret, f"{path}.{key}")
         return kept
     if isinstance(submitted, list):
         before = stored if isinstance(stored, list) else []
-        return [_kept(value, source, secret) for value, source in zip(submitted, _sources(submitted, before, secret))]
+        return [_kept(value, source, secret, f"{path}[{n}]")
+                for n, (value, source) in enumerate(zip(submitted, _sources(submitted, before, secret)))]
     return submitted
 
 

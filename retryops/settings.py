@@ -143,8 +143,13 @@ if DB_SERVER_SIDE_BINDING and DB_TRANSACTION_POOLER:
 
     raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
                                "a transaction-mode pooler cannot keep prepared statements")
+# libpq waits for a connection as long as the kernel retries (about 2 minutes) when the database
+# host drops packets: /readyz and every request would hang that long. A URL's own
+# ?connect_timeout= (dj_database_url puts it in OPTIONS) wins.
+DB_CONNECT_TIMEOUT = env_int("DB_CONNECT_TIMEOUT", 10, minimum=1, maximum=300)
 for _alias, _database in DATABASES.items():
     _url_name = "DATABASE_URL" if _alias == "default" else "DATABASE_REPLICA_URL"
+    _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
     if not _database["ENGINE"].endswith("postgresql"):
         from django.core.exceptions import ImproperlyConfigured
 

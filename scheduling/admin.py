@@ -20,6 +20,7 @@ from resources.admin import (
     edited_fields,
     storable_json_object,
 )
+from resources.forms import refuse_unknown_masks
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 from scheduling import services, whatif
@@ -311,7 +312,10 @@ class BatchConfigForm(forms.ModelForm):
 
     def clean_payload(self):
         # run_batches hands this to start_task for every task: refuse here what would fail there.
-        return storable_json_object(self.cleaned_data.get("payload"), name="payload")
+        payload = storable_json_object(self.cleaned_data.get("payload"), name="payload")
+        if self.instance.pk is None:
+            return payload
+        return refuse_unknown_masks(payload, self.instance.payload, name="payload")
 
     def clean_retryable_error_patterns(self):
         patterns = self.cleaned_data.get("retryable_error_patterns") or []

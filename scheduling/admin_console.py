@@ -34,6 +34,7 @@ from retryops.errors import DomainError
 from retryops.masking import keep_masked_secrets
 from scheduling import services
 from scheduling.choices import WAITING_STATES, TaskState
+from scheduling.errors import BadInput
 from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial
 from scheduling.models import Task
 from scheduling.selectors import (
@@ -157,10 +158,10 @@ class TaskConsole:
     def _start(self, request, form: RetryResourceForm, source: Task | None) -> Task | None:
         """Start what the form says; `source` is the task whose flow and payload it was filled with."""
         data, resource = form.cleaned_data, form.resource
-        if source is not None:  # the form showed the source's payload masked
-            data["payload"] = keep_masked_secrets(data["payload"], source.payload)
         policy = data["policy"].name if data["policy"] else None
         try:
+            if source is not None:  # the form showed the source's payload masked
+                data["payload"] = keep_masked_secrets(data["payload"], source.payload, field="payload", error=BadInput)
             if data["strict"]:
                 # Flow and payload kept as the source task's: the operator retries that task's
                 # business instance, which the service refuses to run again where it runs or has

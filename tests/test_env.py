@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -140,3 +142,41 @@ def test_a_malformed_http_url_setting_is_refused_saying_what_is_wrong(url, said)
     with pytest.raises(ImproperlyConfigured) as refused:
         check_http_url(url, name="RETRYOPS_SLACK_WEBHOOK_URL")
     assert str(refused.value).startswith(said)
+
+
+# DB_CONNECT_TIMEOUT: a database host that drops packets fails a connection in seconds, not minutes
+
+
+def connect_timeouts(**environment) -> dict:
+    from tests.startup import start_up
+
+    run = start_up("{alias: database['OPTIONS'].get('connect_timeout') for alias, database in "
+                   "settings.DATABASES.items()}", **environment)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_every_database_gets_a_connect_timeout_by_default():
+    assert connect_timeouts(DATABASE_REPLICA_URL="postgresql://postgres@127.0.0.1:5432/y") == {
+        "default": 10, "replica": 10}
+
+
+@pytest.mark.slow
+def test_a_database_urls_own_connect_timeout_wins_over_the_setting():
+    assert connect_timeouts(DB_CONNECT_TIMEOUT="30",
+                            DATABASE_URL="postgresql://postgres@127.0.0.1:5432/x?connect_timeout=3",
+                            DATABASE_REPLICA_URL="postgresql://postgres@127.0.0.1:5432/y") == {
+        "default": 3, "replica": 30}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("raw, said", [("0", "DB_CONNECT_TIMEOUT=0 must be at least 1"),
+                                       ("301", "DB_CONNECT_TIMEOUT=301 must be at most 300"),
+                                       ("10s", "DB_CONNECT_TIMEOUT='10s' is not an integer")])
+def test_a_bad_connect_timeout_stops_start_up_naming_the_variable(raw, said):
+    from tests.startup import start_up
+
+    run = start_up(DB_CONNECT_TIMEOUT=raw)
+    assert run.returncode != 0
+    assert said in run.stderr

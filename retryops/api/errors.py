@@ -16,7 +16,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 STATUS_BY_CODE = {
     # what was sent cannot be used
     "bad_input": 400, "bad_payload": 400, "bad_task": 400, "unknown_flow": 400, "unknown_policy": 400,
-    "bad_policy": 400, "unknown_runbook": 400, "unknown_runbook_action": 400,
+    "bad_policy": 400, "unknown_runbook": 400, "unknown_runbook_action": 400, "masked_secret_unknown": 400,
     # the state of the world does not allow it now
     "resource_unavailable": 409, "pool_exhausted": 409, "lease_mismatch": 409, "illegal_transition": 409,
     "task_live": 409, "replay_refused": 409, "bulk_replay_running": 409, "approval_required": 409,
@@ -89,7 +89,7 @@ def domain_error_body(error: DomainError) -> dict:
     DRF's validation errors do, so a client reads every 400 the same way."""
     body = error.as_dict()
     details = dict(body["details"])
-    if body["code"] == "bad_input" and "field" in details and "fields" not in details:
+    if isinstance(error, BadInput) and "field" in details and "fields" not in details:
         details["fields"] = {str(details["field"]): [body["message"]]}
     return error_body(body["code"], body["message"], details)
 

@@ -185,7 +185,7 @@ def save_batch_config(*, data: dict, actor: str, config: BatchConfig | int | Non
             if saved is None:
                 raise BadInput(_("no batch config with id %(id)r") % {"id": config_id}, field="config")
             if "payload" in values:  # the console showed it masked: a mask sent back keeps the secret
-                values["payload"] = keep_masked_secrets(values["payload"], saved.payload)
+                values["payload"] = keep_masked_secrets(values["payload"], saved.payload, field="payload", error=BadInput)
             edited = {field: value for field, value in values.items() if getattr(saved, field) != value}
             if not edited:
                 return saved

@@ -115,7 +115,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             # A client sends back the payload as the API showed it, masked: the mask keeps the
             # secret it stands for, or the retry would run (and store) "******", and would not be
             # recognised as the last task's business instance run again.
-            payload = keep_masked_secrets(payload, last.payload)
+            payload = keep_masked_secrets(payload, last.payload, field="payload", error=BadInput)
         payload = parse_payload(payload)
         if repeats is None and last is not None and (flow, payload) == (last.flow, last.payload):
             # The last task's business instance again: copied here, or typed back as the console's

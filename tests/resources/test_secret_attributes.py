@@ -122,3 +122,39 @@ def test_a_patch_with_a_new_secret_replaces_it_and_answers_it_masked(api, carol)
     body = ok(api.patch(f"/api/resources/{carol.pk}/", {"attributes": {"password": "rotated"}}, format="json"))
     assert body["attributes"] == {"password": MASK}
     assert stored(carol) == {"password": "rotated"}
+
+
+# a mask with no secret behind it
+
+
+def test_a_secret_key_renamed_on_the_page_while_it_showed_the_mask_is_refused_on_the_field(admin_client, carol):
+    page = admin_client.get(change_url(carol))
+    shown = json.loads(page.context["adminform"].form["attributes"].value())
+    renamed = {**{k: v for k, v in shown.items() if k != "password"}, "db_password": MASK}
+    response = admin_client.post(change_url(carol), submitted(page, attributes=json.dumps(renamed)))
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["attributes"] == [
+        f"attributes.db_password shows the mask {MASK} but no secret is stored for it: type the secret"]
+    assert stored(carol) == ATTRIBUTES
+
+
+def test_a_patch_adding_a_key_with_the_mask_as_its_secret_is_refused_and_nothing_is_written(api, carol):
+    response = api.patch(f"/api/resources/{carol.pk}/", {"label": "Carol", "attributes": {
+        "region": "us", "password": MASK, "upstream": {"api_key": MASK, "url": "https://x", "token": MASK}}},
+        format="json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "masked_secret_unknown"
+    assert error["details"]["path"] == "attributes.upstream.token"
+    assert error["details"]["fields"] == {"attributes": [error["message"]]}
+    assert Resource.objects.get(pk=carol.pk).label == carol.label and stored(carol) == ATTRIBUTES
+
+
+def test_the_mask_refusal_is_in_chinese_for_a_chinese_operator(carol):
+    from django.utils import translation
+
+    from resources.errors import InvalidInput
+
+    with translation.override("zh-hans"), pytest.raises(InvalidInput) as refused:
+        services.change_resource(resource=carol.pk, actor="alice", attributes={"db_password": MASK})
+    assert str(refused.value) == f"attributes.db_password 显示为掩码 {MASK}，但没有为它保存的密钥：请输入密钥"

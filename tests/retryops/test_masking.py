@@ -5,6 +5,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from retryops.errors import BadInput
 from retryops.masking import MASK, compile_secret_keys, is_secret_key, keep_masked_secrets, mask_secrets
 
 
@@ -65,32 +66,59 @@ def test_masking_with_a_broken_setting_fails_loudly_instead_of_showing_secrets()
 def test_a_secret_sent_back_as_its_mask_keeps_the_stored_value():
     stored = {"region": "eu", "password": "hunter2", "upstream": {"token": "abc"}}
     sent = {"region": "us", "password": MASK, "upstream": {"token": MASK}}
-    assert keep_masked_secrets(sent, stored) == {"region": "us", "password": "hunter2", "upstream": {"token": "abc"}}
+    assert keep_masked_secrets(sent, stored, field="attributes") == {"region": "us", "password": "hunter2",
+                                                                      "upstream": {"token": "abc"}}
 
 
 def test_a_secret_typed_over_the_mask_replaces_the_stored_value():
-    assert keep_masked_secrets({"password": "new"}, {"password": "old"}) == {"password": "new"}
+    assert keep_masked_secrets({"password": "new"}, {"password": "old"}, field="attributes") == {"password": "new"}
 
 
-def test_a_secret_left_out_is_removed_and_a_mask_with_nothing_stored_stays_as_sent():
-    assert keep_masked_secrets({"token": MASK}, {"password": "old"}) == {"token": MASK}
+def test_a_secret_left_out_is_removed():
+    assert keep_masked_secrets({"token": "t"}, {"password": "old"}, field="attributes") == {"token": "t"}
+
+
+def test_a_mask_under_a_renamed_secret_key_is_refused_naming_its_path():
+    # The operator renamed password to db_password while it showed the mask: stored, the mask
+    # would be the password the flows use.
+    with pytest.raises(BadInput, match=r"^attributes\.db_password shows the mask \*{6} but no secret is stored for "
+                                       r"it: type the secret$") as refused:
+        keep_masked_secrets({"db_password": MASK}, {"password": "old"}, field="attributes")
+    assert refused.value.code == "masked_secret_unknown"
+    assert refused.value.details == {"field": "attributes", "path": "attributes.db_password"}
+
+
+def test_a_mask_in_a_new_list_entry_is_refused_naming_the_entry():
+    stored = {"accounts": [{"user": "a", "password": "pa"}]}
+    sent = {"accounts": [{"user": "a", "password": MASK}, {"user": "b", "password": MASK}]}
+    with pytest.raises(BadInput, match=r"^payload\.accounts\[1\]\.password shows the mask"):
+        keep_masked_secrets(sent, stored, field="payload")
+
+
+def test_a_mask_refused_is_raised_as_the_callers_error():
+    class AppBadInput(BadInput):
+        pass
+
+    with pytest.raises(AppBadInput):
+        keep_masked_secrets({"api_key": MASK}, None, field="payload", error=AppBadInput)
 
 
 def test_a_mask_under_an_ordinary_key_is_an_ordinary_value():
-    assert keep_masked_secrets({"note": MASK}, {"note": "old"}) == {"note": MASK}
+    assert keep_masked_secrets({"note": MASK}, {"note": "old"}, field="attributes") == {"note": MASK}
 
 
 def test_secrets_in_lists_are_kept_by_the_entries_as_shown():
     stored = {"accounts": [{"api_key": "k1"}, {"api_key": "k2"}]}
     sent = {"accounts": [{"api_key": MASK}, {"api_key": "k3"}, {"api_key": MASK}]}
-    assert keep_masked_secrets(sent, stored) == {"accounts": [{"api_key": "k1"}, {"api_key": "k3"}, {"api_key": "k2"}]}
+    assert keep_masked_secrets(sent, stored, field="attributes") == {
+        "accounts": [{"api_key": "k1"}, {"api_key": "k3"}, {"api_key": "k2"}]}
 
 
 def test_a_list_entry_edited_beside_its_mask_keeps_the_secret_at_its_place():
     stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
     sent = {"accounts": [{"user": "a", "password": MASK}, {"user": "b2", "password": MASK}]}
-    assert keep_masked_secrets(sent, stored) == {"accounts": [{"user": "a", "password": "pa"},
-                                                              {"user": "b2", "password": "pb"}]}
+    assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [{"user": "a", "password": "pa"},
+                                                                                  {"user": "b2", "password": "pb"}]}
 
 
 @pytest.mark.slow
@@ -104,12 +132,12 @@ def test_a_secret_keys_variable_that_is_no_regex_stops_start_up_naming_it():
 def test_a_list_entry_removed_before_another_does_not_give_that_other_its_secret():
     stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
     sent = {"accounts": [{"user": "b", "password": MASK}]}
-    assert keep_masked_secrets(sent, stored) == {"accounts": [{"user": "b", "password": "pb"}]}
+    assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [{"user": "b", "password": "pb"}]}
 
 
 def test_list_entries_reordered_as_shown_keep_their_own_secrets():
     stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
     sent = {"accounts": [{"user": "c", "password": "pc"}, {"user": "b", "password": MASK},
                          {"user": "a", "password": MASK}]}
-    assert keep_masked_secrets(sent, stored) == {"accounts": [
+    assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [
         {"user": "c", "password": "pc"}, {"user": "b", "password": "pb"}, {"user": "a", "password": "pa"}]}

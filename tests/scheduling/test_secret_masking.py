@@ -12,10 +12,12 @@ from django.utils import timezone
 from compensation.models import DeadLetter
 from retryops.masking import MASK
 from scheduling import services
+from scheduling.errors import BadInput
 from scheduling.flows import flow
-from scheduling.models import Task
+from scheduling.models import BatchConfig, Task
 from tests.api_fixtures import OPERATE, keyed_client
-from tests.factories import DeadLetterFactory, ResourceFactory, TaskFactory
+from tests.factories import AttemptFactory, DeadLetterFactory, ResourceFactory, TaskFactory
+from tests.resources.test_admin import submitted
 from tests.scheduling.helpers import work
 
 SECRET = "hunter2-s3cr3t"
@@ -82,6 +84,13 @@ def retry_form(admin_client, task):
     return admin_client.get(reverse("admin:scheduling_task_retry") + f"?task={task.pk}")
 
 
+def retry_form_as_shown(admin_client, task) -> dict:
+    """What the retry form posts when the operator submits it as it was shown."""
+    form = retry_form(admin_client, task).context["form"]
+    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
+    return {name: value for name, value in data.items() if value is not False}
+
+
 def test_the_retry_form_shows_the_payload_masked(admin_client, secret_task):
     page = retry_form(admin_client, secret_task)
     assert page.status_code == 200
@@ -93,9 +102,7 @@ def test_a_retry_from_the_form_as_shown_runs_the_real_payload(admin_client, redi
                                                               default_policy):
     source = TaskFactory(pool=pool, resource=alice, requested_resource=alice, policy=default_policy, state="dead",
                          next_run_at=None, finished_at=timezone.now(), flow="demo", payload={"order": 7, "api_token": SECRET})
-    form = retry_form(admin_client, source).context["form"]
-    data = {name: form[name].value() for name in form.fields if form[name].value() is not None}
-    data = {name: value for name, value in data.items() if value is not False}
+    data = retry_form_as_shown(admin_client, source)
     assert json.loads(data["payload"])["api_token"] == MASK
     response = admin_client.post(reverse("admin:scheduling_task_retry") + f"?task={source.pk}", data)
     assert response.status_code == 302, response.context["form"].errors if response.context else response
@@ -103,19 +110,70 @@ def test_a_retry_from_the_form_as_shown_runs_the_real_payload(admin_client, redi
     assert started.payload == {"order": 7, "api_token": SECRET}
 
 
-def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_secret(admin_client, alice,
-                                                                                     instant_policy):
-    from scheduling.models import BatchConfig
-    from tests.resources.test_admin import submitted
+@pytest.fixture
+def nightly(alice, instant_policy):
+    return services.save_batch_config(data={"name": "nightly", "pool": alice.pool, "flow": "demo",
+                                            "policy": instant_policy, "payload": {"order": 7, "token": SECRET}},
+                                      actor="carol")
 
-    config = services.save_batch_config(data={"name": "nightly", "pool": alice.pool, "flow": "demo",
-                                              "policy": instant_policy, "payload": {"order": 7, "token": SECRET}},
-                                        actor="carol")
-    url = reverse("admin:scheduling_batchconfig_change", args=[config.pk])
+
+def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_secret(admin_client, nightly):
+    url = reverse("admin:scheduling_batchconfig_change", args=[nightly.pk])
     page = admin_client.get(url)
     assert SECRET not in page.content.decode()
     shown = json.loads(page.context["adminform"].form["payload"].value())
     assert shown == {"order": 7, "token": MASK}
     response = admin_client.post(url, submitted(page, payload=json.dumps({**shown, "order": 8})))
     assert response.status_code == 302
-    assert BatchConfig.objects.get(pk=config.pk).payload == {"order": 8, "token": SECRET}
+    assert BatchConfig.objects.get(pk=nightly.pk).payload == {"order": 8, "token": SECRET}
+
+
+# a mask with no secret behind it
+
+
+def test_a_batch_configs_payload_given_a_new_secret_key_with_the_mask_is_refused_on_the_field(admin_client, nightly):
+    url = reverse("admin:scheduling_batchconfig_change", args=[nightly.pk])
+    page = admin_client.get(url)
+    response = admin_client.post(url, submitted(page, payload=json.dumps({"order": 8, "token": MASK,
+                                                                          "db_password": MASK})))
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["payload"] == [
+        f"payload.db_password shows the mask {MASK} but no secret is stored for it: type the secret"]
+    assert BatchConfig.objects.get(pk=nightly.pk).payload == {"order": 7, "token": SECRET}
+
+
+def test_save_batch_config_refuses_a_mask_with_no_secret_behind_it_and_writes_nothing(nightly):
+    with pytest.raises(BadInput, match=r"^payload\.api_token shows the mask") as refused:
+        services.save_batch_config(data={"payload": {"api_token": MASK}, "enabled": False}, actor="carol",
+                                   config=nightly.pk)
+    assert refused.value.code == "masked_secret_unknown"
+    saved = BatchConfig.objects.get(pk=nightly.pk)
+    assert (saved.payload, saved.enabled) == ({"order": 7, "token": SECRET}, nightly.enabled)
+
+
+def test_a_retry_from_the_form_with_a_renamed_masked_secret_is_refused_on_the_payload(admin_client, pool, alice,
+                                                                                      default_policy):
+    source = TaskFactory(pool=pool, resource=alice, requested_resource=alice, policy=default_policy, state="dead",
+                         next_run_at=None, finished_at=timezone.now(), flow="demo",
+                         payload={"order": 7, "api_token": SECRET})
+    data = retry_form_as_shown(admin_client, source)
+    data["payload"] = json.dumps({"order": 7, "upstream_token": MASK})
+    response = admin_client.post(reverse("admin:scheduling_task_retry") + f"?task={source.pk}", data)
+    assert response.status_code == 200
+    assert response.context["form"].errors["payload"] == [
+        f"payload.upstream_token shows the mask {MASK} but no secret is stored for it: type the secret"]
+    assert not Task.objects.exclude(pk=source.pk).exists()
+
+
+def test_a_retry_through_the_api_with_a_mask_no_task_stored_is_refused(make_api_client, pool, alice, default_policy):
+    last = TaskFactory(pool=pool, resource=alice, requested_resource=alice, policy=default_policy, state="dead",
+                       next_run_at=None, finished_at=timezone.now(), flow="demo",
+                       payload={"order": 7, "api_token": SECRET})
+    AttemptFactory(task=last, resource=alice, outcome="failed", finished_at=timezone.now())
+    api = keyed_client(make_api_client("oncall", *OPERATE)[1])
+    response = api.post(f"/api/resources/{alice.pk}/retry", {"flow": "demo", "payload": {"order": 8, "password": MASK}},
+                        format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "masked_secret_unknown"
+    assert response.json()["error"]["details"]["path"] == "payload.password"
+    assert Task.objects.count() == 1
