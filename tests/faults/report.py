@@ -1,12 +1,16 @@
-"""The fault suite's table: one row per fault, printed by conftest.py at the end of the run."""
+"""The fault suite's table: one row per fault, printed by conftest.py at the end of the run.
+"overlapping": tasks with two executions at once; "ok twice": tasks whose flow the upstream said
+ok to more than once."""
 
-COLUMNS = ("fault", "tasks started", "succeeded", "dead", "lost", "run twice", "settle (s)", "restarted")
+COLUMNS = ("fault", "tasks started", "succeeded", "dead", "lost", "run twice", "overlapping", "ok twice",
+           "settle (s)", "restarted")
 ROWS: list[tuple] = []
 
 
-def add(fault: str, *, started: int, succeeded: int, dead: int, lost: int, run_twice: int, settle: float,
-        restarted: int) -> None:
-    ROWS.append((fault, started, succeeded, dead, lost, run_twice, f"{settle:.1f}", restarted))
+def add(fault: str, *, started: int, succeeded: int, dead: int, lost: int, run_twice: int, overlapping: int,
+        succeeded_twice: int, settle: float, restarted: int) -> None:
+    ROWS.append((fault, started, succeeded, dead, lost, run_twice, overlapping, succeeded_twice, f"{settle:.1f}",
+                 restarted))
 
 
 def table() -> list[str]:

@@ -1,6 +1,7 @@
 """Break the deployment on purpose and prove the promise: whatever fails — a worker, Redis, the
 database connections, the upstream — every task ends succeeded or dead (dead with its dead letter
-and work order), no attempt runs twice, and `check_invariants` passes.
+and work order), no attempt runs twice, no task runs two executions at once or succeeds twice,
+and `check_invariants` passes.
 
 One deployment (tests/faults/cluster.py) serves every fault; each fault starts its own tasks on a
 pool of its own, breaks something while they run, and waits for them to settle. The faults that
@@ -10,7 +11,7 @@ which would only slow the faults after it."""
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -27,6 +28,7 @@ from telemetry.invariants import check_invariants
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.faults import report
 from tests.faults.cluster import CLOCKS, Cluster, RedisServer
+from tests.faults.executions import executions_succeeded_twice, overlapping_executions
 from tests.faults.flow import CREATE, TABLE
 from tests.faults.upstream import Upstream, serving
 from tests.telemetry.processes import wait_for
@@ -69,6 +71,8 @@ class Settled:
     dead: int
     lost: list[int]
     run_twice: list[tuple]
+    overlapping: list[tuple]
+    succeeded_twice: list[tuple]
     dead_without_work_order: list[int]
     invariants: str
     invariants_ok: bool
@@ -106,10 +110,11 @@ class FaultRun:
             row = cursor.fetchone()
         return row[0] if row else None
 
-    def settle(self, *, since: float) -> Settled:
+    def settle(self, *, since: float, killed_at: datetime | None = None) -> Settled:
         """Wait (the supervisor restarting what exits) until every task is succeeded or dead and
         every dead one has a dead letter on a work order; then check the invariants and add the
-        fault's row to the table."""
+        fault's row to the table. `killed_at`: when the fault SIGKILLed workers, by which time an
+        execution of theirs that never stamped its end had ended."""
         cluster = self.deployment.cluster
         restarts_before = cluster.restarts
 
@@ -130,17 +135,21 @@ class FaultRun:
             cursor.execute(f"""SELECT attempt_id, count(*) FROM {TABLE} WHERE task_id = ANY(%s)
                                GROUP BY attempt_id HAVING count(*) > 1 OR attempt_id IS NULL""", [self.task_ids])
             run_twice = cursor.fetchall()
+        overlapping = overlapping_executions(self.task_ids, killed_at=killed_at)
+        succeeded_twice = executions_succeeded_twice(self.task_ids)
         # As `manage.py check_invariants --deep` does, with the deployment's settings and Redis.
         checks = check_invariants(deep=True)
         result = Settled(
             succeeded=sum(s == TaskState.SUCCEEDED for s in states.values()),
             dead=sum(s == TaskState.DEAD for s in states.values()),
             lost=[pk for pk, s in states.items() if s not in (TaskState.SUCCEEDED, TaskState.DEAD)],
-            run_twice=run_twice, dead_without_work_order=self.dead_without_work_order(),
+            run_twice=run_twice, overlapping=overlapping, succeeded_twice=succeeded_twice,
+            dead_without_work_order=self.dead_without_work_order(),
             invariants="\n".join(f"{c.name}: {v.line()}" for c in checks for v in c.violations),
             invariants_ok=not any(c.count for c in checks))
         report.add(self.name, started=len(self.task_ids), succeeded=result.succeeded, dead=result.dead,
-                   lost=len(result.lost), run_twice=len(run_twice), settle=took,
+                   lost=len(result.lost), run_twice=len(run_twice),
+                   overlapping=len({row[0] for row in overlapping}), succeeded_twice=len(succeeded_twice), settle=took,
                    restarted=cluster.restarts - restarts_before)
         return result
 
@@ -172,6 +181,9 @@ class FaultRun:
 def assert_promise_kept(result: Settled) -> None:
     assert result.lost == [], f"tasks neither succeeded nor dead: {result.lost}"
     assert result.run_twice == [], f"attempts run more than once (attempt id, executions): {result.run_twice}"
+    assert result.overlapping == [], ("executions of one task at the same time (task, attempt, started, ended, "
+                                      f"other attempt, started, ended): {result.overlapping}")
+    assert result.succeeded_twice == [], f"tasks whose flow succeeded more than once: {result.succeeded_twice}"
     assert result.dead_without_work_order == [], f"dead tasks without a work order: {result.dead_without_work_order}"
     assert result.invariants_ok, result.invariants
 
@@ -194,6 +206,7 @@ def test_upstream_timing_out_then_failing_then_recovering_ends_every_task(deploy
     assert_promise_kept(result)
     died_of_401 = Task.objects.filter(pk__in=run.task_ids, state=TaskState.DEAD, last_error__contains="HTTP 401")
     assert died_of_401.count() == 3 and result.succeeded == 3, "the 401 spell should kill the three even tasks"
+    assert run.paid_twice() == []
 
 
 def test_terminated_database_connections_lose_nothing(deployment):
@@ -248,12 +261,15 @@ def test_worker_killed_mid_attempt_loses_nothing_and_runs_nothing_twice(deployme
     worker = wait_for(run.running_worker, timeout=30, every=0.1)
     since = time.monotonic()
     deployment.cluster.kill_worker(worker)  # the supervisor (settle) starts it again, as its host's would
+    killed_at = timezone.now()
     deployment.upstream.switch("mixed", delay=0.2)
 
-    result = run.settle(since=since)
+    result = run.settle(since=since, killed_at=killed_at)
 
     assert_promise_kept(result)
     assert run.attempts(AttemptOutcome.ABANDONED) >= 1, "the killed worker's attempt was not given up as lost"
+    # Not run.paid_twice(): the upstream may answer ok to the killed flow after its death, and the
+    # retry is then paid again (delivery is at least once); result.succeeded_twice counts what flows saw.
 
 
 def test_redis_restart_loses_nothing(deployment):
@@ -267,3 +283,4 @@ def test_redis_restart_loses_nothing(deployment):
 
     assert_promise_kept(result)
     assert result.succeeded, "nothing succeeded after the restart"
+    assert run.paid_twice() == []

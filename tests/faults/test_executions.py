@@ -1,0 +1,69 @@
+"""The fault suite's own checks can fail: executions written as rows, as the flow writes them."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from tests.faults.executions import executions_succeeded_twice, overlapping_executions
+from tests.faults.flow import CREATE, TABLE
+
+pytestmark = [pytest.mark.faults, pytest.mark.django_db]
+
+TASK = 7
+
+
+@pytest.fixture
+def executions():
+    """Adds an execution of TASK: (attempt id, seconds from the start it began, ended or None, upstream ok)."""
+    with connection.cursor() as cursor:
+        cursor.execute(CREATE)
+    start = timezone.now()
+
+    def add(attempt: int, began: float, ended: float | None, *, ok: bool | None = None) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid, started_at,
+                                                    finished_at, upstream_ok)
+                               VALUES (%s, %s, %s, 'host-a.1', 1, %s, %s, %s)""",
+                           [TASK, attempt, attempt, start + timedelta(seconds=began),
+                            None if ended is None else start + timedelta(seconds=ended), ok])
+
+    add.start = start
+    return add
+
+
+def test_an_attempt_given_up_while_its_flow_still_ran_overlaps_the_next(executions):
+    executions(1, 0, 5)
+    executions(2, 4, 6)
+
+    assert [(row[0], row[1], row[4]) for row in overlapping_executions([TASK])] == [(TASK, 1, 2)]
+
+
+def test_executions_one_after_another_do_not_overlap(executions):
+    executions(1, 0, 1)
+    executions(2, 2, 3)
+
+    assert overlapping_executions([TASK]) == []
+
+
+def test_an_execution_with_no_end_overlaps_every_later_one(executions):
+    executions(1, 0, None)
+    executions(2, 9, 10)
+
+    assert len(overlapping_executions([TASK])) == 1
+
+
+def test_an_execution_its_worker_was_killed_in_ended_by_the_kill(executions):
+    executions(1, 0, None)
+    executions(2, 9, 10)
+
+    assert overlapping_executions([TASK], killed_at=executions.start + timedelta(seconds=1)) == []
+
+
+def test_a_task_the_upstream_said_ok_to_twice_succeeded_twice(executions):
+    executions(1, 0, 1, ok=True)
+    executions(2, 2, 3, ok=False)
+    executions(3, 4, 5, ok=True)
+
+    assert executions_succeeded_twice([TASK]) == [(TASK, 2)]
