@@ -89,7 +89,7 @@ def domain_error_body(error: DomainError) -> dict:
     DRF's validation errors do, so a client reads every 400 the same way."""
     body = error.as_dict()
     details = dict(body["details"])
-    if isinstance(error, BadInput) and "field" in details and "fields" not in details:
+    if (body["code"] == "bad_input" or isinstance(error, BadInput)) and "field" in details and "fields" not in details:
         details["fields"] = {str(details["field"]): [body["message"]]}
     return error_body(body["code"], body["message"], details)
 
