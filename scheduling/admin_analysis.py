@@ -139,7 +139,7 @@ class TransienceConsole:
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = dict(extra_context or {})
         number = str(object_id)
-        policy = RetryPolicy.objects.filter(pk=int(number)).first() if number.isdigit() and len(number) <= 18 else None
+        policy = RetryPolicy.objects.filter(pk=int(number)).first() if number.isascii() and number.isdigit() and len(number) <= 18 else None
         if policy is not None and request.method == "GET" and self.has_view_permission(request, policy):
             with replica_reads():
                 report = transient_errors(policy=policy, limit=SHOWN_ON_POLICY_PAGE)

@@ -100,7 +100,7 @@ class PolicyFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        if not value.isdigit() or len(value) > 18:
+        if not (value.isascii() and value.isdigit()) or len(value) > 18:
             messages.error(request, gettext("policy must be a retry policy's id, got %(value)r") % {"value": value})
             return queryset.none()
         return queryset.filter(**{f"{self.field}_id": int(value)})

@@ -103,7 +103,8 @@ def window_days(value=None) -> int:
     RETRYOPS_TRANSIENCE_WINDOW_DAYS; BadInput naming `days` when it is not 1 to MAX_WINDOW_DAYS."""
     if value is None or value == "":
         value = settings.RETRYOPS_TRANSIENCE_WINDOW_DAYS
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 6:
+    # isascii: str.isdigit() also takes digits such as "²" that int() refuses.
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 6:
         value = int(value.strip())
     return whole_number(value, field="days", minimum=1, maximum=MAX_WINDOW_DAYS, error=BadInput)
 

@@ -97,3 +97,22 @@ def test_a_bad_window_in_the_task_lists_filter_lists_nothing_and_says_why(dave, 
     assert list(response.context["cl"].result_list) == []
     assert ["days must be a whole number from 1 to 90, got 0"] == [str(m) for m in get_messages(response.wsgi_request)]
     assert Task.objects.count() == 2
+
+
+# "²" is a digit to str.isdigit() but not to int(): each place reading a number from the address says
+# what was wrong, never a server error.
+def test_a_window_of_a_digit_int_cannot_read_is_named(dave, history):
+    response = dave.get(transience_url() + "?days=²")
+    assert response.status_code == 200
+    assert ["days must be a whole number from 1 to 90, got '²'"] == [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def test_a_policy_filter_of_a_digit_int_cannot_read_lists_nothing_and_says_why(dave, history):
+    response = dave.get(reverse("admin:scheduling_task_changelist") + "?policy=²")
+    assert list(response.context["cl"].result_list) == []
+    assert ["policy must be a retry policy's id, got '²'"] == [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def test_a_policy_page_address_of_a_digit_int_cannot_read_is_no_policy(dave, history):
+    response = dave.get(reverse("admin:scheduling_retrypolicy_change", args=["²"]))
+    assert response.status_code == 302  # the admin's own "doesn't exist", back to the list
