@@ -317,11 +317,7 @@ RETRYOPS_DIAGNOSIS_MIN_RESOURCES = env_int("RETRYOPS_DIAGNOSIS_MIN_RESOURCES", 5
 RETRYOPS_DIAGNOSIS_MIN_FAILURES = env_int("RETRYOPS_DIAGNOSIS_MIN_FAILURES", 3, minimum=1)
 # Which errors are really transient (scheduling.analysis, beside each retry policy in the console):
 # the window it reads by default, in days; a page may choose another, up to 90 (its MAX_WINDOW_DAYS).
-RETRYOPS_TRANSIENCE_WINDOW_DAYS = env_int("RETRYOPS_TRANSIENCE_WINDOW_DAYS", 7, minimum=1)
-if RETRYOPS_TRANSIENCE_WINDOW_DAYS > 90:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(f"RETRYOPS_TRANSIENCE_WINDOW_DAYS={RETRYOPS_TRANSIENCE_WINDOW_DAYS} must be at most 90")
+RETRYOPS_TRANSIENCE_WINDOW_DAYS = env_int("RETRYOPS_TRANSIENCE_WINDOW_DAYS", 7, minimum=1, maximum=90)
 
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
