@@ -110,10 +110,11 @@ TEMPLATES = [
 ]
 
 # PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
+DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES = {
     "default": dj_database_url.parse(
         check_database_url(devservices.database_url()),
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_max_age=DB_CONN_MAX_AGE,
         conn_health_checks=True,
     )
 }
@@ -125,8 +126,8 @@ DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "") or ""
 if DATABASE_REPLICA_URL:
     try:
         DATABASES["replica"] = dj_database_url.parse(
-            check_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL"), conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
-            test_options={"MIRROR": "default"})
+            check_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL"), conn_max_age=DB_CONN_MAX_AGE,
+            conn_health_checks=True, test_options={"MIRROR": "default"})
     except ValueError as exc:
         from django.core.exceptions import ImproperlyConfigured
 
