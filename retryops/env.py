@@ -163,6 +163,8 @@ def env_addresses(name: str) -> list[tuple[str, int]]:
                                        "(an IPv6 address in brackets: [::1]:26379)")
         addresses.append((host, int(port)))
     return addresses
+
+
 # The PostgreSQL schemes dj_database_url maps to Django's postgresql backend.
 POSTGRES_SCHEMES = ("postgresql", "postgres", "pgsql")
 REDIS_SCHEMES = ("redis", "rediss", "unix")

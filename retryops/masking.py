@@ -114,14 +114,18 @@ def _sources(submitted: list, before: list, secret: re.Pattern) -> list:
     """For each entry of a list sent back, the stored entry its masks stand for: the one that was
     shown exactly so (entries removed, added or moved keep their own secrets; by position alone,
     removing the first of two accounts gave the second the first one's password), else, for an
-    entry edited beside its mask, the one at its place when the list kept its length; else none."""
+    entry edited beside its mask, when the list kept its length, the stored entries no other entry
+    was matched to, in order (by place alone, an entry edited after a move got the moved one's);
+    else none."""
     shown = [_masked(entry, secret) for entry in before]
     unused = list(range(len(before)))
     sources = []
-    for n, value in enumerate(submitted):
+    for value in submitted:
         match = next((i for i in unused if shown[i] == value), None)
         if match is not None:
             unused.remove(match)
         sources.append(match)
-    return [before[match] if match is not None else before[n] if len(before) == len(submitted) else None
-            for n, match in enumerate(sources)]
+    if len(before) == len(submitted):  # then as many entries are unmatched as stored entries unused
+        leftover = iter(unused)
+        sources = [match if match is not None else next(leftover) for match in sources]
+    return [before[match] if match is not None else None for match in sources]

@@ -110,10 +110,11 @@ TEMPLATES = [
 ]
 
 # PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
+DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES = {
     "default": dj_database_url.parse(
         check_database_url(devservices.database_url()),
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_max_age=DB_CONN_MAX_AGE,
         conn_health_checks=True,
     )
 }
@@ -125,8 +126,8 @@ DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL", "") or ""
 if DATABASE_REPLICA_URL:
     try:
         DATABASES["replica"] = dj_database_url.parse(
-            check_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL"), conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0), conn_health_checks=True,
-            test_options={"MIRROR": "default"})
+            check_database_url(DATABASE_REPLICA_URL, name="DATABASE_REPLICA_URL"), conn_max_age=DB_CONN_MAX_AGE,
+            conn_health_checks=True, test_options={"MIRROR": "default"})
     except ValueError as exc:
         from django.core.exceptions import ImproperlyConfigured
 
@@ -317,11 +318,7 @@ RETRYOPS_DIAGNOSIS_MIN_RESOURCES = env_int("RETRYOPS_DIAGNOSIS_MIN_RESOURCES", 5
 RETRYOPS_DIAGNOSIS_MIN_FAILURES = env_int("RETRYOPS_DIAGNOSIS_MIN_FAILURES", 3, minimum=1)
 # Which errors are really transient (scheduling.analysis, beside each retry policy in the console):
 # the window it reads by default, in days; a page may choose another, up to 90 (its MAX_WINDOW_DAYS).
-RETRYOPS_TRANSIENCE_WINDOW_DAYS = env_int("RETRYOPS_TRANSIENCE_WINDOW_DAYS", 7, minimum=1)
-if RETRYOPS_TRANSIENCE_WINDOW_DAYS > 90:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(f"RETRYOPS_TRANSIENCE_WINDOW_DAYS={RETRYOPS_TRANSIENCE_WINDOW_DAYS} must be at most 90")
+RETRYOPS_TRANSIENCE_WINDOW_DAYS = env_int("RETRYOPS_TRANSIENCE_WINDOW_DAYS", 7, minimum=1, maximum=90)
 
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]

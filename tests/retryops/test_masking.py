@@ -141,3 +141,10 @@ def test_list_entries_reordered_as_shown_keep_their_own_secrets():
                          {"user": "a", "password": MASK}]}
     assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [
         {"user": "c", "password": "pc"}, {"user": "b", "password": "pb"}, {"user": "a", "password": "pa"}]}
+
+
+def test_an_entry_edited_beside_its_mask_after_a_move_keeps_its_own_secret_not_the_moved_ones():
+    stored = {"accounts": [{"user": "a", "password": "pa"}, {"user": "b", "password": "pb"}]}
+    sent = {"accounts": [{"user": "b", "password": MASK}, {"user": "a2", "password": MASK}]}
+    assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [
+        {"user": "b", "password": "pb"}, {"user": "a2", "password": "pa"}]}
