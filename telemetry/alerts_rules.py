@@ -5,10 +5,9 @@ checks' heartbeats, with the facts behind it (counts, the window, what is silent
 those facts in a sentence of the active language: in English when the evaluator stores it and
 sends it (the job runs with translations off), in the reader's language in the admin. The
 threshold comes from the settings; telemetry.alerts decides when an alert fires and resolves. A
-rule that cannot judge (too few retries, no heartbeats module) reads no value.
+rule that cannot judge (too few retries) reads no value.
 """
 
-import importlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -27,9 +26,8 @@ from compensation.services.dead_letters import CONSUMER as DEAD_LETTER_CONSUMER
 from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskEventKind
 from scheduling.selectors import retry_outcomes, undelivered_task_events
+from telemetry import heartbeats
 
-# The health checks' module (telemetry/heartbeats.py): `silent_components(*, now) -> list[str]`.
-HEARTBEATS_MODULE = "telemetry.heartbeats"
 # The silent components an alert names (and how much of each name); it counts them all.
 NAMES_KEPT = 20
 MAX_NAME_LENGTH = 200
@@ -225,7 +223,7 @@ class ComponentSilent(AnyRule):
     """Workers and the RQ scheduler not seen for a minute: nothing runs the flows, the retries or
     the periodic jobs. This alert is evaluated by a periodic job, so it cannot say that the
     periodic worker itself is silent: /readyz (the health checks) says that to the load balancer.
-    The health checks' heartbeats decide who is silent; without that module the rule cannot judge."""
+    The health checks' heartbeats (telemetry.heartbeats) decide who is silent."""
 
     name = "component_silent"
     title = "Workers or scheduler silent"
@@ -233,18 +231,10 @@ class ComponentSilent(AnyRule):
     severity = "critical"
 
     def read(self, *, now: datetime) -> Reading:
-        try:
-            heartbeats = importlib.import_module(HEARTBEATS_MODULE)
-        except ModuleNotFoundError as exc:
-            if exc.name != HEARTBEATS_MODULE:
-                raise
-            return Reading(None, {"module": HEARTBEATS_MODULE})
         silent = sorted(str(name)[:MAX_NAME_LENGTH] for name in heartbeats.silent_components(now=now))
         return Reading(len(silent), {"silent": silent[:NAMES_KEPT], "count": len(silent)})
 
     def describe(self, facts):
-        if "module" in facts:
-            return gettext("%(module)s is not installed: no heartbeats to judge") % facts
         if not facts["silent"]:
             return gettext("every worker and the scheduler seen")
         names = ", ".join(facts["silent"])

@@ -1,6 +1,5 @@
 """What the telemetry tests build on: retries that ended, open dead letters, a clock to move, the SLAs of the figures."""
 
-import sys
 import types
 from datetime import timedelta
 
@@ -40,12 +39,10 @@ def settle_dead_letters(n: int) -> None:
 
 @pytest.fixture
 def heartbeats(monkeypatch):
-    """The health checks' heartbeats module, saying who is silent: `heartbeats.silent = [...]`."""
-    module = types.ModuleType("telemetry.heartbeats")
-    module.silent = []
-    module.silent_components = lambda *, now: list(module.silent)
-    monkeypatch.setitem(sys.modules, "telemetry.heartbeats", module)
-    return module
+    """The health checks' heartbeats, saying who is silent: `heartbeats.silent = [...]`."""
+    said = types.SimpleNamespace(silent=[])
+    monkeypatch.setattr("telemetry.heartbeats.silent_components", lambda *, now: list(said.silent))
+    return said
 
 
 @pytest.fixture

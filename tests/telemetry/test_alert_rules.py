@@ -136,23 +136,6 @@ def test_skipped_notifications_are_not_failures(no_channels):
 # workers and scheduler
 
 
-def test_without_the_heartbeats_module_the_silence_rule_cannot_judge(monkeypatch):
-    import importlib
-
-    real = importlib.import_module
-
-    def without_heartbeats(name, *args):
-        if name == "telemetry.heartbeats":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real(name, *args)
-
-    monkeypatch.setattr(importlib, "import_module", without_heartbeats)
-
-    reading = read("component_silent")
-
-    assert reading.value is None and "telemetry.heartbeats is not installed" in reading.detail
-
-
 def test_silent_workers_are_counted_and_named(heartbeats):
     heartbeats.silent = ["worker periodic", "scheduler"]
 
