@@ -26,12 +26,12 @@ from rq.job import JobStatus
 from audit.choices import AuditAction
 from audit.models import AuditEntry
 from compensation.choices import (
-    WORK_ORDER_TERMINAL,
     DeadLetterState,
     WorkOrderSource,
     WorkOrderState,
 )
 from compensation.models import DeadLetter, WorkOrder
+from compensation.services.escalation import orphaned_dead_letters
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent
 from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind, TaskState
@@ -243,12 +243,11 @@ def dead_letters(h: Horizons) -> list[Violation]:
 
 
 def work_orders(h: Horizons) -> list[Violation]:
-    """Every open dead letter older than the escalation's grace is on a live work order.
-    dead_letter_state_age_idx (open ones by age)."""
-    rows = _rows(f"""
-        SELECT d.id, d.task_id, d.died_at, w.id, w.state FROM {_DL} d LEFT JOIN {_WO} w ON w.id = d.work_order_id
-        WHERE d.state = %(open)s AND d.died_at < %(before)s AND (w.id IS NULL OR w.state IN {_in(WORK_ORDER_TERMINAL)})
-        ORDER BY d.died_at, d.id""", {"open": DeadLetterState.OPEN, "before": h.now - h.work_order_grace})
+    """Every open dead letter older than the escalation's grace is on a live work order: none of
+    escalation's orphans (compensation.services.escalation.orphaned_dead_letters, the rows it gives
+    work orders) is older than that. dead_letter_state_age_idx (open ones by age)."""
+    rows = (orphaned_dead_letters().filter(died_at__lt=h.now - h.work_order_grace).order_by("died_at", "id")
+            .values_list("id", "task_id", "died_at", "work_order_id", "work_order__state"))
     return [Violation({"dead_letter": did, "task": tid, "work_order": wid},
                       f"open since {died.isoformat()} with " + (f"an ended work order ({wstate})" if wid
                                                                 else "no work order"))
