@@ -114,7 +114,7 @@ class FailedWithFilter(admin.SimpleListFilter):
     """Failures of one exact error signature within the last `failed_within_days` days (the
     transience page's links; default RETRYOPS_TRANSIENCE_WINDOW_DAYS): attempts that failed so,
     or, for tasks (`narrow_tasks`), the tasks with such an attempt. Signatures are too many to
-    list: only the chosen one is offered. Served by attempt_failure_time_idx."""
+    list: only the chosen one is offered. Served by attempt_failure_signature_idx."""
 
     title = _("failed with error signature")
     parameter_name = "signature"
