@@ -161,10 +161,12 @@ def test_a_refused_replica_is_logged_once_and_not_tried_again_on_the_next_pages(
         tried = replicas.replica_health(check=False)
         admin_client.get(reverse("acceptance_figures"))
         admin_client.get(reverse("admin:scheduling_retrypolicy_transience"))
+        assert replicas.replica_health(check=False) is tried  # not checked again within the retry time
+        replicas.check_replica()  # tried again, as after RETRYOPS_REPLICA_RETRY_SECONDS: the same outage
 
     assert len(replica_warnings(caplog)) == 1
     assert "read replica unreachable" in replica_warnings(caplog)[0]
-    assert replicas.replica_health(check=False) is tried  # not checked again within the retry time
+    assert tried.state == replicas.UNREACHABLE
 
 
 def test_an_unreachable_replica_is_tried_again_after_the_retry_seconds(settings):
