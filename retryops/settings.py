@@ -133,6 +133,11 @@ if DATABASE_REPLICA_URL:
 
         raise ImproperlyConfigured(f"DATABASE_REPLICA_URL is not a database URL: {exc}") from None
 DATABASE_ROUTERS = ["retryops.replica.ReplicaRouter"]
+# Those pages read the primary while the replica does not answer (each process tries it again
+# after RETRY_SECONDS: a host that drops packets costs a whole DB_CONNECT_TIMEOUT a try), and while
+# it is more than MAX_LAG_SECONDS behind (0: its lag is never asked).
+RETRYOPS_REPLICA_RETRY_SECONDS = env_int("RETRYOPS_REPLICA_RETRY_SECONDS", 30, minimum=1, maximum=3600)
+RETRYOPS_REPLICA_MAX_LAG_SECONDS = env_int("RETRYOPS_REPLICA_MAX_LAG_SECONDS", 300, minimum=0, maximum=86_400)
 # Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
 # reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
 # prepared statements would then be looked up in a session that never had them. The replica

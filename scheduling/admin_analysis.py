@@ -14,7 +14,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.choices import FailureCategory
-from retryops.replica import replica_reads
+from retryops.replica import from_replica
 from scheduling.analysis import (
     DEFAULT_LIMIT,
     Hint,
@@ -119,8 +119,7 @@ class TransienceConsole:
         if not self.has_view_permission(request, policy):
             raise PermissionDenied
         days = _days(request)
-        with replica_reads():
-            report = transient_errors(policy=policy, days=days)
+        report = from_replica(transient_errors, policy=policy, days=days)
         title = (gettext("Which errors are really transient: %(policy)s") % {"policy": policy} if policy
                  else gettext("Which errors are really transient"))
         context = {
@@ -141,8 +140,7 @@ class TransienceConsole:
         number = str(object_id)
         policy = RetryPolicy.objects.filter(pk=int(number)).first() if number.isascii() and number.isdigit() and len(number) <= 18 else None
         if policy is not None and request.method == "GET" and self.has_view_permission(request, policy):
-            with replica_reads():
-                report = transient_errors(policy=policy, limit=SHOWN_ON_POLICY_PAGE)
+            report = from_replica(transient_errors, policy=policy, limit=SHOWN_ON_POLICY_PAGE)
             extra_context.update(
                 transience={"report": report, "rows": _rows(report)},
                 transience_url=reverse("admin:scheduling_retrypolicy_transience_of", args=[policy.pk]))

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_safe
 
-from retryops.replica import replica_reads
+from retryops.replica import from_replica
 from scheduling.selectors import retry_sla_grace
 from telemetry.figures import WINDOWS, Figure, Window, acceptance_figures
 
@@ -129,8 +129,7 @@ def cards(request, *, seconds: int, now=None) -> list[dict]:
     """The figures over `seconds` up to `now`, as the page and the panel show them."""
     now = now or timezone.now()
     window = Window(seconds=seconds, until=now)
-    with replica_reads():
-        f = acceptance_figures(seconds=seconds, now=now)
+    f = from_replica(acceptance_figures, seconds=seconds, now=now)
     at_least = _("target ≥ %(value)s")
     at_most = _("target ≤ %(value)s (p99)")
     return [

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from retryops.language import in_stored_language
-from retryops.replica import replica_reads
+from retryops.replica import from_replica
 from telemetry.figures import acceptance_figures
 from telemetry.figures_models import AcceptanceSnapshot
 
@@ -20,8 +20,7 @@ def refresh_acceptance_snapshot(*, seconds: int | None = None, now: datetime | N
     seconds = seconds or settings.RETRYOPS_FIGURES_WINDOW_SECONDS
     now = now or timezone.now()
     # Seconds of aggregates over the window, which need not see the last second's rows.
-    with replica_reads():
-        figures = {key: figure.value for key, figure in acceptance_figures(seconds=seconds, now=now).items()}
+    figures = {key: figure.value for key, figure in from_replica(acceptance_figures, seconds=seconds, now=now).items()}
     with transaction.atomic():
         AcceptanceSnapshot.objects.bulk_create(
             [AcceptanceSnapshot(window_seconds=seconds, computed_at=now, figures=figures)],

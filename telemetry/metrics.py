@@ -4,7 +4,7 @@ listed in COLLECTORS. A collector is a plain object whose collect() yields metri
 from the database at each scrape; it must stay cheap (indexed or precomputed reads).
 
 Other telemetry modules add theirs here: the acceptance figures, the alerts, the heartbeats, the
-invariant checks /readyz runs."""
+invariant checks /readyz runs and the read replica it reports."""
 
 from collections import defaultdict
 
@@ -25,7 +25,7 @@ from telemetry.metrics_rollup import (
     RETRY_LATENESS,
     counted_series,
 )
-from telemetry.readiness import InvariantCollector
+from telemetry.readiness import InvariantCollector, ReplicaCollector
 
 COUNTER_HELP = {
     "task_retry_scheduled_total": "Retries scheduled (task.retry.scheduled events).",
@@ -89,6 +89,7 @@ COLLECTORS = (
     AcceptanceCollector(),
     AlertCollector(),
     InvariantCollector(),
+    ReplicaCollector(),
 )
 
 

@@ -6,7 +6,10 @@ RETRYOPS_READYZ_INVARIANTS_BUDGET_MS at most.
 
 A violation is a data problem: it is reported, and fails readiness only when
 RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (else one bad row would take every web process out of
-the load balancer, turning a data problem into an outage)."""
+the load balancer, turning a data problem into an outage).
+
+It also says how this process last found the read replica (retryops.replica), never failing
+readiness for it: the primary serves its reads meanwhile."""
 
 import logging
 import os
@@ -15,9 +18,10 @@ import time
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
+from retryops import replica
 from telemetry.invariants import CHECKS, DEEP, Horizons
 
 log = logging.getLogger(__name__)
@@ -26,6 +30,10 @@ REPORT_KEY = "readyz:invariants"
 LOCK_KEY = "readyz:invariants:lock"
 # The checks a probe may run: every one but the full scans.
 FAST = tuple(name for name in CHECKS if name not in DEEP)
+
+
+# One check of the replica at a time in this process.
+_checking_replica = threading.Lock()
 
 
 class _OutOfTime(Exception):
@@ -114,3 +122,55 @@ class InvariantCollector:
         for name, count in (report or {}).get("violations", {}).items():
             family.add_metric([name], count)
         yield family
+
+
+def _check_replica() -> None:
+    try:
+        replica.check_replica()
+    except Exception:  # a thread's exception would only reach stderr; the next probe tries again
+        log.exception("readyz: checking the read replica failed")
+    finally:
+        connections[replica.REPLICA].close()  # this thread's own connection, which nothing else would close
+        _checking_replica.release()
+
+
+def replica_report() -> dict:
+    """The read replica as this process last found it: ok, unreachable, or lagging (lag_seconds
+    behind; absent when it cannot say). Checked again, when stale, in a thread of its own: a replica
+    whose host drops packets would hold the probe for a whole connect timeout. off: none
+    configured; pending: not checked yet."""
+    if replica.REPLICA not in connections.settings:
+        return {"state": "off"}
+    health = replica.replica_health(check=False)
+    if (health is None or not health.fresh(time.monotonic())) and _checking_replica.acquire(blocking=False):
+        threading.Thread(target=_check_replica, name="readyz-replica", daemon=True).start()
+    if health is None:
+        return {"state": "pending"}
+    report = {"state": health.state}
+    if health.lag_seconds is not None:
+        report["lag_seconds"] = round(health.lag_seconds, 1)
+    if health.error:
+        report["error"] = health.error
+    return report
+
+
+class ReplicaCollector:
+    """/metrics: retryops_replica_in_use (1: the heavy pages read the replica; 0: it is unreachable
+    or lagging and they read the primary) and retryops_replica_lag_seconds, as the process answering
+    the scrape last found them (what /readyz reports; no sample without a replica, nor before its
+    first check, nor a lag the replica could not say)."""
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        in_use = GaugeMetricFamily("retryops_replica_in_use", "1 when the console's heavy pages read the read "
+                                   "replica, 0 when it is unreachable or lagging and they read the primary.")
+        lag = GaugeMetricFamily("retryops_replica_lag_seconds", "Seconds the read replica is behind the primary "
+                                "(0 when it has replayed all it received).")
+        report = replica_report()
+        if report["state"] in (replica.OK, replica.UNREACHABLE, replica.LAGGING):
+            in_use.add_metric([], 1 if report["state"] == replica.OK else 0)
+        if "lag_seconds" in report:
+            lag.add_metric([], report["lag_seconds"])
+        yield in_use
+        yield lag

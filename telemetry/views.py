@@ -26,7 +26,7 @@ def readyz(request):
     queue has a worker and every scheduler was seen in the last minute (telemetry.heartbeats).
     200 when all is well, else 503; each check says its state, `failing` names the checks that make
     it not ready, and `silent` the components nobody saw. The invariant checker's counts are reported (telemetry.readiness), and fail it
-    only when RETRYOPS_READYZ_FAIL_ON_INVARIANTS is set."""
+    only when RETRYOPS_READYZ_FAIL_ON_INVARIANTS is set; the read replica's state is reported only."""
     database = probes.database_ok()
     checks = {"database": {"state": "ok" if database else "down"}}
     missing = None
@@ -58,6 +58,8 @@ def readyz(request):
         checks["schedulers"] = {"state": "ok" if all(seen.schedulers.values()) else "silent",
                                 "seen": seen.schedulers}
         silent = seen.silent
+    # Reported, never failing: the primary serves the replica's reads while it is down or behind.
+    checks["replica"] = readiness.replica_report()
     fail_on_invariants = settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS
     failing = [name for name, check in checks.items()
                if check["state"] in ("down", "missing", "silent")

@@ -39,7 +39,7 @@ def test_readyz_without_workers_is_not_ready_and_names_each_silent_component(cli
     assert (response.status_code, body["status"]) == (503, "not_ready")
     assert {name: check["state"] for name, check in body["checks"].items()} == {
         "database": "ok", "migrations": "ok", "invariants": "off", "redis": "ok", "workers": "silent",
-        "schedulers": "silent"}
+        "schedulers": "silent", "replica": "off"}
     assert body["failing"] == ["workers", "schedulers"]
     assert body["checks"]["workers"]["seen"] == {"retries": 0, "flows": 0, "default": 0, "scheduler": 0}
     assert body["silent"] == ["worker:retries", "worker:flows", "worker:default", "worker:scheduler",
@@ -62,7 +62,7 @@ def test_readyz_reports_a_stopped_redis_as_not_ready_and_never_shows_its_passwor
     assert (stopped_redis.status_code, body["status"]) == (503, "not_ready")
     assert {name: check["state"] for name, check in body["checks"].items()} == {
         "database": "ok", "migrations": "ok", "invariants": "off", "redis": "down", "workers": "unknown",
-        "schedulers": "unknown"}
+        "schedulers": "unknown", "replica": "off"}
     assert body["failing"] == ["redis"]
     assert "worker:flows" in body["silent"]
     for response in (running_redis, stopped_redis):

@@ -6,7 +6,7 @@ from django.utils.translation import gettext_lazy
 
 from audit.management.base import TranslatedHelpCommand
 from retryops.errors import DomainError
-from retryops.replica import replica_reads
+from retryops.replica import from_replica
 from scheduling import selectors
 from scheduling.whatif import DEFAULT_DAYS, EXPECTED_NOTE, proposal, what_if
 
@@ -81,8 +81,7 @@ class Command(TranslatedHelpCommand):
         try:
             current = selectors.get_policy(policy)
             # Days of attempts streamed: from the replica, when there is one.
-            with replica_reads():
-                result = what_if(policy=current, proposed=proposal(current, changes), days=days)
+            result = from_replica(what_if, policy=current, proposed=proposal(current, changes), days=days)
         except DomainError as exc:
             raise CommandError(str(exc)) from None
         if json:
