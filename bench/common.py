@@ -82,6 +82,27 @@ def time_pages(client, pages: list[tuple[str, str]], repeat: int) -> list[dict]:
     return rows
 
 
+def timed(label: str, call, repeat: int) -> dict:
+    """Time `call()` `repeat` times after one warm-up call, in the shape of time_pages' rows: ms
+    per call, p50 and p95, and the queries of one call."""
+    import statistics
+    import time
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    call()
+    times = []
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {"page": label, "p50": statistics.median(times), "p95": times[max(0, round(0.95 * len(times)) - 1)],
+            "queries": len(captured.captured_queries)}
+
+
 def page_sizes_in_children(script: str, sizes: list[int], args: list[str]) -> dict[int, dict[str, dict]]:
     """Run `script --child SIZE ARGS` per size, each in a fresh process (its own database and
     caches), and read the time_pages rows it prints last, by page label."""
@@ -94,6 +115,25 @@ def page_sizes_in_children(script: str, sizes: list[int], args: list[str]) -> di
                              stdout=subprocess.PIPE, text=True).stdout
         results[size] = {row["page"]: row for row in json.loads(out.strip().splitlines()[-1])}
     return results
+
+
+def sizes_in_children(script: str, doc: str, child, *, repeat: int, repeat_help: str) -> tuple:
+    """The command line of a benchmark that measures each of `--sizes` in a child process of its
+    own (`--repeat`, `--json`): in a child, `child(size, repeat)` and exit; else (the arguments,
+    the sizes, and page_sizes_in_children's results)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,1000000", help="Comma-separated numbers of attempts.")
+    parser.add_argument("--repeat", type=int, default=repeat, help=repeat_help)
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    add_json_option(parser)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.repeat)
+        raise SystemExit(0)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    return args, sizes, page_sizes_in_children(script, sizes, ["--repeat", str(args.repeat)])
 
 
 def print_page_table(results: dict[int, dict[str, dict]], labels: list[str], noun: str, target_p95_ms: float) -> None:

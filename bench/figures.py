@@ -14,21 +14,18 @@ every RETRYOPS_FIGURES_REFRESH_SECONDS), and the figures page per window, and pr
 the queries of each, the sizes side by side. Each size runs in a child process of its own.
 """
 
-import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    add_json_option,
-    page_sizes_in_children,
     print_page_table,
     setup_django,
+    sizes_in_children,
     superuser_client,
     time_pages,
+    timed,
     write_figures,
 )
 
@@ -47,22 +44,6 @@ ENRICH = """
     FROM compensation_workorder w
     WHERE w.first_dead_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM compensation_notification n WHERE n.subject_id = w.id)
 """
-
-
-def timed(label: str, call, repeat: int) -> dict:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    call()
-    times = []
-    for _ in range(repeat):
-        with CaptureQueriesContext(connection) as captured:
-            started = time.perf_counter()
-            call()
-            times.append((time.perf_counter() - started) * 1000)
-    times.sort()
-    return {"page": label, "p50": statistics.median(times), "p95": times[max(0, round(0.95 * len(times)) - 1)],
-            "queries": len(captured.captured_queries)}
 
 
 def measure(repeat: int) -> list[dict]:
@@ -101,17 +82,8 @@ LABELS = ["scrape: AcceptanceCollector", "refresh job (24 h)", "figures page, 1 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1000,1000000", help="Comma-separated numbers of attempts.")
-    parser.add_argument("--repeat", type=int, default=20, help="Timed scrapes (a quarter as many of the rest).")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    add_json_option(parser)
-    args = parser.parse_args()
-    if args.child:
-        child(args.child, args.repeat)
-        return
-    sizes = [int(s) for s in args.sizes.split(",")]
-    results = page_sizes_in_children(__file__, sizes, ["--repeat", str(args.repeat)])
+    args, sizes, results = sizes_in_children(__file__, __doc__, child, repeat=20,
+                                             repeat_help="Timed scrapes (a quarter as many of the rest).")
     print("time per call (ms) and queries, after a warm-up")
     print_page_table(results, LABELS[:1], "attempts", TARGET_SCRAPE_MS)
     print_page_table(results, LABELS[1:], "attempts", TARGET_PAGE_MS)

@@ -48,6 +48,7 @@ SCRIPTS = (
     ("metrics.py", ["--sizes", "1000,10000", "--repeat", "5", "--new-events", "1000"]),  # with whatif.py
     ("figures.py", ["--sizes", "1000,10000", "--repeat", "5"]),
     ("transience.py", ["--sizes", "10000,100000", "--repeat", "3"]),
+    ("invariants.py", ["--sizes", "1000,10000", "--repeat", "5"]),
 )
 TIMEOUT = 3 * 3600  # a first run builds million-row databases
 

@@ -170,6 +170,10 @@ class Resource(models.Model):
                 fields=["pool", "last_success_at"], condition=Q(last_success_at__isnull=False),
                 name="resource_pool_success_idx",
             ),
+            # The resources in use, a few against the pool: the invariant checker's lease_holders
+            # (every minute) and the lease sweeper. An entry per claim; nothing a heartbeat writes
+            # (leased_until) is indexed, so heartbeats stay HOT updates.
+            models.Index(fields=["id"], condition=Q(state=ResourceState.IN_USE), name="resource_in_use_idx"),
         ]
 
     def __str__(self) -> str:
