@@ -170,9 +170,24 @@ POSTGRES_SCHEMES = ("postgresql", "postgres", "pgsql")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str):
+_RESERVED_IN_USER_INFO = ("the user info (before '@') contains '/', '?' or '#': percent-encode them in the password "
+                          "(%2F, %3F, %23)")
+
+
+def _user_info_holds_reserved(url: str) -> bool:
+    """Whether an @ follows the first /, ? or # after the scheme: an unencoded one of those in a
+    password ends the host part early (for urlsplit as for libpq and redis-py), so the rest of the
+    password and the real host land in the path, query or fragment."""
+    rest = url.partition("://")[2]
+    cut = re.search(r"[/?#]", rest)
+    return cut is not None and "@" in rest[cut.start():]
+
+
+def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str, path_may_hold_at: bool = False):
     """`url` split, once it has one of `schemes` and a usable port. Messages never repeat the
-    URL itself: it may carry a password."""
+    URL itself, nor anything from its user info: it may carry a password. `path_may_hold_at`: an
+    @ after the host is an ordinary character (a web page's path, a socket's file path), so only a
+    port that fails to parse is blamed on the user info."""
     from urllib.parse import urlsplit
 
     if any(not ch.isprintable() or ch.isspace() for ch in url):
@@ -185,6 +200,8 @@ def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str):
     if scheme.lower() not in schemes:
         raise ImproperlyConfigured(f"{name} must start with {' or '.join(s + '://' for s in schemes)}, "
                                    f"not {scheme}:// (such as {example})")
+    if not path_may_hold_at and _user_info_holds_reserved(url):
+        raise ImproperlyConfigured(f"{name}: {_RESERVED_IN_USER_INFO}")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - urlsplit checks the port only when it is read
@@ -193,7 +210,10 @@ def _url_parts(name: str, url: str, *, schemes: tuple[str, ...], example: str):
             port = re.search(r"@?HOST(:\d+)", example)
             raise ImproperlyConfigured(f"{name} has a host with an unclosed [ (an IPv6 address goes in brackets, "
                                        f"as in [::1]{port.group(1) if port else ''})") from None
-        host_and_port = url.partition("://")[2].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+        if _user_info_holds_reserved(url):  # the "port" urlsplit read is the password's start
+            raise ImproperlyConfigured(f"{name} has a port that is not a number from 1 to 65535, or "
+                                       f"{_RESERVED_IN_USER_INFO}") from None
+        host_and_port = re.split(r"[/?#]", url.partition("://")[2], maxsplit=1)[0].rpartition("@")[2]
         port = host_and_port.rpartition("]")[2].rpartition(":")[2]
         raise ImproperlyConfigured(f"{name} has port {port!r}, which is not a number from 1 to 65535 "
                                    f"(such as {example})") from None
@@ -216,7 +236,9 @@ def check_redis_url(url: str, *, name: str = "REDIS_URL") -> str:
     """`url` when redis-py can connect with it (redis://, rediss:// with a host, unix:// with a
     socket path; a database number when one is given); else ImproperlyConfigured naming `name`."""
     example = "redis://HOST:6379/0"
-    parts = _url_parts(name, url, schemes=REDIS_SCHEMES, example=example)
+    # A unix socket's path is a file's: it may hold an @.
+    parts = _url_parts(name, url, schemes=REDIS_SCHEMES, example=example,
+                       path_may_hold_at=url.partition("://")[0].lower() == "unix")
     if parts.scheme.lower() == "unix":
         if not parts.path:
             raise ImproperlyConfigured(f"{name} names no socket: unix:// must be followed by the socket's path, "
@@ -240,7 +262,7 @@ def check_redis_url(url: str, *, name: str = "REDIS_URL") -> str:
 def check_http_url(url: str, *, name: str) -> str:
     """`url` when it is an http:// or https:// URL with a host and a usable port."""
     example = "https://HOST/PATH"
-    parts = _url_parts(name, url, schemes=("http", "https"), example=example)
+    parts = _url_parts(name, url, schemes=("http", "https"), example=example, path_may_hold_at=True)
     if not parts.hostname:
         raise ImproperlyConfigured(f"{name} names no host, as in {example}")
     return url

@@ -209,32 +209,72 @@ def counters(h: Horizons) -> list[Violation]:
 
 def overdue_tasks(h: Horizons) -> list[Violation]:
     """Every waiting task is due in the future, or has its wake-up waiting on a queue (a backlog the
-    workers will reach), or is overdue by less than the dispatcher's recovery horizon (five
-    dispatcher runs: the dispatcher enqueues again, within one run, an overdue task whose job is
-    not queued). task_waiting_due_idx, then one pipelined read of the overdue tasks' RQ jobs;
-    with Redis unreachable every overdue task is reported, saying so."""
-    rows = _rows(f"""
-        SELECT id, state, next_run_at, rq_job_id FROM {_T}
-        WHERE state IN {_in(WAITING_STATES)} AND next_run_at < %(before)s ORDER BY next_run_at, id""",
+    workers will reach) or being run by a live worker, or is overdue by less than the dispatcher's
+    recovery horizon (five dispatcher runs: the dispatcher enqueues again, within one run, an
+    overdue task whose job is not queued). task_waiting_due_idx, then one pipelined read of the
+    overdue tasks' RQ jobs and one of their workers; with Redis unreachable every overdue task is
+    reported, saying so. In a deep backlog a worker takes a job between the database read and the
+    Redis one, so the tasks found are read again after Redis, and one that moved on meanwhile (no
+    longer waiting, or its due time, attempt count or job changed) is not reported."""
+    waiting = f"SELECT id, state, next_run_at, attempt_count, rq_job_id FROM {_T} WHERE state IN {_in(WAITING_STATES)}"
+    rows = _rows(f"{waiting} AND next_run_at < %(before)s ORDER BY next_run_at, id",
                  {"before": h.now - h.dispatch_grace})
     job_ids = [job for *_, job in rows if job]
-    status_of, unknown = {}, ""
+    jobs, unknown = {}, ""
     if job_ids:
         import django_rq
         from redis.exceptions import RedisError
 
         from scheduling.queueing import FLOW_QUEUE
-        from scheduling.services.recovery import job_statuses
 
         try:
-            status_of = job_statuses(job_ids, django_rq.get_connection(FLOW_QUEUE))
+            jobs = _rq_jobs(job_ids, django_rq.get_connection(FLOW_QUEUE))
         except RedisError as exc:
             unknown = f" (status unknown: {type(exc).__name__})"
+    rows = [row for row in rows if not jobs.get(row[-1], (False,))[0]]
+    if rows:
+        # Only rows exactly as first read stay: a task row a worker changed is not the one judged.
+        unchanged = set(_rows(f"{waiting} AND id = ANY(%(ids)s)", {"ids": [row[0] for row in rows]}))
+        rows = [row for row in rows if row in unchanged]
     return [Violation({"task": tid}, f"{state}, due at {due.isoformat()}, overdue by "
                                      f"{(h.now - due).total_seconds():.0f} s (horizon "
                                      f"{h.dispatch_grace.total_seconds():g} s), RQ job "
-                                     + (f"{job} {status_of.get(job, 'gone')}{unknown}" if job else "none"))
-            for tid, state, due, job in rows if status_of.get(job) != JobStatus.QUEUED]
+                                     + (f"{job} {jobs.get(job, (False, 'gone'))[1]}{unknown}" if job else "none"))
+            for tid, state, due, _, job in rows]
+
+
+def _rq_jobs(job_ids: list[str], redis) -> dict[str, tuple[bool, str]]:
+    """For each job RQ can read: whether it will run its task, and its status as a violation says
+    it. A queued job will; a started one only while its worker (job.worker_name) is registered and
+    names it as its current job: a worker SIGKILLed after it took the job, before the attempt was
+    written, leaves the job STARTED for good. Reads only (rq's Worker.find_by_key would prune the
+    worker registry)."""
+    from rq.utils import as_text
+    from rq.worker import Worker
+
+    from scheduling.services.recovery import fetch_jobs
+
+    jobs = fetch_jobs(job_ids, redis)
+    started = {job_id: job.worker_name or "" for job_id, job in jobs.items()
+               if job.get_status(refresh=False) == JobStatus.STARTED}
+    workers = sorted(set(started.values()) - {""})
+    current = {}
+    if workers:
+        with redis.pipeline(transaction=False) as pipe:
+            for name in workers:
+                pipe.hget(Worker.redis_worker_namespace_prefix + name, "current_job")
+            current = {name: as_text(job_id) for name, job_id in zip(workers, pipe.execute()) if job_id}
+    judged = {}
+    for job_id, job in jobs.items():
+        status = job.get_status(refresh=False)
+        if job_id not in started:
+            judged[job_id] = (status == JobStatus.QUEUED, status.value)
+        elif started[job_id] and current.get(started[job_id]) == job_id:
+            judged[job_id] = (True, status.value)
+        else:
+            judged[job_id] = (False, f"started by worker {started[job_id] or '(none named)'}, which is not running "
+                                     "it (gone, or on another job)")
+    return judged
 
 
 def dead_letters(h: Horizons) -> list[Violation]:

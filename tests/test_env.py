@@ -116,6 +116,7 @@ def test_a_malformed_database_or_redis_url_is_refused_saying_what_is_wrong(check
     # The embedded server's: its socket folder as an encoded host.
     "postgresql://postgres@%2Ftmp%2Fretryops-pg/retryops",
     "postgresql:///retryops",
+    "postgresql://app:s3cr%2Fet%3Fp%23w@db.example:5432/retryops",
 ])
 def test_a_postgresql_url_is_taken_as_it_is(url):
     assert check_database_url(url) == url
@@ -127,8 +128,52 @@ def test_a_refused_database_url_never_repeats_its_password():
     assert "hunter2" not in str(refused.value)
 
 
+@pytest.mark.parametrize("check, url", [
+    (check_database_url, "postgresql://app:s3cr/etpw@db.example:5432/retryops"),
+    (check_database_url, "postgresql://app:s3cr?etpw@db.example:5432/retryops"),
+    (check_database_url, "postgresql://app:s3cr#etpw@db.example:5432/retryops"),
+    # No colon: urlsplit would take "app" for the host and the rest of the password for the database.
+    (check_database_url, "postgresql://app/s3cretpw@db.example:5432/retryops"),
+    (check_redis_url, "redis://:s3cr/etpw@cache.example:6379/0"),
+    (check_redis_url, "rediss://app:s3cr#etpw@cache.example:6380"),
+])
+def test_a_reserved_character_in_a_urls_password_is_named_without_repeating_the_password(check, url):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check(url)
+    said = str(refused.value)
+    assert said.endswith(": the user info (before '@') contains '/', '?' or '#': percent-encode them in the "
+                         "password (%2F, %3F, %23)")
+    assert not any(part in said for part in ("s3cr", "etpw", "app", "5432", "6379", "6380"))
+
+
+def test_the_replica_url_with_a_reserved_character_in_its_password_is_named_as_the_replica():
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check_database_url("postgresql://app:s3cr/etpw@replica.example/retryops", name="DATABASE_REPLICA_URL")
+    assert str(refused.value).startswith("DATABASE_REPLICA_URL: the user info (before '@') contains")
+
+
+@pytest.mark.parametrize("url", [
+    # A web page's path may hold an @; only a port that fails to parse is blamed on the user info.
+    "https://social.example/@retryops",
+    "https://hooks.example/services/x?owner=ops@example.com",
+])
+def test_an_http_url_with_an_at_after_its_host_is_taken_as_it_is(url):
+    assert check_http_url(url, name="RETRYOPS_HTTP_CALL_URL") == url
+
+
+def test_an_http_url_whose_password_holds_a_slash_never_repeats_the_password():
+    with pytest.raises(ImproperlyConfigured) as refused:
+        check_http_url("https://app:s3cr/etpw@hooks.example/x", name="RETRYOPS_HTTP_CALL_URL")
+    said = str(refused.value)
+    assert said.startswith("RETRYOPS_HTTP_CALL_URL has a port that is not a number from 1 to 65535, or the user info")
+    assert "s3cr" not in said and "etpw" not in said
+
+
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "rediss://:pw@cache.example:6380",
-                                 "unix:///tmp/retryops-redis.sock", "redis://cache.example/15?socket_timeout=0.5"])
+                                 "unix:///run/user@1000/redis.sock",
+                                 "unix:///tmp/retryops-redis.sock", "redis://cache.example/15?socket_timeout=0.5",
+                                 # Encoded, the reserved characters are an ordinary password.
+                                 "redis://:s3cr%2Fet%3Fp%23w@cache.example:6379/0"])
 def test_a_redis_url_is_taken_as_it_is(url):
     assert check_redis_url(url) == url
 

@@ -59,9 +59,10 @@ def save_retry_policy(*, data: dict, actor: str, fields: Iterable[str] | None = 
 
 def load_retry_policies(*, text: str, source: str, actor: str, only_missing: bool = False) -> list[RetryPolicy]:
     """Load every policy of a YAML document, all or none: a bad field anywhere loads nothing.
-    Every refusal is a BadPolicy (code bad_policy) naming the source and the entry. With
-    `only_missing`, policies that exist already are left as they are (the admin may have edited
-    them since); the whole document is still checked. Returns the policies it saved."""
+    The document must end with the line `...` (YAML's end of document), so that one cut short
+    is refused. Every refusal is a BadPolicy (code bad_policy) naming the source and the entry.
+    With `only_missing`, policies that exist already are left as they are (the admin may have
+    edited them since); the whole document is still checked. Returns the policies it saved."""
     import yaml
 
     from scheduling.policies import clean_policy
@@ -103,11 +104,30 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
                 source=source, entry=n, line=line)
         names.add(data["name"])
         cleaned.append(data)
+    _refuse_if_cut_short(text, source)
     with transaction.atomic():
         if only_missing:
             existing = set(RetryPolicy.objects.select_for_update().filter(name__in=names).values_list("name", flat=True))
             cleaned = [data for data in cleaned if data["name"] not in existing]
         return [save_retry_policy(data=data, actor=actor) for data in cleaned]
+
+
+def _refuse_if_cut_short(text: str, source: str) -> None:
+    """BadPolicy unless `text` ends with the line `...`. A document cut at a line boundary is
+    often still a valid one with fewer patterns or policies, and one cut mid-line may be too (a
+    3600 cut to 36); only an explicit end tells them from a whole one. Checked after the entries,
+    so that a mistake in what is there is named first, with its line. YAML itself refuses a
+    second document after the `...`."""
+    if text.rstrip().rpartition("\n")[2] == "...":
+        return
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        raise BadPolicy(_("%(source)s, line %(line)s: the file ends in the middle of a line (%(text)r): it looks cut "
+                          "short; nothing was loaded (if it is complete, end it with a newline and the line `...`)") % {
+            "source": source, "line": len(lines), "text": lines[-1].strip()[:60]}, source=source, line=len(lines))
+    raise BadPolicy(_("%(source)s: it does not end with the line `...` (YAML's end of document), so it may be cut "
+                      "short; nothing was loaded (if it is complete, add `...` as its last line)") % {
+        "source": source}, source=source)
 
 
 def _field_path(field: str) -> list:

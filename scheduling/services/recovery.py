@@ -142,9 +142,14 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
 
 
 def job_statuses(job_ids: list[str], redis) -> dict[str, str]:
-    """The status of each job RQ can read. A hash it cannot read (rq#1575: a heartbeat landing
-    after a result_ttl=0 job was deleted leaves one with no data) counts as no job, and must not
-    hide the others: one pipelined read, then one by one when that one fails."""
+    """The status of each job RQ can read (fetch_jobs)."""
+    return {job_id: job.get_status(refresh=False) for job_id, job in fetch_jobs(job_ids, redis).items()}
+
+
+def fetch_jobs(job_ids: list[str], redis) -> dict[str, Job]:
+    """Each job RQ can read, by id. A hash it cannot read (rq#1575: a heartbeat landing after a
+    result_ttl=0 job was deleted leaves one with no data) counts as no job, and must not hide the
+    others: one pipelined read, then one by one when that one fails."""
     try:
         jobs = Job.fetch_many(job_ids, connection=redis)
     except NoSuchJobError:
@@ -154,7 +159,7 @@ def job_statuses(job_ids: list[str], redis) -> dict[str, str]:
                 jobs.append(Job.fetch(job_id, connection=redis))
             except NoSuchJobError:
                 jobs.append(None)
-    return {job_id: job.get_status(refresh=False) for job_id, job in zip(job_ids, jobs) if job is not None}
+    return {job_id: job for job_id, job in zip(job_ids, jobs) if job is not None}
 
 
 def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:

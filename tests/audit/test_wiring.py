@@ -512,7 +512,8 @@ def test_start_task_command_records_its_start_for_the_os_user_on_the_command_cha
 
 def test_load_retry_policies_command_records_each_new_policy_on_the_command_channel(tmp_path, db):
     path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"policies": [POLICY, {**POLICY, "name": "patient"}]}), encoding="utf-8")
+    path.write_text(yaml.safe_dump({"policies": [POLICY, {**POLICY, "name": "patient"}]}, explicit_end=True),
+                    encoding="utf-8")
 
     call_command("load_retry_policies", str(path), actor="carol")
     call_command("load_retry_policies", str(path), actor="carol")  # unchanged: nothing more

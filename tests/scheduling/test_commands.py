@@ -80,7 +80,7 @@ def policies_yaml(*names: str) -> str:
         f"  - {{name: {name}, max_attempts: 3, backoff: fixed, initial_delay_seconds: 1, multiplier: 1,"
         f" max_delay_seconds: 1, retryable_error_patterns: [], non_retryable_error_patterns: [],"
         f" same_resource_on_retry: true}}\n" for name in names)
-    return f"policies:\n{entries}"
+    return f"policies:\n{entries}...\n"
 
 
 def test_load_retry_policies_only_missing_adds_new_policies_and_leaves_edited_ones(db, tmp_path):

@@ -19,7 +19,7 @@ GOOD = {
 
 
 def document(*policies):
-    return yaml.safe_dump({"policies": list(policies)})
+    return yaml.safe_dump({"policies": list(policies)}, explicit_end=True)
 
 
 # backoff

@@ -10,6 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.utils import timezone
+from rq import Worker
+from rq.job import Job
 
 from compensation import services as compensation
 from compensation.models import DeadLetter, WorkOrder
@@ -145,6 +147,58 @@ def test_an_overdue_task_whose_job_is_gone_from_redis_is_reported(system, redis_
     (result,) = check_invariants(names=["overdue_tasks"], now=later())
     assert [v.ids for v in result.violations] == [{"task": held.pk}]
     assert result.violations[0].message.endswith(f"RQ job {held.rq_job_id} gone")
+
+
+def overdue_job(task, redis_conn) -> Job:
+    """`task` overdue past the dispatcher's horizon, its wake-up on a queue."""
+    past = timezone.now() - timedelta(minutes=5)
+    Task.objects.filter(pk=task.pk).update(next_run_at=past)
+    return Job.fetch(enqueue_attempt(task_id=task.pk, attempt_number=2, at=past), connection=redis_conn)
+
+
+def started_by(job, redis_conn, name: str) -> Worker:
+    """A registered worker that has taken `job`, as RQ's worker does before it runs one."""
+    worker = Worker([job.origin], name=name, connection=redis_conn)
+    worker.register_birth()
+    worker.prepare_job_execution(job)
+    return worker
+
+
+def test_an_overdue_task_whose_job_a_live_worker_has_started_passes(system, redis_conn):
+    # In a deep backlog the worker reaches the job late; the attempt row follows in a moment.
+    started_by(overdue_job(system["held"], redis_conn), redis_conn, "w-alive")
+    assert found("overdue_tasks") == []
+
+
+def test_an_overdue_task_whose_started_job_lost_its_worker_is_reported(system, redis_conn):
+    # SIGKILLed after taking the job, before writing the attempt: its key expires with its heartbeats.
+    job = overdue_job(system["held"], redis_conn)
+    redis_conn.delete(started_by(job, redis_conn, "w-killed").key)
+    (result,) = check_invariants(names=["overdue_tasks"], now=later())
+    assert [v.ids for v in result.violations] == [{"task": system["held"].pk}]
+    assert result.violations[0].message.endswith(
+        f"RQ job {job.id} started by worker w-killed, which is not running it (gone, or on another job)")
+
+
+def test_an_overdue_task_whose_started_job_its_worker_left_for_another_is_reported(system, redis_conn):
+    job = overdue_job(system["held"], redis_conn)
+    started_by(job, redis_conn, "w-moved-on").set_current_job_id("task-0-1-another")
+    assert found("overdue_tasks") == [{"task": system["held"].pk}]
+
+
+def test_an_overdue_task_a_worker_runs_between_the_database_and_redis_reads_passes(system, redis_conn, monkeypatch):
+    from scheduling.services import recovery
+
+    overdue_job(system["held"], redis_conn)
+    read_jobs = recovery.fetch_jobs
+
+    def worker_runs_the_job_first(job_ids, redis):
+        work()  # the attempt is written and the job deleted (result_ttl=0) before Redis answers
+        return read_jobs(job_ids, redis)
+
+    monkeypatch.setattr(recovery, "fetch_jobs", worker_runs_the_job_first)
+    assert found("overdue_tasks") == []
+    assert Task.objects.get(pk=system["held"].pk).state == TaskState.SUCCEEDED
 
 
 def test_a_dead_task_without_its_dead_letter_is_reported(system):

@@ -1,9 +1,7 @@
-import functools
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import CommandError
-from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
@@ -27,20 +25,9 @@ class Command(AuditedCommand):
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
-        load = functools.partial(services.load_retry_policies, text=text, source=path, actor=current().actor,
-                                 only_missing=only_missing)
         try:
-            if text and not text.endswith("\n"):
-                # A file cut short mid-line is often still YAML, with a wrong last value (3600 cut to
-                # 36): what else is wrong with it is said first, else that it looks cut short.
-                with transaction.atomic():
-                    load()
-                    transaction.set_rollback(True)
-                lines = text.splitlines()
-                raise CommandError(f"{path}, line {len(lines)}: the file ends in the middle of a line "
-                                   f"({lines[-1].strip()[:60]!r}): it looks cut short; nothing was loaded (if it "
-                                   "is complete, end it with a newline)")
-            policies = load()
+            policies = services.load_retry_policies(text=text, source=path, actor=current().actor,
+                                                    only_missing=only_missing)
         except DomainError as exc:
             raise CommandError(str(exc)) from None
         names = ", ".join(p.name for p in policies) or "none"
