@@ -138,6 +138,18 @@ def test_an_overdue_task_whose_wake_up_is_queued_behind_a_backlog_passes(system)
     assert found("overdue_tasks") == []
 
 
+def test_an_overdue_task_whose_queued_job_a_dead_worker_took_off_its_queue_is_reported(system, redis_conn):
+    held = system["held"]
+    past = timezone.now() - timedelta(minutes=5)
+    Task.objects.filter(pk=held.pk).update(next_run_at=past)
+    job_id = enqueue_attempt(task_id=held.pk, attempt_number=2, at=past)
+    # A flow worker (serving several queues: BLPOP) takes it and its host dies before the job starts.
+    assert redis_conn.lpop("rq:queue:retries") == job_id.encode()
+    (result,) = check_invariants(names=["overdue_tasks"], now=later())
+    assert [v.ids for v in result.violations] == [{"task": held.pk}]
+    assert result.violations[0].message.endswith(f"RQ job {job_id} stranded")
+
+
 def test_an_overdue_task_whose_job_is_gone_from_redis_is_reported(system, redis_conn):
     held = Task.objects.get(pk=system["held"].pk)
     Task.objects.filter(pk=held.pk).update(next_run_at=timezone.now() - timedelta(minutes=5))
