@@ -245,8 +245,10 @@ def dead_letters(h: Horizons) -> list[Violation]:
 def work_orders(h: Horizons) -> list[Violation]:
     """Every open dead letter older than the escalation's grace is on a live work order: none of
     escalation's orphans (compensation.services.escalation.orphaned_dead_letters, the rows it gives
-    work orders) is older than that. dead_letter_state_age_idx (open ones by age)."""
-    rows = (orphaned_dead_letters().filter(died_at__lt=h.now - h.work_order_grace).order_by("died_at", "id")
+    work orders) has been one for longer than that, counted from its work order's end when it had
+    one: cancelling leaves its letters open for the next escalation run to re-home.
+    dead_letter_state_age_idx (open ones by age)."""
+    rows = (orphaned_dead_letters(before=h.now - h.work_order_grace).order_by("died_at", "id")
             .values_list("id", "task_id", "died_at", "work_order_id", "work_order__state"))
     return [Violation({"dead_letter": did, "task": tid, "work_order": wid},
                       f"open since {died.isoformat()} with " + (f"an ended work order ({wstate})" if wid
