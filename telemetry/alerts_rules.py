@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.urls import reverse
 from django.utils.functional import Promise
 from django.utils.translation import gettext, ngettext
@@ -173,8 +173,7 @@ class WorkOrderCreationFailed(AnyRule):
         cutoff = now - timedelta(seconds=after)
         uncollected = undelivered_task_events(consumer=DEAD_LETTER_CONSUMER, kind=TaskEventKind.DEAD, before=cutoff)
         # A dead letter whose work order was cancelled counts from the cancellation.
-        orphans = orphaned_dead_letters().filter(died_at__lt=cutoff).filter(
-            Q(work_order__isnull=True) | Q(work_order__ended_at__lt=cutoff)).count()
+        orphans = orphaned_dead_letters(before=cutoff).count()
         return Reading(uncollected + orphans, {"uncollected": uncollected, "orphans": orphans, "after": after})
 
     def describe(self, facts):

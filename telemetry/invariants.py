@@ -245,18 +245,19 @@ def overdue_tasks(h: Horizons) -> list[Violation]:
 
 def _rq_jobs(job_ids: list[str], redis) -> dict[str, tuple[bool, str]]:
     """For each job RQ can read: whether it will run its task, and its status as a violation says
-    it. A queued job will; a started one only while its worker (job.worker_name) is registered and
-    names it as its current job: a worker SIGKILLed after it took the job, before the attempt was
-    written, leaves the job STARTED for good. Reads only (rq's Worker.find_by_key would prune the
-    worker registry)."""
+    it. A queued job will while it is on its queue (the dispatcher's rule, job_statuses: one a dead
+    worker took off the queue is "stranded"); a started one only while its worker (job.worker_name)
+    is registered and names it as its current job: a worker SIGKILLed after it took the job, before
+    the attempt was written, leaves the job STARTED for good. Reads only (rq's Worker.find_by_key
+    would prune the worker registry)."""
     from rq.utils import as_text
     from rq.worker import Worker
 
-    from scheduling.services.recovery import fetch_jobs
+    from scheduling.services.recovery import fetch_jobs, job_statuses
 
-    jobs = fetch_jobs(job_ids, redis)
-    started = {job_id: job.worker_name or "" for job_id, job in jobs.items()
-               if job.get_status(refresh=False) == JobStatus.STARTED}
+    status_of = job_statuses(job_ids, redis)
+    jobs = fetch_jobs([job_id for job_id, status in status_of.items() if status == JobStatus.STARTED], redis)
+    started = {job_id: job.worker_name or "" for job_id, job in jobs.items()}
     workers = sorted(set(started.values()) - {""})
     current = {}
     if workers:
@@ -265,15 +266,15 @@ def _rq_jobs(job_ids: list[str], redis) -> dict[str, tuple[bool, str]]:
                 pipe.hget(Worker.redis_worker_namespace_prefix + name, "current_job")
             current = {name: as_text(job_id) for name, job_id in zip(workers, pipe.execute()) if job_id}
     judged = {}
-    for job_id, job in jobs.items():
-        status = job.get_status(refresh=False)
-        if job_id not in started:
-            judged[job_id] = (status == JobStatus.QUEUED, status.value)
-        elif started[job_id] and current.get(started[job_id]) == job_id:
-            judged[job_id] = (True, status.value)
+    for job_id, status in status_of.items():
+        said = getattr(status, "value", status)
+        if status != JobStatus.STARTED:
+            judged[job_id] = (status == JobStatus.QUEUED, said)
+        elif started.get(job_id) and current.get(started[job_id]) == job_id:
+            judged[job_id] = (True, said)
         else:
-            judged[job_id] = (False, f"started by worker {started[job_id] or '(none named)'}, which is not running "
-                                     "it (gone, or on another job)")
+            judged[job_id] = (False, f"started by worker {started.get(job_id) or '(none named)'}, which is not "
+                                     "running it (gone, or on another job)")
     return judged
 
 
@@ -295,8 +296,10 @@ def dead_letters(h: Horizons) -> list[Violation]:
 def work_orders(h: Horizons) -> list[Violation]:
     """Every open dead letter older than the escalation's grace is on a live work order: none of
     escalation's orphans (compensation.services.escalation.orphaned_dead_letters, the rows it gives
-    work orders) is older than that. dead_letter_state_age_idx (open ones by age)."""
-    rows = (orphaned_dead_letters().filter(died_at__lt=h.now - h.work_order_grace).order_by("died_at", "id")
+    work orders) has been one for longer than that, counted from its work order's end when it had
+    one: cancelling leaves its letters open for the next escalation run to re-home.
+    dead_letter_state_age_idx (open ones by age)."""
+    rows = (orphaned_dead_letters(before=h.now - h.work_order_grace).order_by("died_at", "id")
             .values_list("id", "task_id", "died_at", "work_order_id", "work_order__state"))
     return [Violation({"dead_letter": did, "task": tid, "work_order": wid},
                       f"open since {died.isoformat()} with " + (f"an ended work order ({wstate})" if wid

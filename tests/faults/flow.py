@@ -1,10 +1,12 @@
 """The fault suite's flow: the shipped http_call flow, after writing down that it ran and when.
 
-Each execution inserts a row (task, attempt id, started_at) into faults_execution, a table the
-suite creates in the test database and reads, and stamps finished_at and whether the upstream
-said ok when the flow ends. Two rows for one attempt id is an attempt run twice; two rows of one
-task whose [started_at, finished_at] overlap are two executions at once (an attempt given up as
-lost while its flow still ran, and the next one started); two rows with ok is a success run again.
+Each execution inserts a row (task, attempt id, resource, lease token, started_at) into
+faults_execution, a table the suite creates in the test database and reads, and stamps finished_at
+and whether the upstream said ok when the flow ends. Two rows for one attempt id is an attempt run
+twice; two rows of one task whose [started_at, finished_at] overlap are two executions at once (an
+attempt given up as lost while its flow still ran, and the next one started); two rows of one
+resource that overlap are a resource held by two flows at once; two rows with ok is a success run
+again.
 The start is committed before the upstream is called, so an execution cut short by a fault is
 counted too; one that never stamps its end died with its process (SIGKILL)."""
 
@@ -24,18 +26,21 @@ TABLE = "faults_execution"
 # clock_timestamp(), not now(): now() is the transaction's start, and every worker shares this clock.
 CREATE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     id bigserial PRIMARY KEY, task_id bigint NOT NULL, attempt_id bigint, attempt_number integer NOT NULL,
-    worker text NOT NULL, pid integer NOT NULL, started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    finished_at timestamptz, upstream_ok boolean)"""
+    worker text NOT NULL, pid integer NOT NULL, resource_key text, lease_token uuid,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(), finished_at timestamptz, upstream_ok boolean)"""
 
 
 def faults_http(context: FlowContext):
     with connection.cursor() as cursor:
         # The attempt's row committed when begin_attempt did, before the flow was called.
-        cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid)
-                           SELECT %(task)s, max(id), %(number)s, coalesce(max(worker), ''), %(pid)s
+        cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid, resource_key,
+                                                lease_token)
+                           SELECT %(task)s, max(id), %(number)s, coalesce(max(worker), ''), %(pid)s, %(resource)s,
+                                  (array_agg(lease_token ORDER BY id DESC))[1]
                            FROM {Attempt._meta.db_table} WHERE task_id = %(task)s AND number = %(number)s
                            RETURNING id""",
-                       {"task": context.task_id, "number": context.attempt, "pid": os.getpid()})
+                       {"task": context.task_id, "number": context.attempt, "pid": os.getpid(),
+                        "resource": context.resource_key})
         execution = cursor.fetchone()[0]
     ok = False
     try:

@@ -1,16 +1,16 @@
 """The fault suite's table: one row per fault, printed by conftest.py at the end of the run.
-"overlapping": tasks with two executions at once; "ok twice": tasks whose flow the upstream said
-ok to more than once."""
+"overlapping": tasks with two executions at once; "held twice": resources two executions ran on at
+once; "ok twice": tasks whose flow the upstream said ok to more than once."""
 
-COLUMNS = ("fault", "tasks started", "succeeded", "dead", "lost", "run twice", "overlapping", "ok twice",
-           "settle (s)", "restarted")
+COLUMNS = ("fault", "tasks started", "succeeded", "dead", "lost", "run twice", "overlapping", "held twice",
+           "ok twice", "settle (s)", "restarted")
 ROWS: list[tuple] = []
 
 
 def add(fault: str, *, started: int, succeeded: int, dead: int, lost: int, run_twice: int, overlapping: int,
-        succeeded_twice: int, settle: float, restarted: int) -> None:
-    ROWS.append((fault, started, succeeded, dead, lost, run_twice, overlapping, succeeded_twice, f"{settle:.1f}",
-                 restarted))
+        held_twice: int, succeeded_twice: int, settle: float, restarted: int) -> None:
+    ROWS.append((fault, started, succeeded, dead, lost, run_twice, overlapping, held_twice, succeeded_twice,
+                 f"{settle:.1f}", restarted))
 
 
 def table() -> list[str]:

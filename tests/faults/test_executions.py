@@ -1,32 +1,39 @@
 """The fault suite's own checks can fail: executions written as rows, as the flow writes them."""
 
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tests.faults.executions import executions_succeeded_twice, overlapping_executions
+from tests.faults.executions import (
+    executions_succeeded_twice,
+    overlapping_executions,
+    overlapping_holders,
+)
 from tests.faults.flow import CREATE, TABLE
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db]
 
-TASK = 7
+TASK, OTHER = 7, 8
 
 
 @pytest.fixture
 def executions():
-    """Adds an execution of TASK: (attempt id, seconds from the start it began, ended or None, upstream ok)."""
+    """Adds an execution of TASK (or `task`): (attempt id, seconds from the start it began, ended or
+    None, upstream ok, the resource it ran on)."""
     with connection.cursor() as cursor:
         cursor.execute(CREATE)
     start = timezone.now()
 
-    def add(attempt: int, began: float, ended: float | None, *, ok: bool | None = None) -> None:
+    def add(attempt: int, began: float, ended: float | None, *, ok: bool | None = None, task: int = TASK,
+            resource: str | None = None) -> None:
         with connection.cursor() as cursor:
-            cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid, started_at,
-                                                    finished_at, upstream_ok)
-                               VALUES (%s, %s, %s, 'host-a.1', 1, %s, %s, %s)""",
-                           [TASK, attempt, attempt, start + timedelta(seconds=began),
+            cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid, resource_key,
+                                                    lease_token, started_at, finished_at, upstream_ok)
+                               VALUES (%s, %s, %s, 'host-a.1', 1, %s, %s, %s, %s, %s)""",
+                           [task, attempt, attempt, resource, uuid.uuid4(), start + timedelta(seconds=began),
                             None if ended is None else start + timedelta(seconds=ended), ok])
 
     add.start = start
@@ -67,3 +74,25 @@ def test_a_task_the_upstream_said_ok_to_twice_succeeded_twice(executions):
     executions(3, 4, 5, ok=True)
 
     assert executions_succeeded_twice([TASK]) == [(TASK, 2)]
+
+
+def test_two_tasks_running_on_one_resource_at_the_same_time_overlap(executions):
+    executions(1, 0, 5, resource="alice@x")
+    executions(2, 4, 6, task=OTHER, resource="alice@x")
+
+    assert [(row[0], row[1], row[6]) for row in overlapping_holders([TASK, OTHER])] == [("alice@x", TASK, OTHER)]
+
+
+def test_two_tasks_running_at_once_on_different_resources_do_not_overlap(executions):
+    executions(1, 0, 5, resource="alice@x")
+    executions(2, 4, 6, task=OTHER, resource="bob@x")
+
+    assert overlapping_holders([TASK, OTHER]) == []
+
+
+def test_a_resource_whose_holder_was_killed_is_free_from_the_kill(executions):
+    executions(1, 0, None, resource="alice@x")
+    executions(2, 9, 10, task=OTHER, resource="alice@x")
+
+    assert len(overlapping_holders([TASK, OTHER])) == 1
+    assert overlapping_holders([TASK, OTHER], killed_at=executions.start + timedelta(seconds=1)) == []

@@ -1,7 +1,7 @@
 """Break the deployment on purpose and prove the promise: whatever fails — a worker, Redis, the
 database connections, the upstream — every task ends succeeded or dead (dead with its dead letter
-and work order), no attempt runs twice, no task runs two executions at once or succeeds twice,
-and `check_invariants` passes.
+and work order), no attempt runs twice, no task runs two executions at once or succeeds twice, no
+resource is held by two executions at once, and `check_invariants` passes.
 
 One deployment (tests/faults/cluster.py) serves every fault; each fault starts its own tasks on a
 pool of its own, breaks something while they run, and waits for them to settle. The faults that
@@ -28,7 +28,11 @@ from telemetry.invariants import check_invariants
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.faults import report
 from tests.faults.cluster import CLOCKS, Cluster, RedisServer
-from tests.faults.executions import executions_succeeded_twice, overlapping_executions
+from tests.faults.executions import (
+    executions_succeeded_twice,
+    overlapping_executions,
+    overlapping_holders,
+)
 from tests.faults.flow import CREATE, TABLE
 from tests.faults.upstream import Upstream, serving
 from tests.telemetry.processes import wait_for
@@ -58,7 +62,7 @@ def deployment(django_db_setup, django_db_blocker):
             yield SimpleNamespace(upstream=upstream, redis=redis, cluster=cluster)
         finally:
             cluster.stop_all()
-            redis.stop()
+            redis.discard()
             for name, url in queues.items():
                 settings.RQ_QUEUES[name]["URL"] = url
             with connection.cursor() as cursor:
@@ -72,6 +76,7 @@ class Settled:
     lost: list[int]
     run_twice: list[tuple]
     overlapping: list[tuple]
+    held_twice: list[tuple]
     succeeded_twice: list[tuple]
     dead_without_work_order: list[int]
     invariants: str
@@ -136,6 +141,7 @@ class FaultRun:
                                GROUP BY attempt_id HAVING count(*) > 1 OR attempt_id IS NULL""", [self.task_ids])
             run_twice = cursor.fetchall()
         overlapping = overlapping_executions(self.task_ids, killed_at=killed_at)
+        held_twice = overlapping_holders(self.task_ids, killed_at=killed_at)
         succeeded_twice = executions_succeeded_twice(self.task_ids)
         # As `manage.py check_invariants --deep` does, with the deployment's settings and Redis.
         checks = check_invariants(deep=True)
@@ -143,13 +149,14 @@ class FaultRun:
             succeeded=sum(s == TaskState.SUCCEEDED for s in states.values()),
             dead=sum(s == TaskState.DEAD for s in states.values()),
             lost=[pk for pk, s in states.items() if s not in (TaskState.SUCCEEDED, TaskState.DEAD)],
-            run_twice=run_twice, overlapping=overlapping, succeeded_twice=succeeded_twice,
+            run_twice=run_twice, overlapping=overlapping, held_twice=held_twice, succeeded_twice=succeeded_twice,
             dead_without_work_order=self.dead_without_work_order(),
             invariants="\n".join(f"{c.name}: {v.line()}" for c in checks for v in c.violations),
             invariants_ok=not any(c.count for c in checks))
         report.add(self.name, started=len(self.task_ids), succeeded=result.succeeded, dead=result.dead,
                    lost=len(result.lost), run_twice=len(run_twice),
-                   overlapping=len({row[0] for row in overlapping}), succeeded_twice=len(succeeded_twice), settle=took,
+                   overlapping=len({row[0] for row in overlapping}), held_twice=len({row[0] for row in held_twice}),
+                   succeeded_twice=len(succeeded_twice), settle=took,
                    restarted=cluster.restarts - restarts_before)
         return result
 
@@ -183,6 +190,8 @@ def assert_promise_kept(result: Settled) -> None:
     assert result.run_twice == [], f"attempts run more than once (attempt id, executions): {result.run_twice}"
     assert result.overlapping == [], ("executions of one task at the same time (task, attempt, started, ended, "
                                       f"other attempt, started, ended): {result.overlapping}")
+    assert result.held_twice == [], ("resources held by two executions at once (resource, task, attempt, lease, "
+                                     f"started, ended, other task, attempt, lease, started, ended): {result.held_twice}")
     assert result.succeeded_twice == [], f"tasks whose flow succeeded more than once: {result.succeeded_twice}"
     assert result.dead_without_work_order == [], f"dead tasks without a work order: {result.dead_without_work_order}"
     assert result.invariants_ok, result.invariants
@@ -272,15 +281,21 @@ def test_worker_killed_mid_attempt_loses_nothing_and_runs_nothing_twice(deployme
     # retry is then paid again (delivery is at least once); result.succeeded_twice counts what flows saw.
 
 
-def test_redis_restart_loses_nothing(deployment):
+def test_redis_restart_mid_attempt_loses_nothing(deployment):
     run = running_with_backlog(deployment, "Redis restart")
+    # Mid-attempt: a flow is under way (its worker heartbeating its job), others wait on the queues
+    # and in the scheduled registries, and the idle worker is blocked in its dequeue.
+    wait_for(run.running_worker, timeout=30, every=0.05)
+    deployment.redis.client().set("faults:before-restart", "kept")
     since = time.monotonic()
     deployment.redis.stop()
     time.sleep(1)  # the outage
     deployment.redis.start()
+    kept = deployment.redis.client().get("faults:before-restart")
 
     result = run.settle(since=since)
 
+    assert kept == b"kept", "the restart did not keep Redis's data, as production's append-only file does"
     assert_promise_kept(result)
     assert result.succeeded, "nothing succeeded after the restart"
     assert run.paid_twice() == []

@@ -140,6 +140,18 @@ def test_an_overdue_task_whose_wake_up_is_queued_behind_a_backlog_passes(system)
     assert found("overdue_tasks") == []
 
 
+def test_an_overdue_task_whose_queued_job_a_dead_worker_took_off_its_queue_is_reported(system, redis_conn):
+    held = system["held"]
+    past = timezone.now() - timedelta(minutes=5)
+    Task.objects.filter(pk=held.pk).update(next_run_at=past)
+    job_id = enqueue_attempt(task_id=held.pk, attempt_number=2, at=past)
+    # A flow worker (serving several queues: BLPOP) takes it and its host dies before the job starts.
+    assert redis_conn.lpop("rq:queue:retries") == job_id.encode()
+    (result,) = check_invariants(names=["overdue_tasks"], now=later())
+    assert [v.ids for v in result.violations] == [{"task": held.pk}]
+    assert result.violations[0].message.endswith(f"RQ job {job_id} stranded")
+
+
 def test_an_overdue_task_whose_job_is_gone_from_redis_is_reported(system, redis_conn):
     held = Task.objects.get(pk=system["held"].pk)
     Task.objects.filter(pk=held.pk).update(next_run_at=timezone.now() - timedelta(minutes=5))
@@ -221,11 +233,23 @@ def test_an_open_dead_letter_without_a_live_work_order_is_reported(system):
     assert found("work_orders") == [{"dead_letter": letter.pk, "task": system["dead"].pk, "work_order": None}]
 
 
-def test_an_open_dead_letter_on_an_ended_work_order_is_reported(system):
-    letter = system["letter"]
+def cancel_long_after_the_death(letter):
+    """An operator cancels the work order of a letter that died an hour ago: the letter stays open
+    for the next escalation run to give a live work order."""
+    DeadLetter.objects.filter(pk=letter.pk).update(died_at=timezone.now() - timedelta(hours=1))
     WorkOrder.objects.filter(pk=letter.work_order_id).update(state="cancelled", ended_at=timezone.now())
-    assert found("work_orders") == [
+
+
+def test_an_open_dead_letter_on_a_work_order_ended_longer_than_the_grace_ago_is_reported(system):
+    letter = system["letter"]
+    cancel_long_after_the_death(letter)
+    assert found("work_orders", now=later()) == [
         {"dead_letter": letter.pk, "task": system["dead"].pk, "work_order": letter.work_order_id}]
+
+
+def test_an_open_dead_letter_on_a_work_order_ended_within_the_grace_passes(system):
+    cancel_long_after_the_death(system["letter"])
+    assert found("work_orders", now=timezone.now()) == []
 
 
 def test_a_work_order_moved_without_its_audit_entry_is_reported(system):

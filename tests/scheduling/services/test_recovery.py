@@ -13,7 +13,8 @@ from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, RetryPolicy, Task
-from scheduling.queueing import queue_for
+from scheduling.queueing import WORKER_QUEUES, queue_for
+from scheduling.services.recovery import LPOS_AT_MOST
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
 
@@ -116,6 +117,59 @@ def test_an_overdue_task_whose_job_started_on_a_worker_that_died_is_woken(redis_
     work()
     assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
     assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+
+
+def dequeue_and_die(queues, task):
+    """A worker takes the task's job off its queue and its host dies before the work horse marks the
+    job started: RQ still calls it queued. Serving one queue, RQ moves the id to the queue's
+    :intermediate list (BLMOVE); serving several, as ours do, it pops it (BLPOP) and keeps no copy."""
+    dead = django_rq.get_worker(*queues, worker_class=SimpleWorker)
+    job, _ = dead.dequeue_job_and_maintain_ttl(timeout=1)
+    assert job.id == Task.objects.get(pk=task.pk).rq_job_id and job.get_status(refresh=True) == "queued"
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))
+    return job
+
+
+def test_an_overdue_task_whose_job_a_dead_worker_left_in_the_intermediate_list_is_woken(redis_conn, alice,
+                                                                                       instant_policy):
+    task = start(alice)
+    job = dequeue_and_die(["flows"], task)
+    assert redis_conn.lrange("rq:queue:flows:intermediate", 0, -1) == [job.id.encode()]
+
+    assert services.dispatch_waiting() == [task.pk]
+    work()
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+    assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_an_overdue_task_whose_job_a_dead_worker_popped_from_several_queues_is_woken(redis_conn, alice,
+                                                                                    instant_policy):
+    task = start(alice)
+    dequeue_and_die(WORKER_QUEUES, task)
+
+    assert services.dispatch_waiting() == [task.pk]
+    work()
+    assert Attempt.objects.get(task=task).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_a_task_whose_job_is_off_its_queue_for_less_than_the_grace_is_left_to_its_worker(redis_conn, alice,
+                                                                                        instant_policy):
+    task = start(alice)
+    dequeue_and_die(WORKER_QUEUES, task)
+    Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=1))
+    assert services.dispatch_waiting() == []
+
+
+def test_an_overdue_backlog_read_whole_from_its_queue_stays_queued_and_its_stranded_job_is_woken(
+        redis_conn, pool, alice, instant_policy):
+    stranded = start(alice)
+    dequeue_and_die(WORKER_QUEUES, stranded)
+    # More overdue queued jobs than one LPOS each is worth: the queue's list is read whole.
+    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant",
+                                   audit=False).pk for _ in range(LPOS_AT_MOST + 1)]
+    Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
+
+    assert services.dispatch_waiting(limit=LPOS_AT_MOST + 1) == [stranded.pk]
 
 
 def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_page(redis_conn, pool, alice,
