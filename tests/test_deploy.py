@@ -1,6 +1,7 @@
 """deploy/: the Procfile and the compose file run exactly what `manage.py up` runs, and the
 production settings pass `manage.py check --deploy`."""
 
+import fnmatch
 import os
 import secrets
 import shlex
@@ -84,6 +85,18 @@ def test_the_compose_file_probes_web_by_healthz_and_the_workers_by_readyz():
     assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
     for name in ("worker", "periodic_worker"):
         assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
+
+
+def test_the_image_installs_the_locked_versions():
+    """The image runs what CI tested and .ci/audit checked: requirements.lock constrains its pip
+    install, and the build context (Dockerfile.dockerignore) keeps the lock."""
+    installs = [shlex.split(command) for line in (DEPLOY / "Dockerfile").read_text().splitlines()
+                if line.startswith("RUN ") for command in line.removeprefix("RUN ").split("&&")
+                if command.split()[:2] == ["pip", "install"]]
+    assert installs == [["pip", "install", "-c", "requirements.lock", "."]]
+    ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    assert not [pattern for pattern in ignored if fnmatch.fnmatch("requirements.lock", pattern)]
 
 
 @pytest.mark.slow
