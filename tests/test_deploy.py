@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 # What an operator behind a TLS-terminating proxy sets (the README's production settings).
 PRODUCTION_ENV = {
+    "RETRYOPS_REQUIRE_CONFIG": "true",
     "DEBUG": "false",
     "SECRET_KEY": secrets.token_hex(32),
     "ALLOWED_HOSTS": "retryops.example.com",
@@ -99,8 +100,18 @@ def test_the_image_installs_the_locked_versions():
     assert not [pattern for pattern in ignored if fnmatch.fnmatch("requirements.lock", pattern)]
 
 
+def test_every_compose_service_of_the_app_requires_its_configuration():
+    """With RETRYOPS_REQUIRE_CONFIG a container started without DATABASE_URL, REDIS_URL or SECRET_KEY
+    stops, naming them, instead of running on servers and a key of its own."""
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    for name, service in services.items():
+        if name not in ("postgres", "redis"):
+            assert service["environment"]["RETRYOPS_REQUIRE_CONFIG"] == "true", name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value, said", [
+    ("RETRYOPS_REQUIRE_CONFIG", "always", "RETRYOPS_REQUIRE_CONFIG='always' is not a boolean"),
     ("SECURE_COOKIES", "maybe", "SECURE_COOKIES='maybe' is not a boolean"),
     ("SECURE_SSL_REDIRECT", "2", "SECURE_SSL_REDIRECT='2' is not a boolean"),
     ("SECURE_HSTS_SECONDS", "-1", "SECURE_HSTS_SECONDS=-1 must be at least 0"),
