@@ -449,8 +449,9 @@ RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATIO
 # /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
 # every INTERVAL seconds across all web processes (0: never), in the background, their statements
 # together given at most BUDGET_MS; it reports the violations it counted, and is not ready because
-# of them only when FAIL_ON_INVARIANTS is true: a data problem should not take every web process
-# out of the load balancer. An unmigrated database is never ready.
+# of them only when FAIL_ON_INVARIANTS is true (the balancers' /readyz?scope=web neither runs nor
+# reports them: a data problem should not take every web process out of the load balancer). An
+# unmigrated database is never ready.
 RETRYOPS_READYZ_INVARIANTS_INTERVAL = env_int("RETRYOPS_READYZ_INVARIANTS_INTERVAL", 60, minimum=0, maximum=86_400)
 RETRYOPS_READYZ_INVARIANTS_BUDGET_MS = env_int("RETRYOPS_READYZ_INVARIANTS_BUDGET_MS", 2000, minimum=10,
                                                maximum=60_000)

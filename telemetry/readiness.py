@@ -5,8 +5,9 @@ waits for them, in one read-only transaction whose statements together get
 RETRYOPS_READYZ_INVARIANTS_BUDGET_MS at most.
 
 A violation is a data problem: it is reported, and fails readiness only when
-RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (else one bad row would take every web process out of
-the load balancer, turning a data problem into an outage).
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (a balancer probing /readyz would otherwise take every
+web process out for one bad row, turning a data problem into an outage; balancers probe
+/readyz?scope=web, which runs no invariant check).
 
 It also says how this process last found the read replica (retryops.replica), never failing
 readiness for it: the primary serves its reads meanwhile."""

@@ -81,9 +81,9 @@ def test_the_compose_services_run_the_procfile_commands():
     assert commands == procfile()
 
 
-def test_the_compose_file_probes_web_by_healthz_and_the_workers_by_readyz():
+def test_the_compose_file_probes_web_by_its_own_readiness_and_the_workers_by_the_deployments():
     services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
-    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    assert "/readyz?scope=web'" in " ".join(services["web"]["healthcheck"]["test"])
     for name in ("worker", "periodic_worker"):
         assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
 
