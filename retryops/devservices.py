@@ -296,6 +296,21 @@ def redis_url() -> str:
     return url
 
 
+def missing_configuration() -> list[str]:
+    """The variables this environment leaves unset (or empty) that would fall back to this machine's
+    own servers or key (database_url, redis_url, local_secret_key): what RETRYOPS_REQUIRE_CONFIG refuses."""
+    from retryops.env import env_addresses, env_str
+
+    missing = []
+    if not os.environ.get("DATABASE_URL"):
+        missing.append("DATABASE_URL")
+    if not os.environ.get("REDIS_URL") and not env_addresses("REDIS_SENTINELS"):
+        missing.append("REDIS_URL (or REDIS_SENTINELS)")
+    if not env_str("SECRET_KEY"):
+        missing.append("SECRET_KEY (or SECRET_KEY_FILE)")
+    return missing
+
+
 def local_secret_key() -> str:
     """A random SECRET_KEY kept in the embedded folder, for machines that set none."""
     import secrets

@@ -26,6 +26,17 @@ from telemetry.logs import FORMATS, logging_config
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
+# Unset, DATABASE_URL, REDIS_URL and SECRET_KEY fall back to this machine's own servers and key
+# (retryops/devservices.py), which the README's two commands rely on. Production sets this to true
+# (deploy/): there a worker host missing REDIS_URL would idle on an embedded Redis of its own, and a
+# web host missing SECRET_KEY would sign sessions and CSRF tokens no other host behind the balancer accepts.
+RETRYOPS_REQUIRE_CONFIG = env_bool("RETRYOPS_REQUIRE_CONFIG", False)
+if RETRYOPS_REQUIRE_CONFIG and (_missing := devservices.missing_configuration()):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"RETRYOPS_REQUIRE_CONFIG is true but these are unset or empty: {', '.join(_missing)}; "
+                               "set each (without RETRYOPS_REQUIRE_CONFIG they fall back to this host's own "
+                               "servers and key)")
 # Unset, a random key is generated once per checkout and kept in .embedded/ (never a known constant).
 SECRET_KEY = env_str("SECRET_KEY") or devservices.local_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
@@ -438,8 +449,9 @@ RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATIO
 # /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
 # every INTERVAL seconds across all web processes (0: never), in the background, their statements
 # together given at most BUDGET_MS; it reports the violations it counted, and is not ready because
-# of them only when FAIL_ON_INVARIANTS is true: a data problem should not take every web process
-# out of the load balancer. An unmigrated database is never ready.
+# of them only when FAIL_ON_INVARIANTS is true (the balancers' /readyz?scope=web neither runs nor
+# reports them: a data problem should not take every web process out of the load balancer). An
+# unmigrated database is never ready.
 RETRYOPS_READYZ_INVARIANTS_INTERVAL = env_int("RETRYOPS_READYZ_INVARIANTS_INTERVAL", 60, minimum=0, maximum=86_400)
 RETRYOPS_READYZ_INVARIANTS_BUDGET_MS = env_int("RETRYOPS_READYZ_INVARIANTS_BUDGET_MS", 2000, minimum=10,
                                                maximum=60_000)

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from redis import Redis
 from rq.job import JobStatus
 
 from audit.choices import AuditAction
@@ -92,6 +93,10 @@ class Horizons:
     # is not judged (the holder's row of a claim made through another path may follow it).
     fresh_lease: timedelta
     since: datetime
+    # Where overdue_tasks reads RQ's jobs. None: the flow queue's connection, on which a Redis error
+    # reports each overdue task with its status unknown. A caller that brings its own client (the
+    # probe's, with a short timeout: telemetry.readiness) gets the error raised, to report it itself.
+    jobs_redis: "Redis | None" = None
 
     @classmethod
     def from_settings(cls, *, now: datetime | None = None, deep: bool = False) -> "Horizons":
@@ -228,8 +233,10 @@ def overdue_tasks(h: Horizons) -> list[Violation]:
         from scheduling.queueing import FLOW_QUEUE
 
         try:
-            jobs = _rq_jobs(job_ids, django_rq.get_connection(FLOW_QUEUE))
+            jobs = _rq_jobs(job_ids, h.jobs_redis or django_rq.get_connection(FLOW_QUEUE))
         except RedisError as exc:
+            if h.jobs_redis is not None:
+                raise
             unknown = f" (status unknown: {type(exc).__name__})"
     rows = [row for row in rows if not jobs.get(row[-1], (False,))[0]]
     if rows:

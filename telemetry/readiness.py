@@ -5,8 +5,9 @@ waits for them, in one read-only transaction whose statements together get
 RETRYOPS_READYZ_INVARIANTS_BUDGET_MS at most.
 
 A violation is a data problem: it is reported, and fails readiness only when
-RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (else one bad row would take every web process out of
-the load balancer, turning a data problem into an outage).
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (a balancer probing /readyz would otherwise take every
+web process out for one bad row, turning a data problem into an outage; balancers probe
+/readyz?scope=web, which runs no invariant check).
 
 It also says how this process last found the read replica (retryops.replica), never failing
 readiness for it: the primary serves its reads meanwhile."""
@@ -15,13 +16,18 @@ import logging
 import os
 import threading
 import time
+from contextlib import closing
+from dataclasses import replace
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
+from redis import Redis
+from redis.exceptions import RedisError
 
-from retryops import replica
+from retryops import probes, redis_servers, replica
+from scheduling.queueing import FLOW_QUEUE
 from telemetry.invariants import CHECKS, DEEP, Horizons
 
 log = logging.getLogger(__name__)
@@ -40,9 +46,17 @@ class _OutOfTime(Exception):
     pass
 
 
+def _jobs_redis(timeout: float) -> Redis:
+    """The flow queue's Redis, giving up after `timeout` seconds. Not the queue's own connection:
+    that one has no read timeout of ours (a worker's blocking pop waits on it longer than a probe
+    may; redis-py before 8 sets none at all), and on a Redis host that drops packets this thread
+    would wait on it, its transaction open, for as long as the kernel retries."""
+    return redis_servers.client(probes.queue_server(FLOW_QUEUE), timeout)
+
+
 def check_now(*, budget_ms: int | None = None) -> dict:
-    """Run the fast checks now in this thread, in one read-only transaction, each statement
-    limited to what is left of the budget; count each check's violations."""
+    """Run the fast checks now in this thread, in one read-only transaction, each statement, and
+    each read of Redis, limited to what is left of the budget; count each check's violations."""
     budget = (budget_ms or settings.RETRYOPS_READYZ_INVARIANTS_BUDGET_MS) / 1000
     started, counts, state, detail = time.monotonic(), {}, "ok", ""
     try:
@@ -60,7 +74,8 @@ def check_now(*, budget_ms: int | None = None) -> dict:
                     if left < 1:
                         raise _OutOfTime
                     cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{left}ms"])
-                    counts[name] = len(CHECKS[name](horizons))
+                    with closing(_jobs_redis(left / 1000)) as redis:
+                        counts[name] = len(CHECKS[name](replace(horizons, jobs_redis=redis)))
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [timeout_before])
     except _OutOfTime:
         state = "timeout"
@@ -68,6 +83,8 @@ def check_now(*, budget_ms: int | None = None) -> dict:
         # 57014 query_canceled: the statement timeout; anything else (a lost connection) is an error.
         timed_out = getattr(getattr(exc, "__cause__", None), "sqlstate", None) == "57014"
         state, detail = ("timeout", "") if timed_out else ("error", type(exc).__name__)
+    except RedisError as exc:  # the overdue check's read of RQ's jobs: Redis, not the data, is the problem
+        state, detail = "error", f"redis: {type(exc).__name__}"
     if state == "ok" and any(counts.values()):
         state = "violations"
     report = {"state": state, "violations": counts, "unfinished": [n for n in FAST if n not in counts],

@@ -1,6 +1,7 @@
 """deploy/: the Procfile and the compose file run exactly what `manage.py up` runs, and the
 production settings pass `manage.py check --deploy`."""
 
+import fnmatch
 import os
 import secrets
 import shlex
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 # What an operator behind a TLS-terminating proxy sets (the README's production settings).
 PRODUCTION_ENV = {
+    "RETRYOPS_REQUIRE_CONFIG": "true",
     "DEBUG": "false",
     "SECRET_KEY": secrets.token_hex(32),
     "ALLOWED_HOSTS": "retryops.example.com",
@@ -79,15 +81,37 @@ def test_the_compose_services_run_the_procfile_commands():
     assert commands == procfile()
 
 
-def test_the_compose_file_probes_web_by_healthz_and_the_workers_by_readyz():
+def test_the_compose_file_probes_web_by_its_own_readiness_and_the_workers_by_the_deployments():
     services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
-    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    assert "/readyz?scope=web'" in " ".join(services["web"]["healthcheck"]["test"])
     for name in ("worker", "periodic_worker"):
         assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
 
 
+def test_the_image_installs_the_locked_versions():
+    """The image runs what CI tested and .ci/audit checked: requirements.lock constrains its pip
+    install, and the build context (Dockerfile.dockerignore) keeps the lock."""
+    installs = [shlex.split(command) for line in (DEPLOY / "Dockerfile").read_text().splitlines()
+                if line.startswith("RUN ") for command in line.removeprefix("RUN ").split("&&")
+                if command.split()[:2] == ["pip", "install"]]
+    assert installs == [["pip", "install", "-c", "requirements.lock", "."]]
+    ignored = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    assert not [pattern for pattern in ignored if fnmatch.fnmatch("requirements.lock", pattern)]
+
+
+def test_every_compose_service_of_the_app_requires_its_configuration():
+    """With RETRYOPS_REQUIRE_CONFIG a container started without DATABASE_URL, REDIS_URL or SECRET_KEY
+    stops, naming them, instead of running on servers and a key of its own."""
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    for name, service in services.items():
+        if name not in ("postgres", "redis"):
+            assert service["environment"]["RETRYOPS_REQUIRE_CONFIG"] == "true", name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value, said", [
+    ("RETRYOPS_REQUIRE_CONFIG", "always", "RETRYOPS_REQUIRE_CONFIG='always' is not a boolean"),
     ("SECURE_COOKIES", "maybe", "SECURE_COOKIES='maybe' is not a boolean"),
     ("SECURE_SSL_REDIRECT", "2", "SECURE_SSL_REDIRECT='2' is not a boolean"),
     ("SECURE_HSTS_SECONDS", "-1", "SECURE_HSTS_SECONDS=-1 must be at least 0"),

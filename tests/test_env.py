@@ -225,3 +225,38 @@ def test_a_bad_connect_timeout_stops_start_up_naming_the_variable(raw, said):
     run = start_up(DB_CONNECT_TIMEOUT=raw)
     assert run.returncode != 0
     assert said in run.stderr
+
+
+# RETRYOPS_REQUIRE_CONFIG: production refuses to fall back to this host's own servers and key
+
+
+@pytest.mark.slow
+def test_required_configuration_names_every_missing_variable_at_once():
+    from tests.startup import start_up
+
+    run = start_up(RETRYOPS_REQUIRE_CONFIG="true", DATABASE_URL="", SECRET_KEY="")
+    assert run.returncode != 0
+    assert ("ImproperlyConfigured: RETRYOPS_REQUIRE_CONFIG is true but these are unset or empty: DATABASE_URL, "
+            "REDIS_URL (or REDIS_SENTINELS), SECRET_KEY (or SECRET_KEY_FILE);") in run.stderr
+
+
+@pytest.mark.slow
+def test_required_configuration_takes_the_sentinels_for_redis_and_a_file_for_the_key(tmp_path):
+    from tests.startup import start_up
+
+    key = tmp_path / "secret-key"
+    key.write_text("k" * 50)
+    run = start_up("[settings.SECRET_KEY == 'k' * 50, settings.REDIS_URL]", RETRYOPS_REQUIRE_CONFIG="true",
+                   SECRET_KEY="", SECRET_KEY_FILE=str(key), REDIS_SENTINELS="10.0.0.5:26379",
+                   REDIS_SENTINEL_MASTER="retryops")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == [True, ""]
+
+
+@pytest.mark.slow
+def test_without_required_configuration_an_unset_redis_url_falls_back_to_this_hosts_own():
+    from tests.startup import start_up
+
+    run = start_up("settings.REDIS_URL", RETRYOPS_REQUIRE_CONFIG="false")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]).startswith(("redis://127.0.0.1:6379", "unix://"))

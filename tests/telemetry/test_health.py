@@ -69,6 +69,31 @@ def test_readyz_reports_a_stopped_redis_as_not_ready_and_never_shows_its_passwor
         assert "s3cret-pw" not in response.content.decode() and "redis://" not in response.content.decode()
 
 
+def test_readyz_for_balancers_is_ready_with_no_worker_scheduler_or_cron_running(client, db, redis_conn):
+    # A worker deploy, or RQ's scheduler silent for minutes after a Redis failover, must not take the
+    # console and the API off the balancer: the web scope asks only what a web process needs.
+    response = client.get("/readyz?scope=web", HTTP_HOST="10.0.3.7")
+    assert (response.status_code, response.json()) == (200, {
+        "status": "ready", "failing": [],
+        "checks": {"database": {"state": "ok"}, "migrations": {"state": "ok"}, "redis": {"state": "ok"},
+                   "replica": {"state": "off"}}})
+    assert "no-store" in response["Cache-Control"]
+
+
+def test_readyz_for_balancers_names_a_stopped_redis(client, db, settings):
+    point_queues_at(settings, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    response = client.get("/readyz?scope=web")
+    assert (response.status_code, response.json()["failing"]) == (503, ["redis"])
+    assert response.json()["checks"]["redis"] == {"state": "down"}
+
+
+@pytest.mark.parametrize("query", ["?scope=workers", "?scope=", "?scope=WEB"])
+def test_readyz_refuses_a_scope_it_does_not_know_naming_it(client, db, query):
+    response = client.get(f"/readyz{query}")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(f"scope={query.removeprefix('?scope=')!r} is not known: use scope=web")
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_ready_with_a_worker_its_scheduler_and_the_crons_running(client, redis_conn):
@@ -82,7 +107,7 @@ def test_readyz_is_ready_with_a_worker_its_scheduler_and_the_crons_running(clien
 
 
 @pytest.mark.slow
-def test_with_the_database_down_healthz_still_answers_and_readyz_says_the_database_is_down():
+def test_with_the_database_down_healthz_still_answers_and_both_readyz_scopes_say_the_database_is_down():
     port, closed = free_port(), free_port()
     env = environment(DATABASE_URL=f"postgresql://postgres@127.0.0.1:{closed}/retryops")
     server = subprocess.Popen([sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind",
@@ -92,10 +117,12 @@ def test_with_the_database_down_healthz_still_answers_and_readyz_says_the_databa
     try:
         healthz = wait_for(lambda: _get(f"{base}/healthz"), timeout=60)
         readyz = httpx.get(f"{base}/readyz", timeout=10)
+        for_balancers = httpx.get(f"{base}/readyz?scope=web", timeout=10)
     finally:
         stop(server)
     assert (healthz.status_code, healthz.json()) == (200, {"status": "ok"})
     assert (readyz.status_code, readyz.json()["checks"]["database"]) == (503, {"state": "down"})
+    assert (for_balancers.status_code, for_balancers.json()["failing"]) == (503, ["database"])
 
 
 def _get(url: str):

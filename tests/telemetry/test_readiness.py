@@ -2,6 +2,9 @@
 invariant checker's fast checks are counted in the background, read-only, within a time budget,
 and reported without failing readiness unless a setting says so."""
 
+import socket
+import threading
+import time
 from datetime import timedelta
 
 import psycopg
@@ -13,8 +16,10 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.utils import timezone
 
 from resources.models import Resource
+from scheduling.queueing import enqueue_attempt
 from telemetry import readiness
 from tests import servers
+from tests.factories import TaskFactory
 from tests.telemetry.processes import wait_for
 
 
@@ -67,6 +72,13 @@ def test_readyz_says_a_migrated_database_has_its_migrations(client, db, redis_co
     assert "migrations" not in body["failing"]
 
 
+def test_readyz_for_balancers_is_not_ready_on_a_database_missing_a_migration(client, db, redis_conn):
+    missing = forget_latest_migration()
+    body = client.get("/readyz?scope=web").json()
+    assert (body["status"], body["failing"]) == ("not_ready", ["migrations"])
+    assert body["checks"]["migrations"]["missing"] == [missing]
+
+
 @pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqworker-pool", "default", "--burst"],
                                      ["rqcron", "scheduling.cron"]])
 def test_a_worker_or_cron_refuses_to_start_on_a_database_missing_a_migration(db, redis_conn, command):
@@ -103,6 +115,54 @@ def test_the_probes_checks_give_up_at_their_budget_instead_of_waiting(pool, redi
     assert report["took_ms"] < 3000
 
 
+@pytest.fixture
+def unanswering_redis(settings):
+    """The queues' Redis on a host that drops packets: a TCP server that accepts connections and never
+    answers. It lets go of them after 15 s, so that a pass waiting on it (without the fix) still ends."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:  # closed
+                return
+
+    def let_go():
+        server.close()
+        for conn in accepted:
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    release = threading.Timer(15, let_go)
+    release.start()
+    settings.RQ_QUEUES = {name: {**config, "URL": f"redis://127.0.0.1:{server.getsockname()[1]}/0"}
+                          for name, config in settings.RQ_QUEUES.items()}
+    yield
+    release.cancel()
+    let_go()
+
+
+def test_the_probes_checks_end_within_their_budget_on_a_redis_that_never_answers_and_blame_it(db, unanswering_redis):
+    # An overdue task: the overdue check reads its RQ job's status from Redis.
+    TaskFactory(state="retrying", next_run_at=timezone.now() - timedelta(hours=1), rq_job_id="lost-job")
+    started = time.monotonic()
+    report = readiness.check_now(budget_ms=500)
+    assert time.monotonic() - started < 2
+    assert (report["state"], report["error"]) == ("error", "redis: TimeoutError")
+    assert "overdue_tasks" in report["unfinished"]
+
+
+def test_the_probes_overdue_check_reads_rq_jobs_from_the_queues_redis(db, redis_conn,
+                                                                     django_capture_on_commit_callbacks):
+    past = timezone.now() - timedelta(hours=1)
+    task = TaskFactory(state="retrying", next_run_at=past)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert enqueue_attempt(task_id=task.pk, attempt_number=1, at=past)
+    assert readiness.check_now()["violations"]["overdue_tasks"] == 0  # its wake-up is queued
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("fail_on_invariants", [False, True])
 def test_readyz_reports_invariant_violations_and_fails_on_them_only_when_told(client, claimed_alice, probe_settings,
@@ -128,6 +188,13 @@ def test_the_probe_runs_the_checks_at_most_once_per_interval(client, pool, probe
 def test_readyz_runs_no_checks_when_their_interval_is_zero(client, db, probe_settings):
     probe_settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
     assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "off"}
+    assert cache.get(readiness.LOCK_KEY) is None
+
+
+def test_readyz_for_balancers_neither_runs_nor_reports_the_invariant_checks(client, db, probe_settings):
+    # A data problem is for monitoring (/readyz), never a reason to take web processes off the balancer.
+    body = client.get("/readyz?scope=web").json()
+    assert "invariants" not in body["checks"]
     assert cache.get(readiness.LOCK_KEY) is None
 
 
