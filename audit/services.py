@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, models, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from audit import context
 from audit.choices import AuditAction, IdempotencyState
@@ -56,7 +56,8 @@ def target_of(obj: models.Model | Target) -> Target:
         if obj.pk is None:
             raise AuditError(f"cannot audit an unsaved {obj._meta.verbose_name}: it has no id yet",
                              code="bad_input", field="target")
-        return Target(type=obj._meta.label_lower, id=obj.pk, label=str(obj))
+        with translation.override(None):  # stored: the label stays English whoever reads the log
+            return Target(type=obj._meta.label_lower, id=obj.pk, label=str(obj))
     raise AuditError(f"target must be a saved model instance or an audit Target, got {type(obj).__name__}",
                      code="bad_input", field="target")
 

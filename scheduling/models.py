@@ -2,8 +2,8 @@
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import pgettext_lazy
 
 from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
@@ -77,7 +77,9 @@ class RetryPolicyChange(models.Model):
 
     def __str__(self) -> str:
         # Ids, not the policy's name: a name would cost a query per row wherever changes are listed.
-        return f"change {self.pk} of retry policy {self.policy_id} by {self.changed_by}"
+        # Shown as each change's caption on the policy's page, so in the reader's language.
+        return gettext("change %(change)s of retry policy %(policy)s by %(who)s") % {
+            "change": self.pk, "policy": self.policy_id, "who": self.changed_by}
 
 
 class Task(models.Model):

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 
 from audit.context import acting_as
@@ -17,6 +17,7 @@ from audit.models import AuditEntry
 from audit.selectors import entries_of_request, history_of
 from audit.services import Target, record_audit
 from resources.models import Resource
+from scheduling.models import RetryPolicyChange
 
 
 def test_an_entry_names_the_actor_channel_and_request_of_the_context(alice):
@@ -33,6 +34,13 @@ def test_an_entry_names_the_actor_channel_and_request_of_the_context(alice):
 def test_a_model_target_is_named_by_its_model_id_and_label(alice):
     entry = record_audit(action="resource.quarantine", target=alice)
     assert (entry.target_type, entry.target_id, entry.target_label) == ("resources.resource", str(alice.pk), "alice@x")
+
+
+def test_a_target_label_is_stored_in_english_whatever_the_readers_language(instant_policy):
+    change = RetryPolicyChange.objects.create(policy=instant_policy, changed_by="alice", before={}, after={})
+    with translation.override("zh-hans"):
+        entry = record_audit(action="resource.quarantine", target=change)
+    assert entry.target_label == f"change {change.pk} of retry policy {instant_policy.pk} by alice"
 
 
 def test_a_target_can_be_named_without_a_model_instance(db):

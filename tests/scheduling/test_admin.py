@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.db.models.signals import pre_save
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from scheduling import services
 from scheduling.choices import TaskEventKind, TaskState
@@ -331,6 +331,12 @@ def test_a_task_event_says_which_kind_of_which_task(alice, instant_policy):
 def test_a_policy_change_says_whose_change_of_which_policy(instant_policy):
     change = RetryPolicyChange.objects.create(policy=instant_policy, changed_by="alice", before={}, after={})
     assert str(change) == f"change {change.pk} of retry policy {instant_policy.pk} by alice"
+
+
+def test_a_policy_change_is_captioned_in_the_readers_language(instant_policy):
+    change = RetryPolicyChange.objects.create(policy=instant_policy, changed_by="alice", before={}, after={})
+    with translation.override("zh-hans"):
+        assert str(change) == f"重试策略 {instant_policy.pk} 的第 {change.pk} 次修改，修改人 alice"
 
 
 # reading the pages
