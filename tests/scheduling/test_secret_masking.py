@@ -18,6 +18,7 @@ from scheduling.models import BatchConfig, Task
 from tests.api_fixtures import OPERATE, keyed_client
 from tests.factories import AttemptFactory, DeadLetterFactory, ResourceFactory, TaskFactory
 from tests.resources.test_admin import submitted
+from tests.retryops.conftest import console_groups, logged_in, member  # noqa: F401  (console_groups: the fixture)
 from tests.scheduling.helpers import work
 
 SECRET = "hunter2-s3cr3t"
@@ -126,6 +127,14 @@ def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_s
     response = admin_client.post(url, submitted(page, payload=json.dumps({**shown, "order": 8})))
     assert response.status_code == 302
     assert BatchConfig.objects.get(pk=nightly.pk).payload == {"order": 8, "token": SECRET}
+
+
+@pytest.mark.usefixtures("console_groups")
+def test_a_viewer_without_change_permission_sees_a_batch_configs_payload_masked(nightly):
+    page = logged_in(member("vera", "viewers")).get(reverse("admin:scheduling_batchconfig_change", args=[nightly.pk]))
+    assert page.status_code == 200
+    assert SECRET not in page.content.decode()
+    assert escape(f'"token": "{MASK}"') in page.content.decode()
 
 
 # a mask with no secret behind it
