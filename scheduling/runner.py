@@ -11,7 +11,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from resources.errors import LeaseMismatch
 from retryops.jsonsafe import check_text, clean_text, make_storable
-from retryops.masking import scrub_secret_values, secret_values
+from retryops.masking import mask_secrets, scrub_secret_values, secret_values
 from scheduling.models import Attempt
 from scheduling.services.attempts import begin_attempt, finish_attempt
 
@@ -101,8 +101,9 @@ def _finish(**outcome) -> Attempt:
 def _storable(result):
     """A flow's result as jsonb can keep it. A result it cannot hold does not turn a success into
     a failure (a retry would repeat the flow's side effects): it is repaired, and what had to
-    change is kept beside it, {"value": ..., "storage_note": ...}, so the task's row says so."""
-    stored, notes = make_storable(result)
+    change is kept beside it, {"value": ..., "storage_note": ...}, so the task's row says so.
+    Masked first: the note and the warning name what they repaired."""
+    stored, notes = make_storable(mask_secrets(result))
     if not notes:
         return stored
     note = "; ".join(notes)
