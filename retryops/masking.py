@@ -113,11 +113,9 @@ def scrub_secret_values(text: str, secrets: Iterable[str]) -> str:
     if not secrets or not text:
         return text
     text = re.sub("|".join(map(re.escape, secrets)), MASK, text)
-    for value in secrets:
-        for length in range(min(len(value) - 1, len(text)), MIN_SECRET_LENGTH - 1, -1):
-            if text.endswith(value[:length]):
-                return text[:-length] + MASK
-    return text
+    cut = max((length for value in secrets for length in range(MIN_SECRET_LENGTH, len(value))
+               if text.endswith(value[:length])), default=0)
+    return text[:-cut] + MASK if cut else text
 
 
 def keep_masked_secrets(submitted, stored, *, field: str, error: type[BadInput] = BadInput):

@@ -196,3 +196,8 @@ def test_a_secret_inside_a_longer_one_leaves_nothing_of_the_longer_one():
 def test_a_message_without_secret_values_is_left_as_it_is():
     text = "HTTP 503 from http://up/x: try again later"
     assert scrub_secret_values(text, secret_values({"password": "hunter2"})) is text
+
+
+def test_the_longest_cut_off_secret_at_the_end_of_a_message_is_the_one_masked():
+    # "ab-cd" begins the longer secret, "cdab-cd" the shorter one: nothing of either is left.
+    assert scrub_secret_values("answer: cdab-cd", ["ab-cd-the-longer-one", "cdab-cdX"]) == f"answer: {MASK}"
