@@ -65,13 +65,14 @@ def target_of(obj: models.Model | Target) -> Target:
 def _storable(value: Any, name: str, repairs: list[str]) -> Any:
     if value is None:
         return None
-    stored, notes = make_storable(value)
+    # Masked, and before the repairs, whose notes name what they repaired: the audit log is read
+    # by people and streamed to other systems, and a secret attribute an operator changed must
+    # not be copied into it.
+    stored, notes = make_storable(mask_secrets(value))
     # make_storable names the top of what it walked "result"; here it is before or after.
     repairs += [name + note.removeprefix("result") if note.startswith("result") else f"{name}: {note}"
                 for note in notes]
-    # Masked: the audit log is read by people and streamed to other systems, and a secret
-    # attribute an operator changed must not be copied into it.
-    return mask_secrets(stored)
+    return stored
 
 
 def record_audit(*, action: str, target: models.Model | Target, before: Any = None, after: Any = None,

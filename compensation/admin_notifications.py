@@ -18,6 +18,7 @@ from compensation.notifications_models import (
     NotificationSubject,
 )
 from retryops.errors import DomainError
+from retryops.masking import mask_secrets
 
 STATE_COLOURS = {
     NotificationState.QUEUED: "#777",
@@ -83,4 +84,5 @@ class NotificationAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("payload"))
     def payload_shown(self, row):
-        return format_html("<pre>{}</pre>", json.dumps(row.payload, indent=2, ensure_ascii=False, sort_keys=True))
+        return format_html("<pre>{}</pre>", json.dumps(mask_secrets(row.payload), indent=2, ensure_ascii=False,
+                                                       sort_keys=True))

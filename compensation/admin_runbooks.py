@@ -37,8 +37,8 @@ from compensation.services.runbooks import (
     request_runbook_action,
     run_runbook_action,
 )
+from resources.admin import masked_json_display
 from retryops.errors import DomainError
-from retryops.masking import mask_secrets
 
 STATE_COLOURS = {RunbookRunState.REQUESTED: "#b36b00", RunbookRunState.APPROVED: "#205493",
                  RunbookRunState.RUNNING: "#205493", RunbookRunState.SUCCEEDED: "#2e7d32",
@@ -188,14 +188,8 @@ class RunbookRunAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         return list(dict.fromkeys(self.SHOWN_AS.get(name, name) for name in super().get_fields(request, obj)))
 
-    @admin.display(description=RunbookRun._meta.get_field("input").verbose_name)
-    def input_shown(self, run):
-        return json.dumps(mask_secrets(run.input), ensure_ascii=False)
-
-    @admin.display(description=RunbookRun._meta.get_field("result").verbose_name)
-    def result_shown(self, run):
-        return self.get_empty_value_display() if run.result is None else json.dumps(mask_secrets(run.result),
-                                                                                  ensure_ascii=False)
+    input_shown = masked_json_display("input", description=RunbookRun._meta.get_field("input").verbose_name)
+    result_shown = masked_json_display("result", description=RunbookRun._meta.get_field("result").verbose_name)
 
     @admin.display(description=_("work order"))
     def work_order_link(self, run):

@@ -5,6 +5,8 @@ ResourceAdmin is meant to be extended from above (scheduling adds "retry this re
 `list_display` and `actions` are plain attributes to add to, `get_object_buttons()` returns the
 change page's buttons, and its change form template has a `resource_attempts` block."""
 
+import json
+
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -86,6 +88,46 @@ class EditsWhatThePageShowed:
         return ShownForm
 
 
+def masked_json(value) -> str:
+    """A JSON value as a read-only page shows it: on one line, with the values of secret keys
+    masked (retryops.masking). A string is shown as it is."""
+    masked = mask_secrets(value)
+    return masked if isinstance(masked, str) else json.dumps(masked, ensure_ascii=False)
+
+
+def masked_json_display(field: str, *, description):
+    """A ModelAdmin display method showing the JSON field `field` masked, to put in its place on
+    a page that shows the row read-only (see MaskedWhenReadOnly)."""
+
+    @admin.display(description=description)
+    def shown(model_admin, obj):
+        value = getattr(obj, field)
+        return model_admin.get_empty_value_display() if value is None else masked_json(value)
+
+    return shown
+
+
+class MaskedWhenReadOnly:
+    """Mixed into a ModelAdmin whose form shows a JSON field masked (in its `initial`). A user
+    without change permission gets no form: Django renders every field read-only, straight from
+    the row, secrets and all. For them each field of SHOWN_MASKED is replaced by its display
+    method (made with masked_json_display)."""
+
+    SHOWN_MASKED: dict[str, str] = {}
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        return [(name, {**options, "fields": [self._shown_masked(entry) for entry in options["fields"]]})
+                for name, options in fieldsets]
+
+    def _shown_masked(self, entry):
+        if isinstance(entry, (list, tuple)):  # fields on one line
+            return type(entry)(self.SHOWN_MASKED.get(field, field) for field in entry)
+        return self.SHOWN_MASKED.get(entry, entry)
+
+
 def badge(text, colour: str, title: str = ""):
     return format_html('<span class="console-badge" style="background:{}" title="{}">{}</span>', colour, title, text)
 
@@ -111,8 +153,9 @@ class ResourcePoolAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
 
 
 @admin.register(Resource)
-class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmin):
+class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmin):
     form = ResourceForm
+    SHOWN_MASKED = {"attributes": "attributes_shown"}
     change_form_template = "admin/resources/resource/change_form.html"
     # The diagnosis beside the state: at 1366 px the last columns may be beyond the list's edge,
     # and "the resource or the environment?" is what an operator opens the list to see.
@@ -156,6 +199,8 @@ class ResourceAdmin(EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmi
         [created] = services.add_resources(pool=obj.pool, actor=actor, resources=[
             {"key": obj.key, "label": obj.label, "attributes": obj.attributes}])
         obj.pk, obj.created_at = created.pk, created.created_at
+
+    attributes_shown = masked_json_display("attributes", description=Resource._meta.get_field("attributes").verbose_name)
 
     # the list's columns
 

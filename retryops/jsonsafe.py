@@ -60,7 +60,10 @@ def _problem(value: Any, say: Callable[[str], str]) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return say(gettext_noop("is %(value)s, which JSON cannot hold")) % {"value": repr(value)}
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INTEGER:
-        return say(gettext_noop("is %(value)s, larger than %(max)s")) % {"value": value, "max": MAX_SAFE_INTEGER}
+        # Its length, not its value: a note is stored and logged, and a long number may be a
+        # card number or a PIN under a key that masking only meets later.
+        return say(gettext_noop("is an integer of %(digits)s digits, larger than %(max)s")) % {
+            "digits": len(str(abs(value))), "max": MAX_SAFE_INTEGER}
     if isinstance(value, str):
         return _text_problem(value, say)
     return None

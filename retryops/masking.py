@@ -5,9 +5,15 @@ audit log and its stream, the logs. The flows themselves get the real values.
 
 A key is secret when RETRYOPS_SECRET_KEYS (a regex, searched case-insensitively in the key) finds
 it; the whole value under such a key is masked, whatever its type, at any depth. Every layer
-uses this one module (it sits beside retryops.jsonsafe, below audit), so there is one rule."""
+uses this one module (it sits beside retryops.jsonsafe, below audit), so there is one rule.
 
+Free text has no keys: an upstream's error that echoes the request carries the password in its
+message. scrub_secret_values replaces the values themselves (secret_values: those of an
+attempt's payload and resource attributes) in such text before it is stored or logged."""
+
+import json
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 
 from django.conf import settings
@@ -70,6 +76,46 @@ def _masked(value, secret: re.Pattern):
     if isinstance(value, tuple):  # a log line's exc_info stays a tuple
         return tuple(_masked(item, secret) for item in value)
     return value
+
+
+# A shorter value ("on", "123") would mask the same characters wherever they stand in a message.
+MIN_SECRET_LENGTH = 4
+
+
+def secret_values(*values) -> list[str]:
+    """The secrets in `values` (JSON) as they may appear in free text: each string of at least
+    MIN_SECRET_LENGTH characters and each number of at least as many digits (as str() writes
+    it) under a secret key, at any depth, also as JSON escapes it (a request body echoed back
+    quotes a password's " and \\ and non-ASCII characters so); longest first."""
+    secret, found = _secret_keys(), set()
+    # A stack, not recursion: a payload may nest deeper than Python's recursion limit.
+    stack = [(value, False) for value in values]
+    while stack:
+        value, under_secret = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((item, under_secret or (isinstance(key, str) and secret.search(key) is not None))
+                         for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, under_secret) for item in value)
+        elif under_secret and isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
+            found |= {value, json.dumps(value)[1:-1]}
+        elif under_secret and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if sum(character.isdigit() for character in str(value)) >= MIN_SECRET_LENGTH:
+                found.add(str(value))
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub_secret_values(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every occurrence of each of `secrets` (secret_values) replaced by MASK, and a
+    secret's beginning at the very end of the text too (a message that quotes an upstream's
+    answer cut to so many bytes may end in the middle of one)."""
+    secrets = sorted(secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
+    if not secrets or not text:
+        return text
+    text = re.sub("|".join(map(re.escape, secrets)), MASK, text)
+    cut = max((length for value in secrets for length in range(MIN_SECRET_LENGTH, len(value))
+               if text.endswith(value[:length])), default=0)
+    return text[:-cut] + MASK if cut else text
 
 
 def keep_masked_secrets(submitted, stored, *, field: str, error: type[BadInput] = BadInput):

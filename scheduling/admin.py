@@ -16,8 +16,10 @@ from django.utils.translation import gettext_lazy as _
 
 from resources.admin import (
     EditsWhatThePageShowed,
+    MaskedWhenReadOnly,
     StorableJSONField,
     edited_fields,
+    masked_json_display,
     storable_json_object,
 )
 from resources.forms import refuse_unknown_masks
@@ -135,13 +137,8 @@ class TaskAdmin(TaskConsole, ReadOnlyAdmin):
         return display_for_value(task.next_run_at if task.state in WAITING_STATES else None,
                                  self.get_empty_value_display())
 
-    @admin.display(description=Task._meta.get_field("payload").verbose_name)
-    def payload_shown(self, task):
-        return _shown(mask_secrets(task.payload))
-
-    @admin.display(description=Task._meta.get_field("result").verbose_name)
-    def result_shown(self, task):
-        return self.get_empty_value_display() if task.result is None else _shown(mask_secrets(task.result))
+    payload_shown = masked_json_display("payload", description=Task._meta.get_field("payload").verbose_name)
+    result_shown = masked_json_display("result", description=Task._meta.get_field("result").verbose_name)
 
     @admin.display(description=_("strict"))
     def strict_mode(self, task):
@@ -338,13 +335,15 @@ class BatchConfigForm(forms.ModelForm):
 
 
 @admin.register(BatchConfig)
-class BatchConfigAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
+class BatchConfigAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, admin.ModelAdmin):
     form = BatchConfigForm
+    SHOWN_MASKED = {"payload": "payload_shown"}
     list_display = ("name", "pool", "flow", "policy", "enabled", "tasks_per_tick", "retry_failed_first",
                     "recent_window_seconds", "last_tick_at")
     list_filter = ("enabled", "retry_failed_first")
     list_select_related = ("pool", "policy")
     readonly_fields = ("last_tick_at", "last_error")
+    payload_shown = masked_json_display("payload", description=BatchConfig._meta.get_field("payload").verbose_name)
 
     def has_delete_permission(self, request, obj=None):
         return False  # a deletion would leave no audit entry; switching it off (enabled) is audited

@@ -8,6 +8,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from audit.admin import CappedCountPaginator
+from resources.admin import MaskedWhenReadOnly, masked_json_display
 from retryops.display import short_time
 from scheduling.admin import ReadOnlyAdmin
 from scheduling.admin_filters import EventTimeFilter, RetryEndFilter
@@ -15,7 +16,7 @@ from scheduling.models import TaskEvent
 
 
 @admin.register(TaskEvent)
-class TaskEventAdmin(ReadOnlyAdmin):
+class TaskEventAdmin(MaskedWhenReadOnly, ReadOnlyAdmin):
     list_display = ("id", "created", "kind", "task_link", "attempt_number")
     list_display_links = ("id",)
     list_filter = ("kind", RetryEndFilter, EventTimeFilter)
@@ -25,6 +26,8 @@ class TaskEventAdmin(ReadOnlyAdmin):
     show_full_result_count = False
     paginator = CappedCountPaginator
     raw_id_fields = ("task",)
+    SHOWN_MASKED = {"details": "details_shown"}
+    details_shown = masked_json_display("details", description=TaskEvent._meta.get_field("details").verbose_name)
 
     @admin.display(description=_("created at"), ordering="created_at")
     def created(self, event):

@@ -11,6 +11,7 @@ from django.db import InterfaceError, OperationalError, connection
 
 from resources.errors import LeaseMismatch
 from retryops.jsonsafe import check_text, clean_text, make_storable
+from retryops.masking import mask_secrets, scrub_secret_values, secret_values
 from scheduling.models import Attempt
 from scheduling.services.attempts import begin_attempt, finish_attempt
 
@@ -67,7 +68,8 @@ def _run(started) -> Attempt | None:
         heartbeat.stop()
     duration = time.monotonic() - began
     if error is not None:
-        return _record_failure(started.attempt, error, duration)
+        secrets = secret_values(started.context.payload, started.context.resource_attributes)
+        return _record_failure(started.attempt, error, duration, secrets)
     try:
         # Made storable in here: a result that even make_storable cannot read (its repr raises, or
         # it nests past the recursion limit) is a success all the same.
@@ -99,8 +101,9 @@ def _finish(**outcome) -> Attempt:
 def _storable(result):
     """A flow's result as jsonb can keep it. A result it cannot hold does not turn a success into
     a failure (a retry would repeat the flow's side effects): it is repaired, and what had to
-    change is kept beside it, {"value": ..., "storage_note": ...}, so the task's row says so."""
-    stored, notes = make_storable(result)
+    change is kept beside it, {"value": ..., "storage_note": ...}, so the task's row says so.
+    Masked first: the note and the warning name what they repaired."""
+    stored, notes = make_storable(mask_secrets(result))
     if not notes:
         return stored
     note = "; ".join(notes)
@@ -108,18 +111,18 @@ def _storable(result):
     return {"value": stored, "storage_note": note[:2000]}
 
 
-def _record_failure(attempt: Attempt, error: Exception, duration: float) -> Attempt | None:
+def _record_failure(attempt: Attempt, error: Exception, duration: float, secrets: list[str]) -> Attempt | None:
     """Record the flow's failure. If that write fails too (a value nobody foresaw, a trigger, an
     error whose str() raises), the
     attempt still ends failed, with a message saying why its error is missing: left `running`, it
     would wait for its lease to run out and be retried as a lost worker's, its failure never
     counted against the resource or judged by the policy."""
     try:
-        return _finish(attempt=attempt, error=_storable_error(error), duration=duration)
+        return _finish(attempt=attempt, error=_storable_error(error, secrets), duration=duration)
     except Exception as exc:
         log.exception("task %s attempt %s: its error could not be stored; recording the failure without it",
                       attempt.task_id, attempt.number)
-        stand_in = _stand_in(error, f"the error could not be stored: {type(exc).__name__}: {exc}"[:2000])
+        stand_in = _stand_in(error, f"the error could not be stored: {type(exc).__name__}: {exc}"[:2000], secrets)
         try:
             return finish_attempt(attempt=attempt, error=stand_in, duration=duration)
         except Exception:
@@ -129,19 +132,26 @@ def _record_failure(attempt: Attempt, error: Exception, duration: float) -> Atte
             return None
 
 
-def _stand_in(error: Exception, message: str) -> Exception:
-    """An exception of the same class name as `error` with `message`, cleaned for a text column.
-    Classification reads only "ClassName: message", so the class name keeps its verdict."""
-    stand_in = type(type(error).__name__, (Exception,), {"__module__": type(error).__module__})
-    return stand_in(clean_text(message))
+def _stand_in(error: Exception, message: str, secrets: list[str]) -> Exception:
+    """An exception of the same class name as `error` with `message`, cleaned for a text column,
+    and both without the secrets' values. Classification reads only "ClassName: message", so the
+    class name keeps its verdict."""
+    name = scrub_secret_values(type(error).__name__, secrets)
+    stand_in = type(name, (Exception,), {"__module__": type(error).__module__})
+    return stand_in(clean_text(scrub_secret_values(message, secrets)))
 
 
-def _storable_error(error: Exception) -> Exception:
-    """The flow's error, or a stand-in of the same class name whose message has its NUL characters
-    and lone surrogates replaced: the error's text is written to the attempt, the task and the
-    resource's history, and a text column cannot hold either."""
+def _storable_error(error: Exception, secrets: list[str]) -> Exception:
+    """The flow's error, or a stand-in of the same class name whose message has the values of the
+    attempt's secrets (retryops.masking.secret_values) masked, and its NUL characters and lone
+    surrogates replaced. The error's text is written to the attempt (its signature is made from
+    it, so grouping sees the mask), the task, the resource's history, dead letters, work orders
+    and their notifications, none of which masks anything in free text; and a text column cannot
+    hold NUL or a lone surrogate."""
     message = str(error)
-    return _stand_in(error, message) if check_text(message) else error
+    said = f"{type(error).__name__}: {message}"
+    return error if not check_text(message) and scrub_secret_values(said, secrets) == said \
+        else _stand_in(error, message, secrets)
 
 
 class _Heartbeat:

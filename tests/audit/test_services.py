@@ -17,6 +17,7 @@ from audit.models import AuditEntry
 from audit.selectors import entries_of_request, history_of
 from audit.services import Target, record_audit
 from resources.models import Resource
+from retryops.masking import MASK
 from scheduling.models import RetryPolicyChange
 
 
@@ -194,3 +195,10 @@ def test_entries_are_numbered_in_the_order_they_are_written_and_read_newest_firs
     assert first.pk < second.pk
     assert list(history_of(alice)) == [second, first]
     assert second.created_at >= first.created_at
+
+
+def test_a_huge_integer_under_a_secret_key_is_masked_and_in_no_repair_note(alice):
+    entry = record_audit(action="resource.change", target=alice, before={"secret_pin": 4111111111111111111},
+                         after={"secret_pin": 4111111111111111112, "count": 2**60})
+    assert (entry.before, entry.after["secret_pin"]) == ({"secret_pin": MASK}, MASK)
+    assert entry.repairs == ["after.count is an integer of 19 digits, larger than 9007199254740991"]

@@ -3,6 +3,7 @@ console, the API, the audit log and the timeline; a page or a client sending the
 the stored secret, a value typed over it replaces it."""
 
 import json
+from html import escape
 
 import pytest
 from django.urls import reverse
@@ -14,6 +15,7 @@ from retryops.masking import MASK
 from tests.api_helpers import ok, post
 from tests.factories import ResourceFactory
 from tests.resources.test_admin import submitted
+from tests.retryops.conftest import console_groups, logged_in, member  # noqa: F401  (console_groups: the fixture)
 
 SECRET = "hunter2-s3cr3t"
 ATTRIBUTES = {"region": "eu", "password": SECRET, "upstream": {"api_key": SECRET + "-k", "url": "https://x"}}
@@ -40,6 +42,16 @@ def test_the_change_page_shows_secrets_masked_and_never_their_values(admin_clien
     assert page.status_code == 200
     assert SECRET not in page.content.decode()
     assert json.loads(page.context["adminform"].form["attributes"].value())["password"] == MASK
+
+
+@pytest.mark.usefixtures("console_groups")
+def test_a_viewer_without_change_permission_sees_the_attributes_masked(carol):
+    # No form for them: Django would show the field read-only, straight from the row.
+    page = logged_in(member("vera", "viewers")).get(change_url(carol))
+    assert page.status_code == 200
+    assert SECRET not in page.content.decode()
+    assert escape(f'"password": "{MASK}"') in page.content.decode()
+    assert escape(f'"api_key": "{MASK}"') in page.content.decode()
 
 
 def test_saving_the_page_as_shown_keeps_the_stored_secrets(admin_client, carol):

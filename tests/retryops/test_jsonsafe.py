@@ -63,3 +63,15 @@ def test_repair_notes_are_stored_in_english_whatever_the_language():
     with translation.override("zh-hans"):
         _stored, notes = make_storable({"amount": float("nan"), "note": "a\x00b"})
     assert notes == ["result.amount is nan, which JSON cannot hold", "result.note contains a NUL character (\\u0000)"]
+
+
+def test_a_repair_note_gives_a_huge_integers_length_not_its_value():
+    # The note is stored and logged; the number may be a card number under a key masking meets later.
+    stored, notes = make_storable({"card": 4111111111111111111})
+    assert stored == {"card": "4111111111111111111"}
+    assert notes == ["result.card is an integer of 19 digits, larger than 9007199254740991"]
+
+
+def test_a_refusal_of_a_huge_integer_names_its_place_and_length():
+    with pytest.raises(UnstorableValue, match=r"^payload\.pin is an integer of 19 digits, larger than 9007199254740991$"):
+        refuse_unstorable({"pin": -4111111111111111111}, name="payload")

@@ -6,7 +6,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from retryops.errors import BadInput
-from retryops.masking import MASK, compile_secret_keys, is_secret_key, keep_masked_secrets, mask_secrets
+from retryops.masking import (
+    MASK,
+    compile_secret_keys,
+    is_secret_key,
+    keep_masked_secrets,
+    mask_secrets,
+    scrub_secret_values,
+    secret_values,
+)
 
 
 @pytest.mark.parametrize("key", ["password", "db_password", "Passwd", "pwd", "token", "access_token", "X-Auth-Token",
@@ -148,3 +156,48 @@ def test_an_entry_edited_beside_its_mask_after_a_move_keeps_its_own_secret_not_t
     sent = {"accounts": [{"user": "b", "password": MASK}, {"user": "a2", "password": MASK}]}
     assert keep_masked_secrets(sent, stored, field="attributes") == {"accounts": [
         {"user": "b", "password": "pb"}, {"user": "a2", "password": "pa"}]}
+
+
+# secret values in free text (an upstream's error that echoes the request)
+
+
+def test_secret_values_are_the_strings_and_long_numbers_under_secret_keys_at_any_depth():
+    payload = {"region": "eu-west-1", "password": "hunter2", "pin": 1234, "upstream": {"token": "t-9"},
+               "accounts": [{"user": "carol", "api_key": 48151623}], "credentials": {"user": "carol@x", "pass": "pw-42"}}
+    assert sorted(secret_values(payload)) == sorted(["hunter2", "48151623", "carol@x", "pw-42"])
+
+
+def test_secret_values_leave_out_values_too_short_to_find_safely_in_text():
+    assert secret_values({"password": "abc", "pin": 123, "token": True, "secret": None}) == []
+
+
+def test_a_secret_value_is_also_found_as_json_quotes_it():
+    # http_call sends the attributes as JSON (ensure_ascii): an echo of the body quotes them so.
+    assert set(secret_values({"password": 'p"\\é-1'})) == {'p"\\é-1', 'p\\"\\\\\\u00e9-1'}
+
+
+def test_every_occurrence_of_a_secret_value_in_a_message_is_masked():
+    secrets = secret_values({"password": "hunter2"}, {"api_token": 31415926})
+    text = 'HTTP 422 from http://up/x: bad request: {"password": "hunter2", "n": 31415926, "again": "hunter2"}'
+    assert scrub_secret_values(text, secrets) == (
+        f'HTTP 422 from http://up/x: bad request: {{"password": "{MASK}", "n": {MASK}, "again": "{MASK}"}}')
+
+
+def test_a_secret_cut_off_at_the_end_of_a_message_is_masked():
+    assert scrub_secret_values('bad request: {"password": "hunter2-s3', ["hunter2-s3cr3t"]) == (
+        f'bad request: {{"password": "{MASK}')
+
+
+def test_a_secret_inside_a_longer_one_leaves_nothing_of_the_longer_one():
+    assert scrub_secret_values("x hunter2-s3cr3t x", secret_values({"password": "hunter2", "token": "hunter2-s3cr3t"})) \
+        == f"x {MASK} x"
+
+
+def test_a_message_without_secret_values_is_left_as_it_is():
+    text = "HTTP 503 from http://up/x: try again later"
+    assert scrub_secret_values(text, secret_values({"password": "hunter2"})) is text
+
+
+def test_the_longest_cut_off_secret_at_the_end_of_a_message_is_the_one_masked():
+    # "ab-cd" begins the longer secret, "cdab-cd" the shorter one: nothing of either is left.
+    assert scrub_secret_values("answer: cdab-cd", ["ab-cd-the-longer-one", "cdab-cdX"]) == f"answer: {MASK}"

@@ -15,8 +15,10 @@ from django.utils import timezone
 
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent
+from retryops.masking import MASK
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.flows import flow
 from scheduling.models import Attempt, Task
 from tests import servers
 from tests.factories import ResourceFactory, ResourcePoolFactory
@@ -32,6 +34,19 @@ def run_once(flow, pool, payload=None):
     work()
     task.refresh_from_db()
     return task
+
+
+@flow("huge_secret_result")
+def huge_secret_result(context):
+    return {"secret_pin": 4111111111111111111, "count": 2**60}
+
+
+def test_a_huge_integer_under_a_secret_key_in_a_result_is_in_no_storage_note_or_log(redis_conn, alice,
+                                                                                    instant_policy, caplog):
+    task = run_once("huge_secret_result", alice.pool)
+    assert task.result == {"value": {"secret_pin": MASK, "count": str(2**60)},
+                           "storage_note": "result.count is an integer of 19 digits, larger than 9007199254740991"}
+    assert "flow result changed to be storable" in caplog.text and "4111111111111111111" not in caplog.text
 
 
 def test_a_nan_in_a_flow_result_keeps_the_success_and_runs_the_flow_once(redis_conn, alice, instant_policy):

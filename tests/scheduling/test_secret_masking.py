@@ -6,18 +6,22 @@ import json
 from html import escape
 
 import pytest
+from django.apps import apps
 from django.urls import reverse
 from django.utils import timezone
+from werkzeug import Response
 
 from compensation.models import DeadLetter
+from resources.models import Resource
 from retryops.masking import MASK
 from scheduling import services
 from scheduling.errors import BadInput
 from scheduling.flows import flow
-from scheduling.models import BatchConfig, Task
+from scheduling.models import Attempt, BatchConfig, Task
 from tests.api_fixtures import OPERATE, keyed_client
-from tests.factories import AttemptFactory, DeadLetterFactory, ResourceFactory, TaskFactory
+from tests.factories import AttemptFactory, DeadLetterFactory, ResourceFactory, RetryPolicyFactory, TaskFactory
 from tests.resources.test_admin import submitted
+from tests.retryops.conftest import console_groups, logged_in, member  # noqa: F401  (console_groups: the fixture)
 from tests.scheduling.helpers import work
 
 SECRET = "hunter2-s3cr3t"
@@ -128,6 +132,14 @@ def test_a_batch_configs_page_shows_its_payload_masked_and_saving_it_keeps_the_s
     assert BatchConfig.objects.get(pk=nightly.pk).payload == {"order": 8, "token": SECRET}
 
 
+@pytest.mark.usefixtures("console_groups")
+def test_a_viewer_without_change_permission_sees_a_batch_configs_payload_masked(nightly):
+    page = logged_in(member("vera", "viewers")).get(reverse("admin:scheduling_batchconfig_change", args=[nightly.pk]))
+    assert page.status_code == 200
+    assert SECRET not in page.content.decode()
+    assert escape(f'"token": "{MASK}"') in page.content.decode()
+
+
 # a mask with no secret behind it
 
 
@@ -177,3 +189,57 @@ def test_a_retry_through_the_api_with_a_mask_no_task_stored_is_refused(make_api_
     assert response.json()["error"]["code"] == "masked_secret_unknown"
     assert response.json()["error"]["details"]["path"] == "payload.password"
     assert Task.objects.count() == 1
+
+
+# an upstream's error that echoes the request
+
+
+def echo_upstream(httpserver, settings, answer):
+    """http_call's upstream, a real local HTTP server: 422 with `answer` made of the request's JSON."""
+    httpserver.expect_request("/calls").respond_with_handler(
+        lambda request: Response(answer(json.loads(request.get_data())), status=422))
+    settings.RETRYOPS_HTTP_CALL_URL = httpserver.url_for("/calls")
+
+
+def stored_rows() -> dict[str, list[dict]]:
+    """Every row of the project's tables, as the values it holds."""
+    return {model._meta.label: list(model._default_manager.values())
+            for app in ("audit", "resources", "scheduling", "compensation", "telemetry")
+            for model in apps.get_app_config(app).get_models()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upstream_error_echoing_the_request_leaves_no_secret_value_in_any_row(redis_conn, pool, httpserver,
+                                                                                 settings):
+    RetryPolicyFactory(name="once", max_attempts=1)
+    echo_upstream(httpserver, settings, lambda body: "bad request: " + json.dumps(body))
+    carol = ResourceFactory(pool=pool, key="carol@x", attributes={"region": "eu", "password": SECRET})
+    task = services.start_task(flow="http_call", pool_name=pool, created_by="test", policy="once",
+                               payload={"order": 7, "api_token": 31415926})
+    work()
+
+    attempt = Attempt.objects.get(task=task)
+    assert attempt.error_message.startswith("HTTP 422 from ") and f'"password": "{MASK}"' in attempt.error_message
+    assert f'"api_token": {MASK}' in attempt.error_message
+    # The secrets stay where the flows read them, and nowhere else.
+    assert Resource.objects.get(pk=carol.pk).attributes["password"] == SECRET
+    assert Task.objects.get(pk=task.pk).payload["api_token"] == 31415926
+    rows = stored_rows()
+    rows["resources.Resource"] = [{**row, "attributes": None} for row in rows["resources.Resource"]]
+    rows["scheduling.Task"] = [{**row, "payload": None} for row in rows["scheduling.Task"]]
+    assert Task.objects.get(pk=task.pk).state == "dead" and rows["compensation.DeadLetter"]
+    held = [label for label, values in rows.items() if SECRET in str(values) or "31415926" in str(values)]
+    assert held == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failures_echoing_different_passwords_share_one_error_signature(redis_conn, pool, httpserver, settings):
+    RetryPolicyFactory(name="once", max_attempts=1)
+    echo_upstream(httpserver, settings,
+                  lambda body: f"password {body['resource']['attributes']['password']} refused")
+    for key, password in (("carol@x", SECRET), ("dave@x", "correct-horse")):
+        resource = ResourceFactory(pool=pool, key=key, attributes={"password": password})
+        services.start_task(flow="http_call", pool_name=pool, created_by="test", policy="once", resource=resource)
+    work()
+    [signature] = set(Attempt.objects.values_list("error_signature", flat=True))
+    assert signature.startswith("HttpCallError: HTTP <n> from ") and signature.endswith(f"password {MASK} refused")
