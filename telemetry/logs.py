@@ -48,7 +48,13 @@ def logging_config(*, log_format: str, level: str) -> dict:
         "root": {"handlers": ["console"], "level": level},
         # Django's own handlers (its debug-only console, runserver's request lines) write plain
         # text: without handlers of their own, its records reach the root's.
-        "loggers": {name: {"handlers": [], "level": level, "propagate": True} for name in ("django", "django.server")},
+        "loggers": {
+            **{name: {"handlers": [], "level": level, "propagate": True} for name in ("django", "django.server")},
+            # gunicorn's (deploy/gunicorn.conf.py hands it this config): its error log and the
+            # access lines of telemetry.gunicorn_logs reach the root's handler too, instead of
+            # the plain-text handlers gunicorn gives them. No level: gunicorn's --log-level sets it.
+            **{name: {"handlers": [], "propagate": True} for name in ("gunicorn.error", "gunicorn.access")},
+        },
     }
 
 
