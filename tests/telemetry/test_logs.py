@@ -168,3 +168,19 @@ def test_gunicorn_logs_a_plain_access_line_with_the_request_id_under_log_format_
     assert not line.startswith("{")
     assert "GET /api/health/ 200" in line
     assert f"request_id={response.headers['X-Request-ID']}" in line
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_runserver_request_line_carries_the_request_id_the_app_answered_with():
+    port = free_port()
+    with running([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+                 ready_url=f"http://127.0.0.1:{port}/healthz", cwd=ROOT, env=environment(LOG_FORMAT="json")) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:  # one connection, one thread
+            response = http.get("/api/health/")
+            http.get("/healthz")
+    lines = [json.loads(line) for line in server.stderr.read().splitlines() if line.startswith("{")]
+    served = {line["event"].split()[1]: line for line in lines if line["logger"] == "django.server"}
+    assert served["/api/health/"]["request_id"] == response.headers["X-Request-ID"]
+    # A probe is answered before the app gives an id: its line has none, not the previous request's.
+    assert served["/healthz"]["request_id"] is None and "request" not in served["/healthz"]
