@@ -11,6 +11,7 @@ from retryops.startup import read_settings_or_exit, refuse_bad_configuration
 # (DATABASE_URL=mysql://x) stops gunicorn with one line, where a worker failing to load the app
 # would print its traceback and gunicorn's own lines around it.
 read_settings_or_exit()
+from django.conf import settings  # noqa: E402 - read once read_settings_or_exit has checked them
 
 # Threads, not more processes: a request mostly waits on PostgreSQL, and each thread holds its own
 # database connection (see the README's sizing).
@@ -23,8 +24,13 @@ with refuse_bad_configuration():
     bind = env_str("GUNICORN_BIND") or f"0.0.0.0:{env_int('PORT', 8000, minimum=1, maximum=65535)}"
     # A request longer than this is killed with its worker; the API answers in milliseconds.
     timeout = env_int("GUNICORN_TIMEOUT", 60, minimum=1, maximum=3600)
-# The app's JSON logs carry each request (telemetry/logs.py); gunicorn's own go to stderr.
-accesslog = None
+# gunicorn's lines, its access line included, go through the app's formatter to standard error:
+# one format from the web tier (JSON, or plain text with LOG_FORMAT=text), masked as the app masks,
+# and an access line a request carrying the X-Request-ID the app answered with
+# (telemetry/gunicorn_logs.py). A logconfig_dict turns the access log on; --access-logfile would
+# only add gunicorn's handler, which this config then removes.
+logconfig_dict = settings.LOGGING
+logger_class = "telemetry.gunicorn_logs.AccessLogger"
 # gunicorn 24+ opens a control socket in $HOME/.gunicorn/: two web processes on one host would
 # share its path, and the image's user may not write there. Nothing here uses it.
 control_socket_disable = True

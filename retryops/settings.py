@@ -81,6 +81,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Notes each response's X-Request-ID for runserver's request line (`manage.py up`).
+    "telemetry.middleware.AnsweredRequestId",
     # /healthz and /readyz, answered before the host check: load balancers probe by address.
     "telemetry.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",

@@ -10,11 +10,35 @@ attempt). Search the logs of every process for a task_id, or a request_id, to fo
 `extra={...}` of a call becomes keys of its line.
 """
 
+from contextvars import ContextVar
+
 import structlog
 
 from retryops import masking
 
 FORMATS = ("json", "text")
+# The X-Request-ID of the response this thread answered last (telemetry.middleware.AnsweredRequestId),
+# for runserver's request line, which Django writes once the response is sent, outside every middleware.
+_answered_request_id: ContextVar[str | None] = ContextVar("answered_request_id", default=None)
+
+
+def remember_answered_request_id(request_id: str | None) -> None:
+    _answered_request_id.set(request_id)
+
+
+class RunserverRequestLine:
+    """A logging filter for runserver's request lines (django.server): adds the request id the
+    response carried, taken once so a later line on the thread never shows it, and drops the
+    `request` Django puts there, the connection's socket, which would print as its repr."""
+
+    def filter(self, record):
+        # Each dictConfig of the same LOGGING adds the filter again (logging keeps a logger's
+        # filters), so a record may pass it more than once: only the first pass takes the id.
+        if "request_id" not in record.__dict__:
+            record.request_id = _answered_request_id.get()
+            _answered_request_id.set(None)
+            record.__dict__.pop("request", None)
+        return True
 
 
 def _shared() -> list:
@@ -37,6 +61,7 @@ def logging_config(*, log_format: str, level: str) -> dict:
     return {
         "version": 1,
         "disable_existing_loggers": False,
+        "filters": {"runserver_request_line": {"()": RunserverRequestLine}},
         "formatters": {
             "structured": {
                 "()": structlog.stdlib.ProcessorFormatter,
@@ -48,7 +73,14 @@ def logging_config(*, log_format: str, level: str) -> dict:
         "root": {"handlers": ["console"], "level": level},
         # Django's own handlers (its debug-only console, runserver's request lines) write plain
         # text: without handlers of their own, its records reach the root's.
-        "loggers": {name: {"handlers": [], "level": level, "propagate": True} for name in ("django", "django.server")},
+        "loggers": {
+            "django": {"handlers": [], "level": level, "propagate": True},
+            "django.server": {"handlers": [], "level": level, "propagate": True, "filters": ["runserver_request_line"]},
+            # gunicorn's (deploy/gunicorn.conf.py hands it this config): its error log and the
+            # access lines of telemetry.gunicorn_logs reach the root's handler too, instead of
+            # the plain-text handlers gunicorn gives them. No level: gunicorn's --log-level sets it.
+            **{name: {"handlers": [], "propagate": True} for name in ("gunicorn.error", "gunicorn.access")},
+        },
     }
 
 

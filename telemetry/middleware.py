@@ -1,6 +1,8 @@
-"""Answers the probes before the rest of the middleware."""
+"""Answers the probes before the rest of the middleware; notes the request id each response carried."""
 
+from audit.middleware import REQUEST_ID_HEADER
 from telemetry import views
+from telemetry.logs import remember_answered_request_id
 
 PROBES = {"/healthz": views.healthz, "/readyz": views.readyz}
 
@@ -17,3 +19,18 @@ class ProbeMiddleware:
     def __call__(self, request):
         probe = PROBES.get(request.path_info)
         return probe(request) if probe is not None else self.get_response(request)
+
+
+class AnsweredRequestId:
+    """Outermost: notes the X-Request-ID each response carries (audit.middleware sets it; a probe's
+    and a static file's have none) for runserver's request line (telemetry.logs), which Django
+    writes after the response, outside the middleware. gunicorn's access line reads the header
+    itself (telemetry.gunicorn_logs)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        remember_answered_request_id(response.get(REQUEST_ID_HEADER))
+        return response

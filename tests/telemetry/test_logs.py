@@ -5,7 +5,9 @@ import io
 import json
 import logging
 import subprocess
+import sys
 
+import httpx
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -15,6 +17,7 @@ from scheduling.models import Task
 from telemetry.logs import logging_config
 from tests.api_helpers import ok, post
 from tests.factories import RetryPolicyFactory
+from tests.http_server import ROOT, free_port, running
 from tests.telemetry.processes import environment, manage
 
 
@@ -123,3 +126,61 @@ def test_a_log_line_with_an_exception_still_renders_its_traceback_once_masked(we
     [line] = [line for line in json_lines(web_log.getvalue()) if line["event"] == "it failed"]
     assert line["token"] == "******"
     assert "ValueError: boom" in line["exception"]
+
+
+def served_by_deployed_gunicorn(log_format: str, path: str, **headers: str) -> tuple[httpx.Response, str]:
+    """GET `path` from gunicorn started as deploy/ starts it (its config, one worker, on loopback):
+    the response and everything gunicorn wrote on standard error, up to its exit."""
+    port = free_port()
+    env = environment(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="1", GUNICORN_THREADS="2",
+                      LOG_FORMAT=log_format)
+    with running([sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application"],
+                 ready_url=f"http://127.0.0.1:{port}/healthz", cwd=ROOT, env=env) as server:
+        response = httpx.get(f"http://127.0.0.1:{port}{path}", headers=headers, timeout=30)
+    return response, server.stderr.read()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_gunicorn_logs_each_request_as_a_json_line_with_the_request_id_the_app_answered_with():
+    response, err = served_by_deployed_gunicorn("json", "/api/health/?state=failed&state=dead&api_key=k-123",
+                                                **{"User-Agent": "probe-script/1.0"})
+    request_id = response.headers["X-Request-ID"]
+    lines = json_lines(err)  # every line gunicorn wrote, its own start and stop included, is JSON
+    assert any(line["logger"] == "gunicorn.error" and line["event"].startswith("Booting worker") for line in lines)
+    # /healthz was asked too, until gunicorn answered.
+    [access] = [line for line in lines if line["logger"] == "gunicorn.access" and line["path"] == "/api/health/"]
+    assert access["request_id"] == request_id
+    assert {key: access[key] for key in ("method", "path", "status", "bytes", "remote_addr", "user_agent")} == {
+        "method": "GET", "path": "/api/health/", "status": 200, "bytes": len(response.content),
+        "remote_addr": "127.0.0.1", "user_agent": "probe-script/1.0"}
+    assert isinstance(access["duration_ms"], float) and access["duration_ms"] >= 0
+    # The query string stays out of the path; its parameters are masked as the app masks a line.
+    assert access["query"] == {"state": ["failed", "dead"], "api_key": "******"}
+    assert "k-123" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_gunicorn_logs_a_plain_access_line_with_the_request_id_under_log_format_text():
+    response, err = served_by_deployed_gunicorn("text", "/api/health/")
+    [line] = [line for line in err.splitlines() if "[gunicorn.access]" in line and "/healthz" not in line]
+    assert not line.startswith("{")
+    assert "GET /api/health/ 200" in line
+    assert f"request_id={response.headers['X-Request-ID']}" in line
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_runserver_request_line_carries_the_request_id_the_app_answered_with():
+    port = free_port()
+    with running([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+                 ready_url=f"http://127.0.0.1:{port}/healthz", cwd=ROOT, env=environment(LOG_FORMAT="json")) as server:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:  # one connection, one thread
+            response = http.get("/api/health/")
+            http.get("/healthz")
+    lines = [json.loads(line) for line in server.stderr.read().splitlines() if line.startswith("{")]
+    served = {line["event"].split()[1]: line for line in lines if line["logger"] == "django.server"}
+    assert served["/api/health/"]["request_id"] == response.headers["X-Request-ID"]
+    # A probe is answered before the app gives an id: its line has none, not the previous request's.
+    assert served["/healthz"]["request_id"] is None and "request" not in served["/healthz"]
