@@ -289,7 +289,7 @@ class MetricsWatermarkStuck(Rule):
                             **facts, "age": age_words(facts["age"])}
         holder = facts["holder"]
         if holder is None:
-            return gettext("%(said)s; no transaction is open on the server") % {"said": said}
+            return gettext("%(said)s; no transaction on the server holds it back") % {"said": said}
         return gettext("%(said)s; the oldest transaction on the server, open for %(age)s: %(name)s (pid %(pid)s, "
                        "database %(database)s)") % {
                            "said": said, "age": age_words(holder["age"]), "pid": holder["pid"] or "-",

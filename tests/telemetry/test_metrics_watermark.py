@@ -179,3 +179,15 @@ def test_the_stuck_watermark_alert_stays_quiet_on_an_idle_system_with_a_transact
         held_by(held)
 
         assert evaluate_alert(rule="metrics_watermark_stuck", now=timezone.now() + timedelta(hours=1)) == OK
+
+
+def test_the_stuck_watermark_alert_says_when_nothing_holds_it_back_and_names_a_nameless_holder():
+    rule = RULES["metrics_watermark_stuck"]
+
+    assert rule.describe({"waiting": 1, "age": 90, "holder": None}) == \
+        "1 row waits for the metrics rollup, the oldest for 90 s; no transaction on the server holds it back"
+    assert rule.describe({"waiting": 2, "age": 7300, "holder": {"name": "", "pid": 7, "database": "retryops",
+                                                               "age": 7300}}).endswith(
+        "the oldest for 2 h; the oldest transaction on the server, open for 2 h: no application_name (pid 7, "
+        "database retryops)")
+    assert rule.shown(988.4) == "988 s"
