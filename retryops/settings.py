@@ -447,6 +447,10 @@ RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = env_int("RETRYOPS_ALERT_WORK_ORDER_AFT
 # A notification that failed within this many seconds (by default until escalation sends it again).
 RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS", 3600,
                                                      minimum=1, maximum=30 * 86_400)
+# The oldest row the metrics rollup has not taken in, waiting this many seconds: a transaction left
+# open on the server holds the rollup's watermark back (telemetry.metrics_watermark).
+RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS = env_int("RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS", 900, minimum=1,
+                                                   maximum=7 * 86_400)
 
 # /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
 # every INTERVAL seconds across all web processes (0: never), in the background, their statements

@@ -25,12 +25,11 @@ def rule_label(rule: str) -> str:
 
 
 def shown(rule: str, value: float | None) -> str:
-    """A value as the console shows it: a percentage for a ratio, a whole number for a count."""
+    """A value as the console shows it: as its rule writes it (a percentage for a ratio, seconds for
+    a duration, a whole number for a count)."""
     if value is None:
         return "—"
-    if rule in RULES and RULES[rule].unit == "ratio":
-        return f"{value * 100:.1f}%"
-    return f"{value:g}"
+    return RULES[rule].shown(value) if rule in RULES else f"{value:g}"
 
 
 def said(rule: str, facts: dict, stored: str) -> str:

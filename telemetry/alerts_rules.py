@@ -27,6 +27,7 @@ from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskEventKind
 from scheduling.selectors import retry_outcomes, undelivered_task_events
 from telemetry import heartbeats
+from telemetry.metrics_watermark import watermark_lag
 
 # The silent components an alert names (and how much of each name); it counts them all.
 NAMES_KEPT = 20
@@ -51,6 +52,13 @@ def seconds_words(seconds: int) -> str:
     return gettext("%(count)d s") % {"count": seconds}
 
 
+def age_words(seconds: int) -> str:
+    """988 -> "16 min", 90 -> "90 s", 10000 -> "2 h": an age, rounded down to what a reader needs."""
+    if seconds < 120:
+        return seconds_words(seconds)
+    return seconds_words(seconds - seconds % (60 if seconds < 7200 else 3600))
+
+
 def dedup_key(rule: str) -> str:
     """The one dedup key of a rule's incidents: its trigger and its resolve share it."""
     return f"retryops/alert/{rule}"
@@ -64,7 +72,7 @@ class Rule:
     name: ClassVar[str]
     title: ClassVar[str]
     label: ClassVar[Promise]
-    unit: ClassVar[str] = "count"  # or "ratio": shown as a percentage
+    unit: ClassVar[str] = "count"  # or "ratio": shown as a percentage; or "seconds"
     severity: ClassVar[str] = "error"  # PagerDuty's: critical, error, warning, info
 
     def threshold(self) -> float:
@@ -91,6 +99,8 @@ class Rule:
         """A value as the messages write it: 23.3% for a ratio, 12 for a count."""
         if value is None:
             return "n/a"
+        if self.unit == "seconds":
+            return f"{value:.0f} s"
         return f"{value * 100:.1f}%" if self.unit == "ratio" else f"{value:g}"
 
 
@@ -246,7 +256,51 @@ class ComponentSilent(AnyRule):
         return reverse("django_rq:home")
 
 
+class MetricsWatermarkStuck(Rule):
+    """The oldest row the metrics rollup has not taken in yet (telemetry.metrics_watermark), waiting
+    longer than RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS: a transaction left open anywhere on the
+    server holds the watermark back, so every scrape counts more rows live (and vacuum keeps dead
+    rows). It names the oldest transaction, never its query. An idle system, with nothing waiting,
+    reads 0 whatever holds the watermark; before the first pass it cannot judge."""
+
+    name = "metrics_watermark_stuck"
+    title = "Metrics watermark stuck"
+    label = _("Metrics watermark stuck")
+    unit = "seconds"
+    severity = "warning"
+
+    def threshold(self) -> float:
+        return settings.RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS
+
+    def read(self, *, now: datetime) -> Reading:
+        lag = watermark_lag()
+        if lag is None:
+            return Reading(None, {"waiting": 0, "age": 0, "holder": None})
+        holder = None
+        if lag.holder_started_at is not None:
+            holder = {"name": (lag.holder or "")[:MAX_NAME_LENGTH], "pid": lag.holder_pid,
+                      "database": (lag.holder_database or "")[:MAX_NAME_LENGTH], "age": int(lag.holder_seconds(now))}
+        age = lag.waiting_seconds(now)
+        return Reading(age, {"waiting": lag.rows_waiting, "age": int(age), "holder": holder})
+
+    def describe(self, facts):
+        said = ngettext("%(waiting)d row waits for the metrics rollup, the oldest for %(age)s",
+                        "%(waiting)d rows wait for the metrics rollup, the oldest for %(age)s", facts["waiting"]) % {
+                            **facts, "age": age_words(facts["age"])}
+        holder = facts["holder"]
+        if holder is None:
+            return gettext("%(said)s; no transaction on the server holds it back") % {"said": said}
+        return gettext("%(said)s; the oldest transaction on the server, open for %(age)s: %(name)s (pid %(pid)s, "
+                       "database %(database)s)") % {
+                           "said": said, "age": age_words(holder["age"]), "pid": holder["pid"] or "-",
+                           "name": holder["name"] or gettext("no application_name"),
+                           "database": holder["database"] or "-"}
+
+    def rows_url(self) -> str:
+        return reverse("admin:telemetry_alert_changelist")  # this alert's detail names the transaction
+
+
 # Every rule, by name, in the order the admin lists them.
 RULES: dict[str, Rule] = {rule.name: rule for rule in (RetryFailureRate(), DeadLetterQueueLength(),
                                                        WorkOrderCreationFailed(), NotificationFailed(),
-                                                       ComponentSilent())}
+                                                       ComponentSilent(), MetricsWatermarkStuck())}

@@ -25,6 +25,7 @@ from telemetry.metrics_rollup import (
     RETRY_LATENESS,
     counted_series,
 )
+from telemetry.metrics_watermark import WatermarkCollector
 from telemetry.readiness import InvariantCollector, ReplicaCollector
 
 COUNTER_HELP = {
@@ -85,6 +86,7 @@ def _cumulative(bounds: tuple[float, ...], rows: list[tuple[float, int]]) -> lis
 COLLECTORS = (
     CountedCollector(),
     StateCollector(),
+    WatermarkCollector(),
     HeartbeatCollector(),
     AcceptanceCollector(),
     AlertCollector(),

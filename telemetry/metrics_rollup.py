@@ -78,7 +78,7 @@ def _values(rows) -> str:
 
 
 _EVENT_MAP = _values((str(kind), metric, first) for kind, metric, first in EVENT_COUNTERS)
-_EVENT_KINDS = ", ".join(sorted({f"'{kind}'" for kind, _metric, _first in EVENT_COUNTERS}))
+EVENT_KINDS = ", ".join(sorted({f"'{kind}'" for kind, _metric, _first in EVENT_COUNTERS}))
 # Each histogram's bounds, and the same negated in reverse order: width_bucket(-v, that) is the
 # number of bounds at or above v, so a value lands in the first bucket whose bound is >= it
 # (Prometheus' "le"), and past the last bound in +Inf.
@@ -104,7 +104,7 @@ def _observed(lo: str, hi: str | None) -> str:
           ON m.kind = e.kind AND COALESCE(e.attempt_number, 0) >= m.first_attempt
         JOIN {TASKS} t ON t.id = e.task_id
         LEFT JOIN {ATTEMPTS} a ON a.task_id = e.task_id AND a.number = e.attempt_number
-        WHERE e.kind IN ({_EVENT_KINDS}) AND {window("e.xid")}
+        WHERE e.kind IN ({EVENT_KINDS}) AND {window("e.xid")}
       UNION ALL
         SELECT x.metric, t.flow, t.pool_id, x.label, x.v
         FROM {ATTEMPTS} a
@@ -234,3 +234,4 @@ def counted_series() -> list[Series]:
         row = cursor.fetchone()
         cursor.execute(_SCRAPE_SQL, {"lo": row[0] if row else "0"})
         return [Series(*row) for row in cursor.fetchall()]
+

@@ -24,6 +24,9 @@ def start_up(**environment) -> subprocess.CompletedProcess:
     ("RETRYOPS_ALERT_DLQ_LENGTH", "1" * 20, f"RETRYOPS_ALERT_DLQ_LENGTH={'1' * 20} must be at most 1000000000"),
     ("RETRYOPS_ALERT_FAILURE_MIN_RETRIES", "twenty", "RETRYOPS_ALERT_FAILURE_MIN_RETRIES='twenty' is not an integer"),
     ("RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS", "0", "RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS=0 must be at least 1"),
+    ("RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS", "0", "RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS=0 must be at least 1"),
+    ("RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS", "15m",
+     "RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS='15m' is not an integer"),
 ])
 def test_a_bad_alert_setting_stops_start_up_naming_the_variable(name, raw, said):
     run = start_up(**{name: raw})

@@ -230,7 +230,7 @@ def test_the_collector_says_which_alerts_fire_and_which_do_not(levels, no_channe
     assert family.name == "retryops_alert_firing"
     assert {sample.labels["alert"]: sample.value for sample in family.samples} == {
         "retry_failure_rate": 0, "dlq_length": 1, "work_order_creation_failed": 0, "notification_failed": 0,
-        "component_silent": 0}
+        "component_silent": 0, "metrics_watermark_stuck": 0}
 
 
 def test_metrics_export_the_firing_alerts(levels, no_channels):

@@ -41,7 +41,9 @@ METRICS = (
     "retryops_retry_success_ratio", "retryops_retry_within_sla_ratio", "retryops_dead_letter_to_work_order_seconds",
     "retryops_work_order_to_compensated_seconds", "retryops_compensation_completion_ratio",
     "task_attempt_duration_seconds", "task_retry_lateness_seconds", "dead_letter_to_work_order_seconds",
-    "retryops_invariant_violations",
+    "retryops_invariant_violations", "retryops_metrics_rollup_age_seconds",
+    "retryops_metrics_rollup_watermark_age_seconds", "retryops_metrics_rollup_rows_waiting",
+    "retryops_oldest_transaction_age_seconds",
 )
 
 
@@ -177,6 +179,11 @@ def test_histograms_are_drawn_as_heatmaps_of_their_buckets():
              if t.get("format") == "heatmap"}
     assert drawn == {"task_attempt_duration_seconds", "task_retry_lateness_seconds",
                      "dead_letter_to_work_order_seconds"}
+
+
+def test_the_watermark_lag_panel_draws_the_stuck_watermark_alerts_threshold():
+    stuck = float(re.search(r"watermark_age_seconds\) > (\d+)", alert_rule("RetryOpsMetricsWatermarkStuck")["expr"])[1])
+    assert threshold_of("Metrics watermark lag") == stuck == 900
 
 
 def test_dashboard_thresholds_are_the_alerts_thresholds():
