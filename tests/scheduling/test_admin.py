@@ -336,7 +336,7 @@ def test_a_policy_change_says_whose_change_of_which_policy(instant_policy):
 def test_a_policy_change_is_captioned_in_the_readers_language(instant_policy):
     change = RetryPolicyChange.objects.create(policy=instant_policy, changed_by="alice", before={}, after={})
     with translation.override("zh-hans"):
-        assert str(change) == f"重试策略 {instant_policy.pk} 的第 {change.pk} 次修改，修改人 alice"
+        assert str(change) == f"重试策略 {instant_policy.pk} 的修改 #{change.pk}，修改人 alice"
 
 
 # reading the pages
