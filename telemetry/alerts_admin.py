@@ -62,7 +62,8 @@ class AlertAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("alert"), ordering="rule")
     def name(self, alert):
-        return rule_label(alert.rule)
+        # Beside a long detail the browser squeezed a Chinese name to a character a line.
+        return format_html('<span style="display: inline-block; min-width: 6em">{}</span>', rule_label(alert.rule))
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, alert):
