@@ -268,7 +268,7 @@ def timeline_page(*, resource: Resource | int, page, per_page: int = 50) -> Page
     count and its rows, both on resource_event_timeline_idx). A page past the end or not a number
     gives the last or the first page, as a link an operator edited by hand deserves."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
-    events = ResourceEvent.objects.filter(resource_id=resource_id).order_by("-id")
+    events = newest_first_of(ResourceEvent.objects, resource_id=resource_id)
     return Paginator(events, inputs.whole_number(per_page, field="per_page", error=InvalidInput)).get_page(page)
 
 
@@ -284,7 +284,7 @@ def estimated_row_count(model) -> int | None:
 def timeline(*, resource: Resource | int, limit: int | None = None) -> list[ResourceEvent]:
     """A resource's timeline, newest first (resource_event_timeline_idx)."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
-    events = ResourceEvent.objects.filter(resource_id=resource_id).order_by("-id")
+    events = newest_first_of(ResourceEvent.objects, resource_id=resource_id)
     if limit is None:
         return list(events)
     return list(events[:inputs.whole_number(limit, field="limit", error=InvalidInput)])

@@ -82,7 +82,7 @@ def last_task_on(resource: Resource | int) -> Task | None:
     """The task whose attempt ran on the resource last: whose flow, payload and policy an operator
     retry or a probation probe repeats. By the attempt (attempt_resource_history_idx), not by the
     task: an older task's retry often runs on a resource after newer tasks have."""
-    attempt = Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task").order_by("-id").first()
+    attempt = newest_first_of(Attempt.objects, resource_id=_resource_id(resource)).select_related("task").first()
     return attempt.task if attempt else None
 
 
