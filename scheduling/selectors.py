@@ -1,6 +1,7 @@
 """Reads of tasks shared by the services, the console, the API and telemetry. No writes here."""
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -27,7 +28,7 @@ from django.utils.translation import gettext as _
 from resources.choices import EventKind
 from resources.classification import compile_patterns
 from resources.models import Resource, ResourceEvent
-from resources.selectors import get_resource, recently_failed
+from resources.selectors import get_resource, newest_first_of, recently_failed
 from resources.signatures import text_signature
 from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import check_text
@@ -81,7 +82,7 @@ def last_task_on(resource: Resource | int) -> Task | None:
     """The task whose attempt ran on the resource last: whose flow, payload and policy an operator
     retry or a probation probe repeats. By the attempt (attempt_resource_history_idx), not by the
     task: an older task's retry often runs on a resource after newer tasks have."""
-    attempt = Attempt.objects.filter(resource_id=_resource_id(resource)).select_related("task").order_by("-id").first()
+    attempt = newest_first_of(Attempt.objects, resource_id=_resource_id(resource)).select_related("task").first()
     return attempt.task if attempt else None
 
 
@@ -403,14 +404,16 @@ def retry_history(*, resource: Resource | int, before: tuple[int | None, int | N
     current = resource if isinstance(resource, Resource) else get_resource(resource_id=_resource_id(resource))
     attempt_below, event_below = (record_id(bound, field="cursor", error=BadInput) if bound is not None else None
                                   for bound in before)
-    attempts = Attempt.objects.filter(resource_id=current.pk).order_by("-id").values(*_ATTEMPT_COLUMNS)
-    events = ResourceEvent.objects.filter(resource_id=current.pk).order_by("-id").values(*_EVENT_COLUMNS)
+    attempts = newest_first_of(Attempt.objects, resource_id=current.pk).values(*_ATTEMPT_COLUMNS)
+    events = newest_first_of(ResourceEvent.objects, resource_id=current.pk).values(*_EVENT_COLUMNS)
     if attempt_below is not None:
         attempts = attempts.filter(id__lt=attempt_below)
     if event_below is not None:
         events = events.filter(id__lt=event_below)
-    merged = list(heapq.merge((_attempt_entry(a) for a in attempts[:limit + 1]),
-                              (_event_entry(e) for e in events[:limit + 1]), key=lambda e: e.time, reverse=True))
+    # Entries are built as the merge takes them: the limit + 1 it needs, not both lists' 2 * limit + 2.
+    merged = list(itertools.islice(heapq.merge(
+        (_attempt_entry(a) for a in attempts[:limit + 1]), (_event_entry(e) for e in events[:limit + 1]),
+        key=lambda e: e.time, reverse=True), limit + 1))
     page = merged[:limit]
     if len(merged) <= limit:
         return HistoryPage(resource=current, entries=page, before=None)

@@ -31,6 +31,19 @@ def test_a_new_client_gets_a_key_of_32_random_bytes_of_which_only_the_hash_is_ke
     assert api_client_for_key(key).client == client
 
 
+def test_a_key_brings_its_users_permissions_as_django_reads_them_from_the_user_and_its_groups(svc):
+    from django.contrib.auth.backends import ModelBackend
+    from django.contrib.auth.models import Group, Permission
+
+    readers = Group.objects.create(name="readers")
+    readers.permissions.add(*Permission.objects.filter(codename__in=["view_resource", "view_attempt"]))
+    svc.groups.add(readers, Group.objects.create(name="empty"))
+    svc.user_permissions.add(*Permission.objects.filter(codename__in=["view_resource", "reset_resource"]))
+    client = api_client_for_key(create_api_client(name="billing", user=svc)[1]).client
+    assert client.user._perm_cache == ModelBackend().get_all_permissions(type(svc).objects.get(pk=svc.pk)) == {
+        "resources.view_resource", "resources.reset_resource", "scheduling.view_attempt"}
+
+
 def test_creating_a_client_is_audited_with_its_prefix_not_its_key(svc):
     client, key = create_api_client(name="billing", user=svc, actor="carol")
     entry = AuditEntry.objects.get(action="api_client.create")

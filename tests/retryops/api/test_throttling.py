@@ -45,6 +45,23 @@ def test_each_client_has_its_own_count(billing, make_api_client):
     assert other.get("/api/probe/").status_code == 200
 
 
+def test_a_request_is_counted_in_one_round_trip_to_redis(billing, monkeypatch):
+    from redis.connection import Connection
+
+    billing.get("/api/probe/")  # the window's first request
+    sent = []
+    send = Connection.send_packed_command
+    monkeypatch.setattr(Connection, "send_packed_command", lambda self, *a, **k: sent.append(a) or send(self, *a, **k))
+    assert billing.get("/api/probe/").status_code == 200
+    assert len(sent) == 1
+
+
+def test_the_count_is_kept_for_the_window_only(billing):
+    billing.get("/api/probe/")
+    [key] = cache._cache.get_client().keys("*throttle:read:*")
+    assert 1 <= cache._cache.get_client().ttl(key) <= 61
+
+
 def test_an_empty_rate_is_no_limit(billing, settings):
     settings.RETRYOPS_API_READ_RATE = ""
     assert {billing.get("/api/probe/").status_code for _ in range(5)} == {200}

@@ -1,10 +1,17 @@
 """GET /api/resources/{id}/retry_history: attempts and events newest first, totals at the top,
 cursor-paginated."""
 
+import json
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from resources import services as pool_services
-from tests.factories import ResourceFactory
+from resources.models import ResourceEvent
+from scheduling.models import Attempt
+from tests.factories import AttemptFactory, ResourceFactory, TaskFactory
 from tests.scheduling.api.test_retry import fail_on
 
 pytestmark = pytest.mark.django_db
@@ -104,3 +111,52 @@ def test_a_page_has_exactly_the_fields_its_schema_documents(api, alice):
     assert set(body) == set(RetryHistorySerializer().fields)
     assert set(body["totals"]) == set(TotalsSerializer().fields)
     assert {frozenset(entry) for entry in body["results"]} == {frozenset(HistoryEntrySerializer().fields)}
+
+
+def queries_of_a_page(api, resource) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        history(api, f"/api/resources/{resource.pk}/retry_history")
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def test_a_page_costs_the_same_four_queries_however_long_the_history(api, alice):
+    fail_on(alice)
+    history(api, f"/api/resources/{alice.pk}/retry_history")  # the key's last use is written once a minute
+    short = queries_of_a_page(api, alice)
+    for _ in range(10):
+        pool_services.reset(resource=alice, actor="ops", reason="again")
+        fail_on(alice)
+    long = queries_of_a_page(api, alice)
+    assert len(history(api, f"/api/resources/{alice.pk}/retry_history")["results"]) == 11 * 3 + 10
+    # The API client with its user's permissions, the resource with its pool, the attempts, the events.
+    assert len(long) == len(short) == 4, "\n".join(long)
+
+
+def index_read(sql: str) -> str:
+    """The index (or "Seq Scan") the plan of `sql` reads its table by."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+        document = cursor.fetchone()[0]
+    (top,) = json.loads(document) if isinstance(document, str) else document
+    node = top["Plan"]
+    while "Plans" in node and "Index Name" not in node:
+        node = node["Plans"][0]
+    return node.get("Index Name", node["Node Type"])
+
+
+def test_a_resource_holding_most_of_the_rows_is_read_on_its_history_indexes_not_the_primary_keys(api, alice, bob):
+    # Alice failed a thousand times, then went quiet while bob kept working: PostgreSQL takes her rows
+    # to be spread over the ids, and walking the primary keys backwards from the newest (bob's) then
+    # looks as cheap as her own index, yet skips every row bob wrote since.
+    task, numbers = TaskFactory(pool=alice.pool), iter(range(1, 10_000))
+    for resource, count in ((alice, 1500), (bob, 500)):
+        Attempt.objects.bulk_create(AttemptFactory.build(task=task, resource=resource, number=next(numbers),
+                                                         outcome="failed", finished_at=timezone.now())
+                                    for _ in range(count))
+        ResourceEvent.objects.bulk_create(ResourceEvent(resource=resource, kind="claimed", actor=task.holder)
+                                          for _ in range(2 * count))
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {Attempt._meta.db_table}, {ResourceEvent._meta.db_table}")
+    tables = [f'FROM "{model._meta.db_table}"' for model in (Attempt, ResourceEvent)]
+    reads = [index_read(sql) for sql in queries_of_a_page(api, alice) if any(table in sql for table in tables)]
+    assert reads == ["attempt_resource_history_idx", "resource_event_timeline_idx"]
