@@ -2,6 +2,7 @@
 login form on, with a screenshot of every step in artifacts/e2e/<test>/."""
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from django.utils import timezone
@@ -96,6 +97,7 @@ def test_an_operator_replays_a_dead_letter_from_the_dead_letter_list(page, shot,
     letter = DeadLetter.objects.get(task=dead_order)
     log_in(page)
     page.locator("tr.model-deadletter th a").click()
+    page.wait_for_url(lambda url: urlsplit(url).path == "/admin/compensation/deadletter/")
     shot("dead letters")
     row = page.locator("#result_list tbody tr", has=page.locator(f"input.action-select[value='{letter.pk}']"))
     expect(row).to_contain_text("Open")
