@@ -105,17 +105,48 @@ def secret_values(*values) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
+# A secret cut off at the end of a text is masked only from this many characters on: whether a
+# text was cut cannot be known from it, and a shorter beginning ("pass" of "password123") ends
+# ordinary words too ("invalid password").
+MIN_CUT_LENGTH = 8
+# A secret that is a number (str() of an int or float) is masked only as a whole number: 1000 is
+# not the beginning of 10000.
+_NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+
+
 def scrub_secret_values(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every occurrence of each of `secrets` (secret_values) replaced by MASK, and a
-    secret's beginning at the very end of the text too (a message that quotes an upstream's
-    answer cut to so many bytes may end in the middle of one)."""
-    secrets = sorted(secrets, key=len, reverse=True)  # a secret inside a longer one: the longer first
+    """`text` with every occurrence of each of `secrets` (secret_values) replaced by MASK (a number
+    only where it stands as a whole number), and a secret's beginning of MIN_CUT_LENGTH characters
+    or more at the very end of the text too (a message that quotes an upstream's answer cut to so
+    many bytes may end in the middle of one), within the text's last word only."""
+    secrets = list(secrets)
     if not secrets or not text:
         return text
-    text = re.sub("|".join(map(re.escape, secrets)), MASK, text)
-    cut = max((length for value in secrets for length in range(MIN_SECRET_LENGTH, len(value))
-               if text.endswith(value[:length])), default=0)
+    # One at a time, the longer first (a secret inside a longer one leaves nothing of it), and a
+    # string by str.replace: compiling a megabyte-long secret into a pattern took two seconds.
+    for value in sorted({value for value in secrets if value in text}, key=lambda value: (-len(value), value)):
+        text = re.sub(rf"(?<!\d){re.escape(value)}(?!\d)", MASK, text) if _NUMBER.fullmatch(value) \
+            else text.replace(value, MASK)
+    cut = max((_cut_length(text, value) for value in secrets), default=0)
     return text[:-cut] + MASK if cut else text
+
+
+def _cut_length(text: str, value: str) -> int:
+    """The length of the longest beginning of `value`, shorter than it and of at least
+    MIN_CUT_LENGTH characters, that the text's last word ends with; 0 if none. Only beginnings
+    ending in the word's last MIN_CUT_LENGTH characters are compared, so a megabyte-long secret
+    costs a search, not a slice for every length."""
+    if len(text) < MIN_CUT_LENGTH or text[-1].isspace():
+        return 0
+    word = text.rsplit(None, 1)[-1]
+    needle = word[-MIN_CUT_LENGTH:]
+    end = min(len(value) - 1, len(word))
+    while len(needle) == MIN_CUT_LENGTH and (found := value.rfind(needle, 0, end)) >= 0:
+        length = found + MIN_CUT_LENGTH
+        if word.endswith(value[:length]):
+            return length
+        end = length - 1
+    return 0
 
 
 def keep_masked_secrets(submitted, stored, *, field: str, error: type[BadInput] = BadInput):

@@ -118,7 +118,7 @@ def _record_failure(attempt: Attempt, error: Exception, duration: float, secrets
     would wait for its lease to run out and be retried as a lost worker's, its failure never
     counted against the resource or judged by the policy."""
     try:
-        return _finish(attempt=attempt, error=_storable_error(error, secrets), duration=duration)
+        return _finish(attempt=attempt, error=_storable_error(error, secrets), raised=error, duration=duration)
     except Exception as exc:
         log.exception("task %s attempt %s: its error could not be stored; recording the failure without it",
                       attempt.task_id, attempt.number)
@@ -133,11 +133,10 @@ def _record_failure(attempt: Attempt, error: Exception, duration: float, secrets
 
 
 def _stand_in(error: Exception, message: str, secrets: list[str]) -> Exception:
-    """An exception of the same class name as `error` with `message`, cleaned for a text column,
-    and both without the secrets' values. Classification reads only "ClassName: message", so the
-    class name keeps its verdict."""
-    name = scrub_secret_values(type(error).__name__, secrets)
-    stand_in = type(name, (Exception,), {"__module__": type(error).__module__})
+    """An exception of the same class name as `error` with `message`, cleaned for a text column and
+    without the secrets' values. The class name is kept as it is: patterns and signatures match
+    it, and a secret that happens to end it ("Errorless1" after "HTTP") is not in it."""
+    stand_in = type(type(error).__name__, (Exception,), {"__module__": type(error).__module__})
     return stand_in(clean_text(scrub_secret_values(message, secrets)))
 
 
@@ -147,10 +146,10 @@ def _storable_error(error: Exception, secrets: list[str]) -> Exception:
     surrogates replaced. The error's text is written to the attempt (its signature is made from
     it, so grouping sees the mask), the task, the resource's history, dead letters, work orders
     and their notifications, none of which masks anything in free text; and a text column cannot
-    hold NUL or a lone surrogate."""
+    hold NUL or a lone surrogate. The policy judges the error as the flow raised it (`raised`):
+    a mask in its place turned "invalid password" into "invalid ******", and a verdict with it."""
     message = str(error)
-    said = f"{type(error).__name__}: {message}"
-    return error if not check_text(message) and scrub_secret_values(said, secrets) == said \
+    return error if not check_text(message) and scrub_secret_values(message, secrets) == message \
         else _stand_in(error, message, secrets)
 
 

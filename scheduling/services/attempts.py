@@ -140,10 +140,13 @@ def record_unrun_attempt(task: Task, number: int, now: datetime, error: Exceptio
     after_failure(task, attempt, verdict, error, now)
 
 
-def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None = None, duration: float = 0.0) -> Attempt:
+def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None = None,
+                   raised: BaseException | None = None, duration: float = 0.0) -> Attempt:
     """Record an attempt's outcome, release or hold its resource, and retry or end the task. The
     result is kept with the values of secret keys masked: it is only ever shown (console, API,
-    dead letters), and a flow that echoes its resource's attributes must not copy a secret there."""
+    dead letters), and a flow that echoes its resource's attributes must not copy a secret there.
+    `raised` is the error as the flow raised it, when `error` is the stand-in stored in its place
+    (its secrets masked): the policy judges `raised`, so a mask cannot change the verdict."""
     now = timezone.now()
     result = mask_secrets(result)
     with transaction.atomic():
@@ -158,7 +161,7 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
             return attempt
         task = Task.objects.select_for_update().get(pk=attempt.task_id)
         attempt.duration_ms = int(duration * 1000)
-        verdict = judge(task.policy, error)
+        verdict = judge(task.policy, error if raised is None else raised)
         close_failed(attempt, outcome=AttemptOutcome.FAILED, error=error, verdict=verdict, now=now)
         after_failure(task, attempt, verdict, error, now)
     return attempt

@@ -199,5 +199,33 @@ def test_a_message_without_secret_values_is_left_as_it_is():
 
 
 def test_the_longest_cut_off_secret_at_the_end_of_a_message_is_the_one_masked():
-    # "ab-cd" begins the longer secret, "cdab-cd" the shorter one: nothing of either is left.
-    assert scrub_secret_values("answer: cdab-cd", ["ab-cd-the-longer-one", "cdab-cdX"]) == f"answer: {MASK}"
+    # "ab-cdab-cd" begins the longer secret, "cdab-cdab-cd" the shorter one: nothing of either is left.
+    assert scrub_secret_values("answer: cdab-cdab-cd", ["ab-cdab-cd-the-longer-one", "cdab-cdab-cdX"]) == (
+        f"answer: {MASK}")
+
+
+def test_a_message_ending_in_a_secrets_first_few_characters_is_left_as_it_is():
+    # "pass" begins "password123", and ends "invalid pass" whether or not the text was cut.
+    text = "login failed: invalid pass"
+    assert scrub_secret_values(text, ["password123"]) == text
+
+
+def test_a_number_is_masked_only_where_it_stands_as_a_whole_number():
+    secrets = secret_values({"token_ttl": 1000})
+    assert scrub_secret_values("retry in 10000 ms, not 1000 ms", secrets) == f"retry in 10000 ms, not {MASK} ms"
+
+
+class CountedSlices(str):
+    """A secret that counts how often a part of it is cut out, and refuses a 100th time."""
+
+    slices = 0
+
+    def __getitem__(self, key):
+        self.slices += 1
+        assert self.slices < 100, "the secret was sliced for every length"
+        return super().__getitem__(key)
+
+
+def test_a_megabyte_long_secret_is_looked_for_at_the_end_of_a_message_without_a_slice_per_length():
+    secret = CountedSlices("hunter2-" * 131072)
+    assert scrub_secret_values("bad request: hunter2-hunter2-hun", [secret]) == f"bad request: {MASK}"

@@ -243,3 +243,43 @@ def test_failures_echoing_different_passwords_share_one_error_signature(redis_co
     work()
     [signature] = set(Attempt.objects.values_list("error_signature", flat=True))
     assert signature.startswith("HttpCallError: HTTP <n> from ") and signature.endswith(f"password {MASK} refused")
+
+
+class AuthError(Exception):
+    pass
+
+
+class HTTPError(Exception):
+    pass
+
+
+@flow("refuses_login")
+def refuses_login(context):
+    raise AuthError("login failed: invalid password")
+
+
+@flow("upstream_unavailable")
+def upstream_unavailable(context):
+    raise HTTPError(f"HTTP 503 from upstream for {context.payload['password']}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_secret_masking_a_word_of_the_stored_error_leaves_the_policys_verdict_as_the_flow_raised_it(
+        redis_conn, pool, instant_policy):
+    ResourceFactory(pool=pool, key="carol@x")
+    task = services.start_task(flow="refuses_login", pool_name=pool, created_by="test", policy="instant",
+                               payload={"password": "password123"})
+    work()
+    attempt = Attempt.objects.get(task=task, number=1)
+    assert attempt.category == "non_retryable"  # "invalid password", not "invalid ******"
+    assert attempt.error_message == f"login failed: invalid {MASK}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_secret_that_ends_an_errors_class_name_leaves_the_class_name_as_it_is(redis_conn, pool, instant_policy):
+    ResourceFactory(pool=pool, key="carol@x")
+    task = services.start_task(flow="upstream_unavailable", pool_name=pool, created_by="test", policy="instant",
+                               payload={"password": "Errorless1"})
+    work()
+    attempt = Attempt.objects.get(task=task, number=1)
+    assert (attempt.error_class, attempt.error_message) == ("HTTPError", f"HTTP 503 from upstream for {MASK}")
