@@ -184,3 +184,23 @@ def test_runserver_request_line_carries_the_request_id_the_app_answered_with():
     assert served["/api/health/"]["request_id"] == response.headers["X-Request-ID"]
     # A probe is answered before the app gives an id: its line has none, not the previous request's.
     assert served["/healthz"]["request_id"] is None and "request" not in served["/healthz"]
+
+
+@pytest.mark.django_db
+def test_djangos_line_of_a_404_has_the_query_masked_by_key_not_the_request_repr(client, web_log):
+    client.get("/nope/?token=SECRETV6&state=failed")
+    text = web_log.getvalue()
+    [line] = [line for line in json_lines(text) if line["logger"] == "django.request"]
+    assert "SECRETV6" not in text and "request" not in line
+    assert (line["method"], line["path"], line["query"]) == ("GET", "/nope/", {"token": "******", "state": "failed"})
+
+
+def test_gunicorns_error_handling_request_line_has_the_query_masked_by_key(web_log):
+    try:
+        raise RuntimeError("app iterator failed")
+    except RuntimeError:
+        logging.getLogger("gunicorn.error").exception("Error handling request %s %s", "GET", "/nope/?token=SECRETV6")
+    text = web_log.getvalue()
+    [line] = json_lines(text)
+    assert "SECRETV6" not in text
+    assert line["event"].startswith("Error handling request GET /nope/") and line["query"] == {"token": "******"}
