@@ -162,6 +162,17 @@ def test_gunicorn_logs_each_request_as_a_json_line_with_the_request_id_the_app_a
 
 @pytest.mark.slow
 @pytest.mark.django_db
+def test_through_gunicorn_no_line_of_a_404_shows_a_secret_query_parameter():
+    response, err = served_by_deployed_gunicorn("json", "/nope/?token=SECRETV6")
+    assert response.status_code == 404
+    lines = [line for line in json_lines(err) if line.get("path") == "/nope/"]
+    assert {line["logger"] for line in lines} == {"django.request", "gunicorn.access"}
+    assert all(line["query"] == {"token": "******"} for line in lines)
+    assert "SECRETV6" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_gunicorn_logs_a_plain_access_line_with_the_request_id_under_log_format_text():
     response, err = served_by_deployed_gunicorn("text", "/api/health/")
     [line] = [line for line in err.splitlines() if "[gunicorn.access]" in line and "/healthz" not in line]
