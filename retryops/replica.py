@@ -44,9 +44,15 @@ SELECT pg_is_in_recovery(),
        pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() AND EXISTS (SELECT FROM pg_stat_wal_receiver),
        EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())::float8
 """
-# A connection refused, reset or timed out, a server shut down: Django's errors, and psycopg's
-# own from a cursor used directly (scheduling.whatif streams with one).
-_CONNECTION_LOST = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+# What a failed read may raise, Django's errors and psycopg's own from a cursor used directly
+# (scheduling.whatif streams with one); _lost_on_replica says which of them to read again.
+_OPERATIONAL = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+# The SQLSTATEs, besides none (psycopg's own "server closed the connection") and class 08, of a
+# replica's connection lost or refused: its server shutting down (57P01 admin, as
+# pg_terminate_backend and a failover end sessions; 57P02 crash; 57P03 starting up), too many
+# connections (53300); and of a recovery conflict, which a standby raises to cancel a query
+# holding up the replay of the primary's changes (40001, 40P01 for a buffer-pin deadlock).
+_READ_AGAIN_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300", "40001", "40P01"})
 
 _replica_reads: ContextVar[bool] = ContextVar("retryops_replica_reads", default=False)
 _health_lock = threading.Lock()
@@ -96,6 +102,17 @@ def check_replica() -> Health:
     limit = settings.RETRYOPS_REPLICA_MAX_LAG_SECONDS
     state = LAGGING if limit and (lag is None or lag > limit) else OK
     return _remember(Health(state, time.monotonic(), lag_seconds=lag))
+
+
+def _lost_on_replica(exc: Exception) -> bool:
+    """Whether `exc`, raised by a read on the replica, is its connection lost (or a recovery
+    conflict), worth the same read on the primary; not a query cancelled by the replica's
+    statement_timeout (57014), which the primary would run as long, nor any other error."""
+    if isinstance(exc, (InterfaceError, psycopg.InterfaceError)):  # a connection already closed
+        return True
+    error = exc if isinstance(exc, psycopg.Error) else exc.__cause__  # Django's wraps psycopg's
+    sqlstate = getattr(error, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _READ_AGAIN_SQLSTATES
 
 
 def _said(exc: Exception) -> str:
@@ -160,14 +177,15 @@ def replica_reads():
 def from_replica(read: Callable[..., T], /, *args, **kwargs) -> T:
     """read(*args, **kwargs) in replica_reads(); if the replica's connection fails during it (the
     server died after connecting, a reset, a recovery conflict that cancels the query), the same
-    read once more on the primary, so a page is whole rather than half-computed. `read` must
-    only read: it may run twice."""
+    read once more on the primary, so a page is whole rather than half-computed. Any other error,
+    a statement_timeout's cancel included, is raised: the replica answers, and the primary would
+    take as long. `read` must only read: it may run twice."""
     with replica_reads():
         on_replica = read_alias() == REPLICA
         try:
             return read(*args, **kwargs)
-        except _CONNECTION_LOST as exc:
-            if not on_replica:
+        except _OPERATIONAL as exc:
+            if not (on_replica and _lost_on_replica(exc)):
                 raise
             failure = exc
     log.warning("a read on the read replica failed; read again on the primary",

@@ -2,11 +2,10 @@
 formatter (telemetry/logs.py), so the web tier writes one format: deploy/gunicorn.conf.py sets
 `logconfig_dict` to the app's LOGGING and `logger_class` to AccessLogger."""
 
-from urllib.parse import parse_qsl
-
 from gunicorn.glogging import Logger
 
 from audit.middleware import REQUEST_ID_HEADER
+from telemetry.logs import query_fields
 
 _REQUEST_ID = REQUEST_ID_HEADER.lower()
 
@@ -18,15 +17,10 @@ def access_fields(*, status, environ: dict, response_headers, sent, request_time
     a URL. `request_id` is the one the app answered with (audit.middleware's X-Request-ID), None
     for what was answered before it (the probes, static files)."""
     headers = {name.lower(): value for name, value in response_headers}
-    values = {}
-    for key, value in parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True):
-        values.setdefault(key, []).append(value)
-    # A repeated parameter (?state=failed&state=cancelled) keeps all its values.
-    query = {key: found[0] if len(found) == 1 else found for key, found in values.items()}
     return {
         "method": environ.get("REQUEST_METHOD"),
         "path": environ.get("PATH_INFO"),
-        "query": query,
+        "query": query_fields(environ.get("QUERY_STRING", "")),
         "status": int(str(status).split(None, 1)[0]),
         "duration_ms": round(request_time.total_seconds() * 1000, 1),
         "bytes": sent,

@@ -11,6 +11,7 @@ attempt). Search the logs of every process for a task_id, or a request_id, to fo
 """
 
 from contextvars import ContextVar
+from urllib.parse import parse_qsl
 
 import structlog
 
@@ -41,6 +42,51 @@ class RunserverRequestLine:
         return True
 
 
+def query_fields(query_string: str) -> dict:
+    """A URL's query string as a log line's `query`: each parameter by its name, where the formatter
+    masks a secret one by its name (retryops.masking), as in every other line; a repeated one
+    (?state=failed&state=cancelled) keeps all its values."""
+    values = {}
+    for key, value in parse_qsl(query_string or "", keep_blank_values=True):
+        values.setdefault(key, []).append(value)
+    return {key: found[0] if len(found) == 1 else found for key, found in values.items()}
+
+
+class DjangoRequestLine:
+    """A logging filter for Django's line of each 4xx/5xx answer (django.request): the `request`
+    Django puts there prints as its repr, the whole URL with its query string, so a
+    ?token=... would be written as it is. It becomes the access line's `method`, `path` and
+    `query`, whose secret parameters the formatter masks."""
+
+    def filter(self, record):
+        from django.http import HttpRequest  # (not at the top: settings.py imports this module)
+
+        request = record.__dict__.get("request")
+        if isinstance(request, HttpRequest):  # (a second pass, see RunserverRequestLine, finds it gone)
+            del record.request
+            record.method, record.path = request.method, request.path
+            record.query = query_fields(request.META.get("QUERY_STRING", ""))
+        return True
+
+
+# gunicorn's line for a request its worker could not answer (gunicorn.workers.base.handle_error).
+_GUNICORN_ERROR = "Error handling request %s %s"
+
+
+class GunicornErrorLine:
+    """A logging filter for gunicorn's error log: its "Error handling request GET <uri>" line
+    carries the URI with its query string; the path stays in the line and the parameters go
+    under `query`, masked as in the access line."""
+
+    def filter(self, record):
+        if record.msg == _GUNICORN_ERROR and isinstance(record.args, tuple) and len(record.args) == 2:
+            method, uri = record.args
+            path, _, query = str(uri).partition("?")
+            record.args = (method, path)
+            record.query = query_fields(query)
+        return True
+
+
 def _shared() -> list:
     return [
         structlog.contextvars.merge_contextvars,
@@ -61,7 +107,9 @@ def logging_config(*, log_format: str, level: str) -> dict:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"runserver_request_line": {"()": RunserverRequestLine}},
+        "filters": {"runserver_request_line": {"()": RunserverRequestLine},
+                    "django_request_line": {"()": DjangoRequestLine},
+                    "gunicorn_error_line": {"()": GunicornErrorLine}},
         "formatters": {
             "structured": {
                 "()": structlog.stdlib.ProcessorFormatter,
@@ -76,10 +124,12 @@ def logging_config(*, log_format: str, level: str) -> dict:
         "loggers": {
             "django": {"handlers": [], "level": level, "propagate": True},
             "django.server": {"handlers": [], "level": level, "propagate": True, "filters": ["runserver_request_line"]},
+            "django.request": {"handlers": [], "level": level, "propagate": True, "filters": ["django_request_line"]},
             # gunicorn's (deploy/gunicorn.conf.py hands it this config): its error log and the
             # access lines of telemetry.gunicorn_logs reach the root's handler too, instead of
             # the plain-text handlers gunicorn gives them. No level: gunicorn's --log-level sets it.
-            **{name: {"handlers": [], "propagate": True} for name in ("gunicorn.error", "gunicorn.access")},
+            "gunicorn.error": {"handlers": [], "propagate": True, "filters": ["gunicorn_error_line"]},
+            "gunicorn.access": {"handlers": [], "propagate": True},
         },
     }
 

@@ -11,14 +11,15 @@ import logging
 import time
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from retryops import replica as replicas
-from retryops.replica import REPLICA, read_alias, replica_reads
+from retryops.replica import REPLICA, from_replica, read_alias, replica_reads
 from scheduling.models import RetryPolicy
 from telemetry.readiness import ReplicaCollector
 from tests.factories import RetryPolicyFactory
@@ -198,6 +199,50 @@ def test_the_replica_dying_during_a_page_ends_in_the_page_read_from_the_primary(
     assert answer.status_code == 200
     assert "scheduling_attempt" in tables_read(on_primary)
     assert replica_warnings(caplog) == ["a read on the read replica failed; read again on the primary"]
+
+
+def test_a_read_cancelled_by_the_replicas_statement_timeout_is_raised_not_read_again_on_the_primary(
+        transactional_db, django_db_blocker, caplog):
+    options = {**connections[DEFAULT_DB_ALIAS].settings_dict["OPTIONS"], "options": "-c statement_timeout=100"}
+    runs = []
+
+    def heavy_read():
+        runs.append(read_alias())
+        with connections[read_alias()].cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(2)")
+
+    with (replica_alias(django_db_blocker, TEST={"MIRROR": DEFAULT_DB_ALIAS}, OPTIONS=options),
+          caplog.at_level(logging.WARNING, logger="retryops.replica")):
+        with pytest.raises(OperationalError) as raised:
+            from_replica(heavy_read)
+        health = replicas.replica_health(check=False)
+
+    assert isinstance(raised.value.__cause__, psycopg.errors.QueryCanceled)
+    assert runs == [REPLICA]
+    assert replica_warnings(caplog) == [] and health.state == replicas.OK
+
+
+@pytest.mark.parametrize(("error", "read_again"), [
+    (psycopg.OperationalError("server closed the connection unexpectedly"), True),  # no SQLSTATE
+    (psycopg.errors.ConnectionFailure("connection failure"), True),  # 08006
+    (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),  # 57P01
+    (psycopg.errors.SerializationFailure("canceling statement due to conflict with recovery"), True),  # 40001
+    (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"), False),  # 57014
+    (psycopg.errors.UndefinedTable('relation "x" does not exist'), False),
+])
+def test_only_a_lost_connection_or_a_recovery_conflict_reads_again_on_the_primary(replica, error, read_again):
+    runs = []
+
+    def read():
+        runs.append(read_alias())
+        if len(runs) == 1:
+            raise error
+
+    try:
+        from_replica(read)
+    except psycopg.Error as raised:
+        assert raised is error
+    assert runs == ([REPLICA, DEFAULT_DB_ALIAS] if read_again else [REPLICA])
 
 
 def test_a_replica_that_is_the_primary_itself_is_never_behind_and_is_read(replica, settings):

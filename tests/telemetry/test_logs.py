@@ -162,6 +162,17 @@ def test_gunicorn_logs_each_request_as_a_json_line_with_the_request_id_the_app_a
 
 @pytest.mark.slow
 @pytest.mark.django_db
+def test_through_gunicorn_no_line_of_a_404_shows_a_secret_query_parameter():
+    response, err = served_by_deployed_gunicorn("json", "/nope/?token=SECRETV6")
+    assert response.status_code == 404
+    lines = [line for line in json_lines(err) if line.get("path") == "/nope/"]
+    assert {line["logger"] for line in lines} == {"django.request", "gunicorn.access"}
+    assert all(line["query"] == {"token": "******"} for line in lines)
+    assert "SECRETV6" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
 def test_gunicorn_logs_a_plain_access_line_with_the_request_id_under_log_format_text():
     response, err = served_by_deployed_gunicorn("text", "/api/health/")
     [line] = [line for line in err.splitlines() if "[gunicorn.access]" in line and "/healthz" not in line]
@@ -184,3 +195,23 @@ def test_runserver_request_line_carries_the_request_id_the_app_answered_with():
     assert served["/api/health/"]["request_id"] == response.headers["X-Request-ID"]
     # A probe is answered before the app gives an id: its line has none, not the previous request's.
     assert served["/healthz"]["request_id"] is None and "request" not in served["/healthz"]
+
+
+@pytest.mark.django_db
+def test_djangos_line_of_a_404_has_the_query_masked_by_key_not_the_request_repr(client, web_log):
+    client.get("/nope/?token=SECRETV6&state=failed")
+    text = web_log.getvalue()
+    [line] = [line for line in json_lines(text) if line["logger"] == "django.request"]
+    assert "SECRETV6" not in text and "request" not in line
+    assert (line["method"], line["path"], line["query"]) == ("GET", "/nope/", {"token": "******", "state": "failed"})
+
+
+def test_gunicorns_error_handling_request_line_has_the_query_masked_by_key(web_log):
+    try:
+        raise RuntimeError("app iterator failed")
+    except RuntimeError:
+        logging.getLogger("gunicorn.error").exception("Error handling request %s %s", "GET", "/nope/?token=SECRETV6")
+    text = web_log.getvalue()
+    [line] = json_lines(text)
+    assert "SECRETV6" not in text
+    assert line["event"].startswith("Error handling request GET /nope/") and line["query"] == {"token": "******"}
