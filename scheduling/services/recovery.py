@@ -126,8 +126,11 @@ STRANDED = "stranded"
 LPOS_AT_MOST = 16
 
 # A job in these states will run without help; anything else (gone, finished, failed, or
-# scheduled/started/stranded past the grace) gets a fresh wake-up. A stranded job within the
-# grace is left alone: a healthy worker's job is off its queue for the moment it takes to start.
+# scheduled/started/stranded while its task is overdue past the grace) gets a fresh wake-up. The
+# grace counts from the task's next_run_at, not from when a worker took the job (recorded nowhere):
+# in a backlog, a job a healthy worker has just taken off its queue and not yet started is
+# "stranded" and is woken a second time. That is harmless (begin_attempt runs one of them); the
+# invariant checker, which must not report it, looks at a stranded job twice.
 _LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, STRANDED}
 
 
@@ -156,14 +159,17 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
         after = (rows[-1][2], rows[-1][0])
 
 
-def job_statuses(job_ids: list[str], redis, *, queue_lists: dict[str, set[str]] | None = None) -> dict[str, str]:
+def job_statuses(job_ids: list[str], redis, *, queue_lists: dict[str, set[str]] | None = None,
+                 on_queue_of: set[str] | None = None) -> dict[str, str]:
     """The status of each job RQ can read (fetch_jobs), with one rule of ours on top: a queued job
     is live only while it is on its origin queue; one that is not is reported STRANDED (see there).
     The dispatcher and the invariant checker both decide by this. `queue_lists` keeps the queue
-    lists read whole, for a caller that asks page by page."""
+    lists read whole, for a caller that asks page by page; `on_queue_of`, when given, limits the
+    queue check to those jobs (the others stay QUEUED): the dispatcher needs it only for overdue ones."""
     jobs = fetch_jobs(job_ids, redis)
     status_of = {job_id: job.get_status(refresh=False) for job_id, job in jobs.items()}
-    queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED]
+    queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED
+              and (on_queue_of is None or job_id in on_queue_of)]
     on_queue = on_their_queues(queued, redis, {} if queue_lists is None else queue_lists)
     for job in queued:
         if job.id not in on_queue:
@@ -209,7 +215,10 @@ def on_their_queues(jobs: list[Job], redis, queue_lists: dict[str, set[str]]) ->
 
 def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime, queue_lists: dict[str, set[str]]) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    status_of = job_statuses(job_ids, redis, queue_lists=queue_lists) if job_ids else {}
+    # Whether a queued job is still on its queue changes nothing for a task within the grace (a
+    # stranded job is live until then), and reading a queue is what costs: ask it of overdue ones only.
+    overdue = {job_id for _, _, next_run_at, job_id in waiting if job_id and next_run_at <= overdue_before}
+    status_of = job_statuses(job_ids, redis, queue_lists=queue_lists, on_queue_of=overdue) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)

@@ -14,7 +14,7 @@ from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, RetryPolicy, Task
 from scheduling.queueing import WORKER_QUEUES, queue_for
-from scheduling.services.recovery import LPOS_AT_MOST
+from scheduling.services.recovery import LPOS_AT_MOST, STRANDED, job_statuses
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
 
@@ -170,6 +170,20 @@ def test_an_overdue_backlog_read_whole_from_its_queue_stays_queued_and_its_stran
     Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
 
     assert services.dispatch_waiting(limit=LPOS_AT_MOST + 1) == [stranded.pk]
+
+
+def test_only_the_jobs_asked_about_have_their_queue_read_and_can_be_stranded(redis_conn, pool, alice, instant_policy):
+    # The dispatcher asks it only of overdue tasks' jobs: a stranded job within the grace is live anyway.
+    taken = dequeue_and_die(WORKER_QUEUES, start(alice))
+    backlog = [Task.objects.get(pk=services.start_task(flow="noop", pool_name=pool, created_by="test",
+                                                       policy="instant", audit=False).pk).rq_job_id
+               for _ in range(LPOS_AT_MOST + 1)]
+    queue_lists = {}
+
+    assert set(job_statuses([taken.id, *backlog], redis_conn, queue_lists=queue_lists,
+                            on_queue_of=set(backlog)).values()) == {"queued"}
+    assert job_statuses([taken.id, *backlog], redis_conn, queue_lists=queue_lists,
+                        on_queue_of={taken.id})[taken.id] == STRANDED
 
 
 def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_page(redis_conn, pool, alice,
