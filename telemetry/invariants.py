@@ -388,7 +388,8 @@ DEEP = frozenset({"counters"})
 def check_invariants(*, names: list[str] | None = None, deep: bool = False, now: datetime | None = None,
                      limit: int = DEFAULT_LIMIT) -> list[CheckResult]:
     """Run the named checks (default: all but the deep ones, or all of them when `deep`). Each is
-    one statement, so it reads one snapshot and never sees half a transaction."""
+    one statement, so it reads one snapshot and never sees half a transaction; overdue_tasks then
+    reads again the few tasks it found, to drop those a worker moved on while it asked Redis."""
     unknown = [n for n in names or [] if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
