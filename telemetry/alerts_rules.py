@@ -277,9 +277,11 @@ class MetricsWatermarkStuck(Rule):
         if lag is None:
             return Reading(None, {"waiting": 0, "age": 0, "holder": None})
         holder = None
-        if lag.holder_started_at is not None:
+        if lag.held:
+            seconds = lag.holder_seconds(now)
             holder = {"name": (lag.holder or "")[:MAX_NAME_LENGTH], "pid": lag.holder_pid,
-                      "database": (lag.holder_database or "")[:MAX_NAME_LENGTH], "age": int(lag.holder_seconds(now))}
+                      "database": (lag.holder_database or "")[:MAX_NAME_LENGTH],
+                      "age": None if seconds is None else int(seconds)}
         age = lag.waiting_seconds(now)
         return Reading(age, {"waiting": lag.rows_waiting, "age": int(age), "holder": holder})
 
@@ -290,11 +292,13 @@ class MetricsWatermarkStuck(Rule):
         holder = facts["holder"]
         if holder is None:
             return gettext("%(said)s; no transaction on the server holds it back") % {"said": said}
+        who = {"said": said, "pid": holder["pid"] or "-", "name": holder["name"] or gettext("no application_name"),
+               "database": holder["database"] or "-"}
+        if holder["age"] is None:
+            return gettext("%(said)s; the oldest transaction on the server, age unknown (the app's database role "
+                           "needs pg_read_all_stats to see it): %(name)s (pid %(pid)s, database %(database)s)") % who
         return gettext("%(said)s; the oldest transaction on the server, open for %(age)s: %(name)s (pid %(pid)s, "
-                       "database %(database)s)") % {
-                           "said": said, "age": age_words(holder["age"]), "pid": holder["pid"] or "-",
-                           "name": holder["name"] or gettext("no application_name"),
-                           "database": holder["database"] or "-"}
+                       "database %(database)s)") % {**who, "age": age_words(holder["age"])}
 
     def rows_url(self) -> str:
         return reverse("admin:telemetry_alert_changelist")  # this alert's detail names the transaction

@@ -14,6 +14,7 @@ entries (their targets are tasks and resources, and nothing on the task says an 
 it); API claims' resource.claim entries (an external holder's lease is checked for expiry only).
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -212,6 +213,11 @@ def counters(h: Horizons) -> list[Violation]:
             for rid, s, f, es, ef in rows]
 
 
+# How long the overdue check waits before it looks again at a job it found stranded: a healthy
+# worker marks the job it took started within milliseconds.
+STRANDED_SECOND_LOOK = timedelta(seconds=1)
+
+
 def overdue_tasks(h: Horizons) -> list[Violation]:
     """Every waiting task is due in the future, or has its wake-up waiting on a queue (a backlog the
     workers will reach) or being run by a live worker, or is overdue by less than the dispatcher's
@@ -220,7 +226,9 @@ def overdue_tasks(h: Horizons) -> list[Violation]:
     overdue tasks' RQ jobs and one of their workers; with Redis unreachable every overdue task is
     reported, saying so. In a deep backlog a worker takes a job between the database read and the
     Redis one, so the tasks found are read again after Redis, and one that moved on meanwhile (no
-    longer waiting, or its due time, attempt count or job changed) is not reported."""
+    longer waiting, or its due time, attempt count or job changed) is not reported; a worker that
+    has taken a job off its queue and not yet started it leaves it "stranded" for a moment, so a
+    stranded job is looked at again after STRANDED_SECOND_LOOK and counts only if it still is."""
     waiting = f"SELECT id, state, next_run_at, attempt_count, rq_job_id FROM {_T} WHERE state IN {_in(WAITING_STATES)}"
     rows = _rows(f"{waiting} AND next_run_at < %(before)s ORDER BY next_run_at, id",
                  {"before": h.now - h.dispatch_grace})
@@ -231,9 +239,18 @@ def overdue_tasks(h: Horizons) -> list[Violation]:
         from redis.exceptions import RedisError
 
         from scheduling.queueing import FLOW_QUEUE
+        from scheduling.services.recovery import STRANDED
 
+        redis = h.jobs_redis or django_rq.get_connection(FLOW_QUEUE)
         try:
-            jobs = _rq_jobs(job_ids, h.jobs_redis or django_rq.get_connection(FLOW_QUEUE))
+            jobs = _rq_jobs(job_ids, redis)
+            # A healthy worker's job is off its queue, and not yet started, between its BLPOP (BLMOVE)
+            # and its work horse's first write, and when it took it is recorded nowhere: a job is
+            # stranded only if the same job still is after a pause.
+            stranded = [job_id for job_id, (_, said) in jobs.items() if said == STRANDED]
+            if stranded:
+                time.sleep(STRANDED_SECOND_LOOK.total_seconds())
+                jobs.update(_rq_jobs(stranded, redis))
         except RedisError as exc:
             if h.jobs_redis is not None:
                 raise
@@ -371,7 +388,8 @@ DEEP = frozenset({"counters"})
 def check_invariants(*, names: list[str] | None = None, deep: bool = False, now: datetime | None = None,
                      limit: int = DEFAULT_LIMIT) -> list[CheckResult]:
     """Run the named checks (default: all but the deep ones, or all of them when `deep`). Each is
-    one statement, so it reads one snapshot and never sees half a transaction."""
+    one statement, so it reads one snapshot and never sees half a transaction; overdue_tasks then
+    reads again the few tasks it found, to drop those a worker moved on while it asked Redis."""
     unknown = [n for n in names or [] if n not in CHECKS]
     if unknown:
         raise ValueError(f"unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")

@@ -31,8 +31,11 @@ _WAITING_SQL = f"""
 # pg_snapshot_xmin, so the watermark, back. A transaction that only read holds a snapshot but no id,
 # and holds nothing back. A prepared transaction (PREPARE TRANSACTION) is in no session's row.
 # pg_stat_activity is read once per transaction unless its snapshot is cleared first. Never the query text.
+# A role without pg_read_all_stats sees other roles' sessions' backend_xid, pid, application_name and
+# datname but not their xact_start: the holder is then known and its age in seconds is not, so age
+# is its xid's age (transactions begun since), which every role can read.
 _HOLDER_SQL = """
-    SELECT holder, pid, database, started FROM (
+    SELECT holder, pid, database, started, age FROM (
         SELECT application_name AS holder, pid, datname AS database, xact_start AS started, age(backend_xid) AS age
         FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
       UNION ALL
@@ -47,7 +50,8 @@ class WatermarkLag:
     """How far the rollup's watermark lags: the rows at or above it that a pass would roll up, when
     the oldest of them was written (None: none waits), and the oldest transaction on the server
     (what holds the watermark back): its application_name (a prepared transaction's gid), pid,
-    database and start (None: no transaction holds an id)."""
+    database, start (None: no transaction holds an id, or the role lacks pg_read_all_stats) and xid
+    age in transactions (None: no transaction holds an id)."""
 
     rows_waiting: int
     oldest_waiting_at: datetime | None
@@ -55,15 +59,24 @@ class WatermarkLag:
     holder_pid: int | None = None
     holder_database: str | None = None
     holder_started_at: datetime | None = None
+    holder_xid_age: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether a transaction on the server holds an id, so the watermark, back."""
+        return self.holder_xid_age is not None
 
     def waiting_seconds(self, now: datetime) -> float:
         """How long the oldest row has waited to be rolled up: 0 when none waits, so an idle
         system reads 0 whatever holds the watermark; a few seconds (the pass interval) when all is well."""
         return 0.0 if self.oldest_waiting_at is None else max(0.0, (now - self.oldest_waiting_at).total_seconds())
 
-    def holder_seconds(self, now: datetime) -> float:
-        """How long the oldest transaction has been open (0: none holds an id)."""
-        return 0.0 if self.holder_started_at is None else max(0.0, (now - self.holder_started_at).total_seconds())
+    def holder_seconds(self, now: datetime) -> float | None:
+        """How long the oldest transaction has been open (0: none holds an id; None: one does, but this
+        role, without pg_read_all_stats, cannot see when it began)."""
+        if not self.held:
+            return 0.0
+        return None if self.holder_started_at is None else max(0.0, (now - self.holder_started_at).total_seconds())
 
 
 def watermark_lag() -> WatermarkLag | None:
@@ -77,13 +90,14 @@ def watermark_lag() -> WatermarkLag | None:
         waiting, oldest = cursor.fetchone()
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(_HOLDER_SQL)
-        holder = cursor.fetchone() or (None, None, None, None)
+        holder = cursor.fetchone() or (None, None, None, None, None)
     return WatermarkLag(waiting, oldest, *holder)
 
 
 class WatermarkCollector:
     """retryops_metrics_rollup_watermark_age_seconds, retryops_metrics_rollup_rows_waiting and
-    retryops_oldest_transaction_age_seconds (absent before the first pass). The holder's name is in
+    retryops_oldest_transaction_age_seconds (absent before the first pass; the last also while the
+    holder's start is hidden from the role). The holder's name is in
     the metrics_watermark_stuck alert, never in a label."""
 
     def collect(self):
@@ -97,9 +111,12 @@ class WatermarkCollector:
                               "Rows at or above the metrics watermark, which every scrape counts live."),
             GaugeMetricFamily("retryops_oldest_transaction_age_seconds",
                               "Seconds the oldest transaction holding a transaction id on the PostgreSQL server, in "
-                              "any database, has been open (0: none): it holds the metrics watermark back."),
+                              "any database, has been open (0: none; absent while one is open but the app's role, "
+                              "without pg_read_all_stats, cannot see when it began): it holds the metrics watermark "
+                              "back."),
         )
         if lag is not None:
             for family, value in zip(families, (lag.waiting_seconds(now), lag.rows_waiting, lag.holder_seconds(now))):
-                family.add_metric([], value)
+                if value is not None:  # unknown is no sample, never a 0 that reads as "none is open"
+                    family.add_metric([], value)
         yield from families

@@ -120,14 +120,16 @@ OVERDUE_GRACE = timedelta(seconds=5)
 # horse marked the job started. Nothing will run it: RQ fails a job left in :intermediate only
 # after two of its maintenance passes (10-20 minutes), and one taken by BLPOP never.
 STRANDED = "stranded"
-# Past this many queued jobs of one queue to look for, job_statuses reads the queue's list once
-# instead of one LPOS each: LPOS scans from the head, so a backlog of n overdue jobs would cost
-# n^2/2 comparisons (10,000 of them blocked Redis for 2.5 s; reading the list took 50 ms).
-LPOS_AT_MOST = 16
+# How far out of enqueued_at order a queue's list may be: enqueue_job stamps enqueued_at, then
+# pushes, so two enqueuers (on hosts whose clocks differ by milliseconds) can push out of order.
+QUEUE_ORDER_SLACK = timedelta(seconds=5)
 
 # A job in these states will run without help; anything else (gone, finished, failed, or
-# scheduled/started/stranded past the grace) gets a fresh wake-up. A stranded job within the
-# grace is left alone: a healthy worker's job is off its queue for the moment it takes to start.
+# scheduled/started/stranded while its task is overdue past the grace) gets a fresh wake-up. The
+# grace counts from the task's next_run_at, not from when a worker took the job (recorded nowhere):
+# in a backlog, a job a healthy worker has just taken off its queue and not yet started is
+# "stranded" and is woken a second time. That is harmless (begin_attempt runs one of them); the
+# invariant checker, which must not report it, looks at a stranded job twice.
 _LIVE_JOB_STATUSES = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, STRANDED}
 
 
@@ -144,27 +146,29 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     limit = whole_number(limit, field="limit", error=BadInput)
     redis = django_rq.get_connection(FLOW_QUEUE)
     waiting = Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at", "pk")
-    enqueued, after, queue_lists = [], None, {}
+    enqueued, after = [], None
     while True:
         page = waiting if after is None else waiting.filter(
             Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
         rows = list(page.values_list("pk", "attempt_count", "next_run_at", "rq_job_id")[:limit])
         overdue_before = timezone.now() - OVERDUE_GRACE
-        enqueued += _wake_lost(rows, redis, overdue_before, queue_lists)
+        enqueued += _wake_lost(rows, redis, overdue_before)
         if len(rows) < limit or rows[-1][2] > overdue_before:
             return enqueued
         after = (rows[-1][2], rows[-1][0])
 
 
-def job_statuses(job_ids: list[str], redis, *, queue_lists: dict[str, set[str]] | None = None) -> dict[str, str]:
+def job_statuses(job_ids: list[str], redis, *, on_queue_of: set[str] | None = None) -> dict[str, str]:
     """The status of each job RQ can read (fetch_jobs), with one rule of ours on top: a queued job
-    is live only while it is on its origin queue; one that is not is reported STRANDED (see there).
-    The dispatcher and the invariant checker both decide by this. `queue_lists` keeps the queue
-    lists read whole, for a caller that asks page by page."""
+    is live only while it is on its origin queue (on_their_queues); one that is not is reported
+    STRANDED (see there). The dispatcher and the invariant checker both decide by this.
+    `on_queue_of`, when given, limits the queue check to those jobs (the others stay QUEUED): the
+    dispatcher needs it only for overdue ones."""
     jobs = fetch_jobs(job_ids, redis)
     status_of = {job_id: job.get_status(refresh=False) for job_id, job in jobs.items()}
-    queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED]
-    on_queue = on_their_queues(queued, redis, {} if queue_lists is None else queue_lists)
+    queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED
+              and (on_queue_of is None or job_id in on_queue_of)]
+    on_queue = on_their_queues(queued, redis)
     for job in queued:
         if job.id not in on_queue:
             status_of[job.id] = STRANDED
@@ -187,29 +191,44 @@ def fetch_jobs(job_ids: list[str], redis) -> dict[str, Job]:
     return {job_id: job for job_id, job in zip(job_ids, jobs) if job is not None}
 
 
-def on_their_queues(jobs: list[Job], redis, queue_lists: dict[str, set[str]]) -> set[str]:
-    """The ids of those of `jobs` that are on their origin queue's list."""
-    by_queue: dict[str, list[str]] = {}
+def on_their_queues(jobs: list[Job], redis) -> set[str]:
+    """The ids of those of `jobs` that may still be on their origin queue's list, read in one
+    LINDEX per queue and one read of its head job, whatever the queue's length. A queue is FIFO
+    (enqueue_job pushes at the tail, we never enqueue at the front; workers pop from the head by
+    BLPOP, or BLMOVE into :intermediate), so a job enqueued more than QUEUE_ORDER_SLACK before the
+    job at the head has been taken off it, and on an empty queue every one has. Searching the list
+    instead (LPOS, LRANGE) costs its length per look: 0.7 s of Redis at 200,000 jobs. A job taken
+    off within the slack of the head's enqueue stays "on the queue" until the head moves past it."""
+    by_queue: dict[str, list[Job]] = {}
     for job in jobs:
-        by_queue.setdefault(job.origin, []).append(job.id)
+        by_queue.setdefault(job.origin, []).append(job)
+    origins = list(by_queue)
+    with redis.pipeline(transaction=False) as pipe:
+        for origin in origins:
+            pipe.lindex(Queue.redis_queue_namespace_prefix + origin, 0)
+        heads = {origin: as_text(head) for origin, head in zip(origins, pipe.execute()) if head is not None}
+    head_jobs = fetch_jobs(sorted(set(heads.values())), redis) if heads else {}
     found = set()
-    for origin, ids in by_queue.items():
-        key = Queue.redis_queue_namespace_prefix + origin
-        if origin not in queue_lists and len(ids) <= LPOS_AT_MOST:
-            with redis.pipeline(transaction=False) as pipe:
-                for job_id in ids:
-                    pipe.lpos(key, job_id)
-                found.update(job_id for job_id, at in zip(ids, pipe.execute()) if at is not None)
-            continue
-        if origin not in queue_lists:
-            queue_lists[origin] = {as_text(job_id) for job_id in redis.lrange(key, 0, -1)}
-        found.update(job_id for job_id in ids if job_id in queue_lists[origin])
+    for origin, queued in by_queue.items():
+        if origin not in heads:
+            continue  # an empty queue holds none of them
+        head = head_jobs.get(heads[origin])
+        head_at = head.enqueued_at if head is not None else None
+        for job in queued:
+            # A head whose hash is gone (RQ skips it when it dequeues it) or a job without enqueued_at
+            # cannot be placed: it is taken as on the queue, as before this rule.
+            if job.id == heads[origin] or head_at is None or job.enqueued_at is None or \
+                    job.enqueued_at >= head_at - QUEUE_ORDER_SLACK:
+                found.add(job.id)
     return found
 
 
-def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime, queue_lists: dict[str, set[str]]) -> list[int]:
+def _wake_lost(waiting: list[tuple], redis, overdue_before: datetime) -> list[int]:
     job_ids = [job_id for *_, job_id in waiting if job_id]
-    status_of = job_statuses(job_ids, redis, queue_lists=queue_lists) if job_ids else {}
+    # Whether a queued job is still on its queue changes nothing for a task within the grace (a
+    # stranded job is live until then), and reading a queue is what costs: ask it of overdue ones only.
+    overdue = {job_id for _, _, next_run_at, job_id in waiting if job_id and next_run_at <= overdue_before}
+    status_of = job_statuses(job_ids, redis, on_queue_of=overdue) if job_ids else {}
     enqueued = []
     for task_id, attempts, next_run_at, job_id in waiting:
         status = status_of.get(job_id)

@@ -3,14 +3,16 @@ the real services passes; each kind of corruption, made by writing rows directly
 its ids, and the command exits non-zero."""
 
 import json
+import threading
 import uuid
 from datetime import timedelta
 
+import django_rq
 import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.utils import timezone
-from rq import Worker
+from rq import SimpleWorker, Worker
 from rq.job import Job
 
 from compensation import services as compensation
@@ -20,8 +22,8 @@ from resources.models import Resource
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
-from scheduling.queueing import enqueue_attempt
-from telemetry.invariants import CHECKS, check_invariants
+from scheduling.queueing import WORKER_QUEUES, enqueue_attempt
+from telemetry.invariants import CHECKS, STRANDED_SECOND_LOOK, check_invariants
 from tests.factories import (
     AttemptFactory,
     ResourceFactory,
@@ -150,6 +152,30 @@ def test_an_overdue_task_whose_queued_job_a_dead_worker_took_off_its_queue_is_re
     (result,) = check_invariants(names=["overdue_tasks"], now=later())
     assert [v.ids for v in result.violations] == [{"task": held.pk}]
     assert result.violations[0].message.endswith(f"RQ job {job_id} stranded")
+
+
+def test_an_overdue_task_whose_job_a_live_worker_took_and_starts_within_the_second_look_passes(system, redis_conn):
+    held = system["held"]
+    past = timezone.now() - timedelta(minutes=5)
+    Task.objects.filter(pk=held.pk).update(next_run_at=past)
+    job_id = enqueue_attempt(task_id=held.pk, attempt_number=2, at=past)
+    # A live flow worker has popped it (BLPOP) and its work horse starts it a moment later.
+    worker = django_rq.get_worker(*WORKER_QUEUES, worker_class=SimpleWorker)
+    worker.register_birth()
+    assert redis_conn.lpop("rq:queue:retries") == job_id.encode()
+    job = Job.fetch(job_id, connection=redis_conn)
+
+    def starts():
+        worker.prepare_execution(job)
+        worker.prepare_job_execution(job)
+
+    starting = threading.Timer(STRANDED_SECOND_LOOK.total_seconds() / 4, starts)
+    starting.start()
+    try:
+        assert found("overdue_tasks") == []
+    finally:
+        starting.join()
+        worker.register_death()
 
 
 def test_an_overdue_task_whose_job_is_gone_from_redis_is_reported(system, redis_conn):

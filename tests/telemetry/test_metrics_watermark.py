@@ -17,8 +17,8 @@ from django.utils import timezone
 from telemetry.alerts import FIRED, OK, RESOLVED, evaluate_alert
 from telemetry.alerts_models import Alert
 from telemetry.alerts_rules import RULES
-from telemetry.metrics_rollup import roll_up_metrics
-from telemetry.metrics_watermark import watermark_lag
+from telemetry.metrics_rollup import ATTEMPTS, DEAD_LETTERS, EVENTS, MARK, roll_up_metrics
+from telemetry.metrics_watermark import WatermarkCollector, watermark_lag
 from tests.factories import ResourcePoolFactory, TaskEventFactory, TaskFactory
 from tests.telemetry.metrics_helpers import scrape, value
 
@@ -47,6 +47,26 @@ def transaction_left_open():
         held.execute("SELECT pg_current_xact_id()")
         yield held
         held.commit()
+
+
+# A role like a production app's: it owns no other role's sessions and is not in pg_read_all_stats, so
+# pg_stat_activity shows it other sessions' backend_xid but not their xact_start. Roles are the
+# server's, not the test database's: it is created once and kept (a concurrent run may create it too).
+UNPRIVILEGED = "retryops_test_without_read_all_stats"
+
+
+@contextmanager
+def read_as_a_role_without_pg_read_all_stats():
+    """The test's connection reads (only) the watermark's tables as UNPRIVILEGED."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DO $$ BEGIN CREATE ROLE {UNPRIVILEGED} NOLOGIN; "
+                       "EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$")
+        cursor.execute(f"GRANT SELECT ON {MARK}, {EVENTS}, {ATTEMPTS}, {DEAD_LETTERS} TO {UNPRIVILEGED}")
+        cursor.execute(f"SET ROLE {UNPRIVILEGED}")
+        try:
+            yield
+        finally:
+            cursor.execute("RESET ROLE")
 
 
 def successes(n: int) -> None:
@@ -134,6 +154,31 @@ def test_the_scrape_shows_the_rows_waiting_and_the_open_transactions_age():
     scraped = scrape()
     assert (value(scraped, "retryops_metrics_rollup_rows_waiting"),
             value(scraped, "retryops_metrics_rollup_watermark_age_seconds")) == (0, 0)
+
+
+def test_a_role_without_pg_read_all_stats_finds_the_open_transaction_and_says_its_age_is_unknown():
+    rule = RULES["metrics_watermark_stuck"]
+    roll_up_metrics()
+    with transaction_left_open() as held:
+        successes(3)
+        held_by(held)
+        with read_as_a_role_without_pg_read_all_stats():
+            lag = watermark_lag()
+            gauges = {family.name: [sample.value for sample in family.samples]
+                      for family in WatermarkCollector().collect()}
+            later = timezone.now() + timedelta(minutes=16)
+            reading = rule.read(now=later)
+
+        assert (lag.held, lag.holder_pid, lag.holder_started_at) == (True, held.info.backend_pid, None)
+        assert lag.holder_seconds(later) is None
+        assert gauges["retryops_oldest_transaction_age_seconds"] == []  # unknown, never 0 ("none is open")
+        assert gauges["retryops_metrics_rollup_rows_waiting"] == [3]
+        detail = rule.describe(reading.facts)
+        assert reading.value >= 16 * 60
+        assert "no transaction on the server holds it back" not in detail
+        assert detail.endswith("the oldest transaction on the server, age unknown (the app's database role needs "
+                               f"pg_read_all_stats to see it): {HELD_BY} (pid {held.info.backend_pid}, database "
+                               f"{connection.settings_dict['NAME']})")
 
 
 def test_before_the_first_pass_the_watermark_gauges_are_absent_and_the_alert_cannot_judge():

@@ -6,6 +6,7 @@ import django_rq
 import pytest
 from django.utils import timezone
 from rq import SimpleWorker
+from rq.utils import utcformat
 
 from resources.choices import ResourceState
 from resources.models import Resource
@@ -14,7 +15,7 @@ from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, RetryPolicy, Task
 from scheduling.queueing import WORKER_QUEUES, queue_for
-from scheduling.services.recovery import LPOS_AT_MOST
+from scheduling.services.recovery import QUEUE_ORDER_SLACK, STRANDED, job_statuses
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
 
@@ -160,16 +161,38 @@ def test_a_task_whose_job_is_off_its_queue_for_less_than_the_grace_is_left_to_it
     assert services.dispatch_waiting() == []
 
 
-def test_an_overdue_backlog_read_whole_from_its_queue_stays_queued_and_its_stranded_job_is_woken(
-        redis_conn, pool, alice, instant_policy):
+def taken_long_before_the_head(redis_conn, job):
+    """What a queue shows once its head has moved on: the taken job was enqueued well before the head."""
+    redis_conn.hset(job.key, "enqueued_at", utcformat(job.enqueued_at - 2 * QUEUE_ORDER_SLACK))
+
+
+def test_an_overdue_backlog_stays_queued_and_its_stranded_job_is_woken(redis_conn, pool, alice, instant_policy):
     stranded = start(alice)
-    dequeue_and_die(WORKER_QUEUES, stranded)
-    # More overdue queued jobs than one LPOS each is worth: the queue's list is read whole.
+    taken_long_before_the_head(redis_conn, dequeue_and_die(WORKER_QUEUES, stranded))
     backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant",
-                                   audit=False).pk for _ in range(LPOS_AT_MOST + 1)]
+                                   audit=False).pk for _ in range(40)]
     Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
 
-    assert services.dispatch_waiting(limit=LPOS_AT_MOST + 1) == [stranded.pk]
+    assert services.dispatch_waiting(limit=10) == [stranded.pk]
+
+
+def test_a_job_taken_off_its_queue_within_the_slack_of_the_heads_enqueue_is_still_counted_on_it(
+        redis_conn, pool, alice, instant_policy):
+    taken = dequeue_and_die(WORKER_QUEUES, start(alice))
+    head = Task.objects.get(pk=services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant",
+                                                   audit=False).pk).rq_job_id
+
+    assert job_statuses([taken.id, head], redis_conn) == {taken.id: "queued", head: "queued"}
+    taken_long_before_the_head(redis_conn, taken)
+    assert job_statuses([taken.id, head], redis_conn) == {taken.id: STRANDED, head: "queued"}
+
+
+def test_only_the_jobs_asked_about_can_be_stranded(redis_conn, alice, instant_policy):
+    # The dispatcher asks it only of overdue tasks' jobs: a stranded job within the grace is live anyway.
+    taken = dequeue_and_die(WORKER_QUEUES, start(alice))
+
+    assert job_statuses([taken.id], redis_conn, on_queue_of=set()) == {taken.id: "queued"}
+    assert job_statuses([taken.id], redis_conn, on_queue_of={taken.id}) == {taken.id: STRANDED}
 
 
 def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_page(redis_conn, pool, alice,
