@@ -79,7 +79,10 @@ class GunicornErrorLine:
     under `query`, masked as in the access line."""
 
     def filter(self, record):
-        if record.msg == _GUNICORN_ERROR and isinstance(record.args, tuple) and len(record.args) == 2:
+        # Once: the filter may sit on both the logger and a handler, and a second pass would find the
+        # path alone and replace the parameters with none.
+        if (record.msg == _GUNICORN_ERROR and isinstance(record.args, tuple) and len(record.args) == 2
+                and not hasattr(record, "query")):
             method, uri = record.args
             path, _, query = str(uri).partition("?")
             record.args = (method, path)

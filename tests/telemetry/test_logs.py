@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from retryops.env import env_choice
 from scheduling.models import Task
-from telemetry.logs import logging_config
+from telemetry.logs import GunicornErrorLine, logging_config
 from tests.api_helpers import ok, post
 from tests.factories import RetryPolicyFactory
 from tests.http_server import ROOT, free_port, running
@@ -215,3 +215,13 @@ def test_gunicorns_error_handling_request_line_has_the_query_masked_by_key(web_l
     [line] = json_lines(text)
     assert "SECRETV6" not in text
     assert line["event"].startswith("Error handling request GET /nope/") and line["query"] == {"token": "******"}
+
+
+def test_gunicorns_error_line_keeps_its_query_when_filtered_twice():
+    # dictConfig adds a logger's filters without removing those a previous configuration added.
+    record = logging.LogRecord("gunicorn.error", logging.ERROR, __file__, 1, "Error handling request %s %s",
+                               ("GET", "/nope/?token=SECRETV6"), None)
+    line = GunicornErrorLine()
+    line.filter(record)
+    line.filter(record)
+    assert (record.getMessage(), record.query) == ("Error handling request GET /nope/", {"token": "SECRETV6"})
