@@ -277,11 +277,12 @@ def _rq_jobs(job_ids: list[str], redis) -> dict[str, tuple[bool, str]]:
     from rq.utils import as_text
     from rq.worker import Worker
 
-    from scheduling.services.recovery import fetch_jobs, job_statuses
+    from scheduling.services.recovery import fetch_jobs, statuses_of
 
-    status_of = job_statuses(job_ids, redis)
-    jobs = fetch_jobs([job_id for job_id, status in status_of.items() if status == JobStatus.STARTED], redis)
-    started = {job_id: job.worker_name or "" for job_id, job in jobs.items()}
+    jobs = fetch_jobs(job_ids, redis)
+    status_of = statuses_of(jobs, redis)
+    started = {job_id: jobs[job_id].worker_name or "" for job_id, status in status_of.items()
+               if status == JobStatus.STARTED}
     workers = sorted(set(started.values()) - {""})
     current = {}
     if workers:

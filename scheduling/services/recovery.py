@@ -164,7 +164,11 @@ def job_statuses(job_ids: list[str], redis, *, on_queue_of: set[str] | None = No
     STRANDED (see there). The dispatcher and the invariant checker both decide by this.
     `on_queue_of`, when given, limits the queue check to those jobs (the others stay QUEUED): the
     dispatcher needs it only for overdue ones."""
-    jobs = fetch_jobs(job_ids, redis)
+    return statuses_of(fetch_jobs(job_ids, redis), redis, on_queue_of=on_queue_of)
+
+
+def statuses_of(jobs: dict[str, Job], redis, *, on_queue_of: set[str] | None = None) -> dict[str, str]:
+    """job_statuses of jobs already fetched (fetch_jobs), for a caller that reads more of them."""
     status_of = {job_id: job.get_status(refresh=False) for job_id, job in jobs.items()}
     queued = [job for job_id, job in jobs.items() if status_of[job_id] == JobStatus.QUEUED
               and (on_queue_of is None or job_id in on_queue_of)]
