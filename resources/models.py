@@ -60,6 +60,12 @@ class Resource(models.Model):
     leased_until = models.DateTimeField(_("leased until"), null=True, blank=True)
     # Whether the lease is being used: only a used lease counts a failure when it is swept back.
     lease_kind = models.CharField(_("lease kind"), max_length=20, choices=LeaseKind.choices, blank=True)
+    # The fencing token: one more at every grant of this resource, never less. A holder hands it
+    # to its side effects, so a receiver can refuse a holder whose lease was handed on meanwhile.
+    fencing_token = models.BigIntegerField(_("fencing token"), default=0, editable=False)
+    # When the lease sweeper first saw this lease lapsed (PostgreSQL's clock): it takes the lease
+    # only a heartbeat interval later, so a holder back from a database outage can renew first.
+    lapse_seen_at = models.DateTimeField(_("lapse seen at"), null=True, blank=True, editable=False)
 
     failure_count = models.PositiveIntegerField(_("failure count"), default=0)
     success_count = models.PositiveIntegerField(_("success count"), default=0)

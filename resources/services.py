@@ -19,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext, pgettext, pgettext_lazy
 
@@ -55,6 +56,7 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
     when,
 )
 from retryops import inputs
+from retryops.clock import db_now
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from retryops.masking import keep_masked_secrets, mask_secrets
 
@@ -364,15 +366,37 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
     with transaction.atomic():
         current = _held(resource, lease_token)
         before = _lease_shown(current)
-        current.leased_until = timezone.now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
-        fields = ["leased_until"]
+        # On PostgreSQL's clock, as the claim and the sweep: a worker's clock never moves a lease.
+        current.leased_until = Now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
+        current.lapse_seen_at = None
+        fields = ["leased_until", "lapse_seen_at"]
         if use and current.lease_kind != LeaseKind.USE:
-            current.lease_kind = LeaseKind.USE
-            fields.append("lease_kind")
+            # A reservation, a hold or a probe lease becomes an attempt's: a new holder of the
+            # resource as far as side effects go, so it gets a fencing token of its own.
+            current.lease_kind, current.fencing_token = LeaseKind.USE, current.fencing_token + 1
+            fields += ["lease_kind", "fencing_token"]
         current.save(update_fields=fields)
+        current.refresh_from_db(fields=["leased_until"])
         if audit:
             _audited(AuditAction.RESOURCE_HEARTBEAT, current, before=before, actor=actor)
     return current
+
+
+def check_lease(*, resource: Resource | int, lease_token: uuid.UUID | str) -> None:
+    """Raise LeaseMismatch unless `lease_token` still holds the resource and its lease has not run
+    out by PostgreSQL's clock: what a flow asks just before each side effect, so a holder that was
+    paused past its lease learns it before it acts, not after."""
+    resource_id = _resource_id(resource)
+    token = _token(lease_token, resource_id)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT leased_until > now() FROM {sql.RESOURCE_TABLE} "
+                       f"WHERE id = %s AND state = {sql.IN_USE} AND lease_token = %s", [resource_id, token])
+        row = cursor.fetchone()
+    if row is None:
+        raise describe_lease_mismatch(resource_id, token)
+    if not row[0]:
+        raise LeaseMismatch(gettext("the lease on resource %(id)s has run out; it may be handed on at any moment")
+                            % {"id": resource_id}, why="expired", resource_id=resource_id, lease_token=str(token))
 
 
 def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str, error: BaseException | str,
@@ -387,7 +411,7 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
         if not classification.retryable:
             raise IllegalTransition(gettext("a non-retryable failure cannot hold its resource for a retry"),
                                     state=current.state, action="hold", resource_id=current.pk)
-        now = timezone.now()
+        now = db_now()
         current.failure_count += 1
         current.consecutive_failures += 1
         current.last_failure_reason, current.last_failure_category, current.last_failure_at = (
@@ -409,10 +433,10 @@ def _unused_state(resource: Resource, now: datetime) -> None:
     else:
         resource.state = ResourceState.FAILED if resource.consecutive_failures else ResourceState.AVAILABLE
     resource.lease_token, resource.lease_holder, resource.leased_at, resource.leased_until = None, "", None, None
-    resource.lease_kind = ""
+    resource.lease_kind, resource.lapse_seen_at = "", None
 
 
-_LEASE_FIELDS = ["state", "lease_token", "lease_holder", "leased_at", "leased_until", "lease_kind"]
+_LEASE_FIELDS = ["state", "lease_token", "lease_holder", "leased_at", "leased_until", "lease_kind", "lapse_seen_at"]
 
 
 def release_unused(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str, reason: str) -> Resource:
@@ -424,7 +448,7 @@ def release_unused(*, resource: Resource | int, lease_token: uuid.UUID | str, ac
         current = _held(resource, lease_token)
         token = current.lease_token
         _unused_state(current, timezone.now())
-        current.save(update_fields=[*_LEASE_FIELDS, "probe_after"])
+        current.save(update_fields=[*_LEASE_FIELDS, "probe_after", "fencing_token"])
         _event(current, EventKind.RELEASED_UNUSED, actor=actor, reason=reason, lease_token=token)
     return current
 
@@ -438,9 +462,9 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
     is a probe lease until its attempt starts (extend_lease(use=True))."""
     holder = _holder(holder)
     lease_seconds = _lease_seconds(lease_seconds)
-    now = now or timezone.now()
     with transaction.atomic():
         current = lock_resource(resource)
+        now = now or db_now()
         if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
             words = {"noun": current.pool.resource_noun, "key": current.key,
                      "state": current.get_state_display().lower(), "after": when(current.probe_after)}
@@ -451,9 +475,10 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
             )
         current.state, current.probe_after, current.lease_kind = ResourceState.IN_USE, None, LeaseKind.PROBE
         current.lease_token, current.lease_holder = uuid.uuid4(), holder
+        current.fencing_token += 1  # under the row's lock
         current.leased_at = now
         current.leased_until = now + timezone.timedelta(seconds=lease_seconds or current.pool.lease_seconds)
-        current.save(update_fields=[*_LEASE_FIELDS, "probe_after"])
+        current.save(update_fields=[*_LEASE_FIELDS, "probe_after", "fencing_token"])
         _event(current, EventKind.PROBE_CLAIMED, actor=holder, reason=current.quarantine_reason,
                lease_token=current.lease_token)
     return current
@@ -465,9 +490,9 @@ def postpone_probe(*, resource: Resource | int, actor: str, reason: str, now: da
     meanwhile instead of queueing behind it. Nothing changes if the resource is no longer due
     (probed, released or postponed since)."""
     actor, reason = _actor(actor), _reason(reason, required=True)
-    now = now or timezone.now()
     with transaction.atomic():
         current = lock_resource(resource)
+        now = now or db_now()
         if current.state != ResourceState.QUARANTINED or current.probe_after is None or current.probe_after > now:
             return current
         cooldown = max(current.probation_cooldown_seconds, 1)
@@ -494,7 +519,7 @@ def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeed
                            details={"probe": True})
         token, reason = current.lease_token, current.quarantine_reason
         current.lease_token, current.lease_holder, current.leased_at, current.leased_until = None, "", None, None
-        current.lease_kind = ""
+        current.lease_kind, current.lapse_seen_at = "", None
         if succeeded:
             current.state = ResourceState.DONE if current.pool.consume_on_success else ResourceState.AVAILABLE
             current.quarantine_reason, current.quarantined_at = "", None
@@ -637,8 +662,10 @@ def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease swe
     """Take back resources whose lease ran out. A used lease (its holder died or hung) becomes a
     failure: failed, retryable, "lease expired", counted. An unused one (a reservation, a hold, a
     probe lease whose attempt never started) goes back as release_unused leaves it, counting
-    nothing. Each gets a lease_expired event saying which it was."""
-    params = {"now": now or timezone.now(), "limit": _whole(limit, field="limit"), "actor": _actor(actor),
+    nothing. Each gets a lease_expired event saying which it was. A lease is taken a heartbeat
+    interval after a sweep first saw it lapsed (sql.SWEEP), on PostgreSQL's clock; `now` is for
+    tests, standing in for a later time."""
+    params = {"now": now, "limit": _whole(limit, field="limit"), "actor": _actor(actor),
               "reason": LEASE_EXPIRED_REASON, "unused_reason": LEASE_EXPIRED_UNUSED_REASON}
     with connection.cursor() as cursor:
         cursor.execute(sql.SWEEP, params)

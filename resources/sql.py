@@ -27,7 +27,8 @@ FAILED, QUARANTINED = _q(ResourceState.FAILED), _q(ResourceState.QUARANTINED)
 USE = _q(LeaseKind.USE)
 RETRYABLE = _q(FailureCategory.RETRYABLE)
 
-_NO_LEASE = "lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL, lease_kind = ''"
+_NO_LEASE = ("lease_token = NULL, lease_holder = '', leased_at = NULL, leased_until = NULL, lease_kind = '', "
+             "lapse_seen_at = NULL")
 
 
 def _append_events(source: str, *, kind: str, reason: str = "''", category: str = "''",
@@ -45,7 +46,7 @@ def _append_events(source: str, *, kind: str, reason: str = "''", category: str 
 _LEASE_COLUMNS = f"""
     state = {IN_USE}, lease_token = %(token)s::uuid, lease_holder = %(holder)s::text, leased_at = now(),
     leased_until = now() + make_interval(secs => coalesce(%(lease_seconds)s::integer, p.lease_seconds)),
-    lease_kind = %(lease_kind)s::text
+    lease_kind = %(lease_kind)s::text, fencing_token = r.fencing_token + 1, lapse_seen_at = NULL
 """
 
 _CLAIM_EVENT = f"""
@@ -140,13 +141,26 @@ _SWEEP_EVENTS = _append_events(
     details="jsonb_build_object('holder', expired_holder, 'leased_until', expired_at, "
             "'lease_kind', expired_kind, 'used', used)")
 
+# PostgreSQL's clock decides whether a lease has lapsed, never a host's. A lease seen lapsed is
+# taken a heartbeat interval (a third of its pool's lease) after the sweep first saw it, not at
+# once: after a database outage every lease has lapsed, and the holders still alive get one
+# heartbeat to renew. `now` is a test's stand-in for a later time; production passes none.
+_SWEEP_NOW = "coalesce(%(now)s::timestamptz, now())"
+
 SWEEP = f"""
-    WITH expired AS (
-        SELECT id, lease_token, lease_holder, leased_until, lease_kind, lease_kind = {USE} AS used FROM {_R}
-        WHERE state = {IN_USE} AND leased_until < %(now)s::timestamptz
-        ORDER BY leased_until
+    WITH lapsed AS (
+        SELECT r.id, r.lease_token, r.lease_holder, r.leased_until, r.lease_kind, r.lease_kind = {USE} AS used,
+               coalesce(r.lapse_seen_at, now()) <= {_SWEEP_NOW} - make_interval(secs => p.lease_seconds / 3.0) AS due
+        FROM {_R} r JOIN {_P} p ON p.id = r.pool_id
+        WHERE r.state = {IN_USE} AND r.leased_until < {_SWEEP_NOW}
+        ORDER BY r.leased_until
         LIMIT %(limit)s::integer
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF r SKIP LOCKED
+    ), seen AS (
+        UPDATE {_R} r SET lapse_seen_at = now() FROM lapsed
+        WHERE r.id = lapsed.id AND r.lapse_seen_at IS NULL AND NOT lapsed.due
+    ), expired AS (
+        SELECT * FROM lapsed WHERE due
     ), swept AS (
         UPDATE {_R} r SET
             state = CASE WHEN r.quarantined_at IS NOT NULL THEN {QUARANTINED}

@@ -166,6 +166,8 @@ if DB_SERVER_SIDE_BINDING and DB_TRANSACTION_POOLER:
 # host drops packets: /readyz and every request would hang that long. A URL's own
 # ?connect_timeout= (dj_database_url puts it in OPTIONS) wins.
 DB_CONNECT_TIMEOUT = env_int("DB_CONNECT_TIMEOUT", 10, minimum=1, maximum=300)
+DB_LOCK_TIMEOUT = "5s"
+DB_IDLE_IN_TRANSACTION_TIMEOUT = "60s"
 for _alias, _database in DATABASES.items():
     _url_name = "DATABASE_URL" if _alias == "default" else "DATABASE_REPLICA_URL"
     _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
@@ -187,6 +189,15 @@ for _alias, _database in DATABASES.items():
     if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
         _options = _database.setdefault("OPTIONS", {})
         _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
+    # One stuck row stalls nothing: a statement waits at most DB_LOCK_TIMEOUT for a row lock (every
+    # write here holds its locks for milliseconds; a claim by name waits for a concurrent claimer's),
+    # and a session left idle inside a transaction (a paused or frozen process holding row locks) is
+    # ended by the server after DB_IDLE_IN_TRANSACTION_TIMEOUT, which frees its locks. Behind a
+    # transaction-mode pooler, set both on the role (ALTER ROLE app SET lock_timeout = '5s', ...).
+    if not DB_TRANSACTION_POOLER:
+        _options = _database.setdefault("OPTIONS", {})
+        _options["options"] = (f"{_options.get('options', '')} -c lock_timeout={DB_LOCK_TIMEOUT} "
+                               f"-c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT}").strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis Sentinel (Redis on several hosts): REDIS_SENTINELS lists the sentinels (host:port, ...)
@@ -315,14 +326,15 @@ RETRYOPS_HTTP_CALL_TIMEOUT = env_int("RETRYOPS_HTTP_CALL_TIMEOUT", 10, minimum=1
 # Seconds between runs of the periodic jobs (lease sweep + dispatcher, batch ticks).
 RETRYOPS_DISPATCH_INTERVAL = env_int("RETRYOPS_DISPATCH_INTERVAL", 15, minimum=1)
 RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
-# Empty: RQ's forking Worker, which isolates each flow in a process of its own (a flow that
-# leaks memory or crashes takes only its work horse down). "rq.worker.SimpleWorker" runs about
-# five times more jobs per second by sharing one process between jobs (see README).
+# Empty: our forking worker (retryops.worker.Worker), which isolates each flow in a work horse of
+# its own and keeps the attempt's lease from the worker process, where neither the flow's GIL nor a
+# paused horse can stop it. "rq.worker.SimpleWorker" runs about five times more jobs per second by
+# sharing one process between jobs, and renews leases from a thread beside the flow, which a flow
+# holding the GIL or a paused process stops (see README).
 RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 # Through django-rq's own setting, so every `manage.py rqworker` uses it (up's, the Procfile's and
 # the compose file's), with no --worker-class on a command line that would then differ between them.
-if RETRYOPS_WORKER_CLASS:
-    RQ["WORKER_CLASS"] = RETRYOPS_WORKER_CLASS
+RQ["WORKER_CLASS"] = RETRYOPS_WORKER_CLASS or "retryops.worker.Worker"
 # The console's diagnosis of a failing resource (resources.selectors.annotate_diagnosis):
 # "environment" when the signature of its latest failure was also the latest failure of at least
 # MIN_RESOURCES resources of its pool (itself included) within WINDOW_SECONDS of it; "resource"

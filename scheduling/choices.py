@@ -44,3 +44,6 @@ class TaskEventKind(models.TextChoices):
     DEAD = "task.dead", _("Dead")
     CANCELLED = "task.cancelled", _("Cancelled")
     RUN_NOW = "task.run_now", _("Run now (operator)")
+    # An attempt's flow ended after the attempt was given up as lost: its worker still ran it.
+    # Details say whether the outcome was kept (a success no newer attempt had overtaken).
+    LATE_OUTCOME = "task.outcome.late", _("Outcome after the attempt was given up")

@@ -216,6 +216,7 @@ class Attempt(models.Model):
     resource = models.ForeignKey(Resource, verbose_name=_("resource"), null=True, blank=True,
                                  on_delete=models.PROTECT, related_name="attempts", db_index=False)
     lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
+    fencing_token = models.BigIntegerField(_("fencing token"), null=True, blank=True)
     worker = models.CharField(_("worker"), max_length=200, blank=True)
     rq_job_id = models.CharField(_("RQ job id"), max_length=100, blank=True)
     started_at = models.DateTimeField(_("started at"))

@@ -43,9 +43,14 @@ def enqueue_after_commit(task: Task) -> None:
     task_id, number, at = task.pk, task.attempt_count + 1, task.next_run_at
     transaction.on_commit(lambda: enqueue_attempt(task_id=task_id, attempt_number=number, at=at), robust=True)
 
-def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = None) -> str | None:
-    """Put the wake-up for a task's attempt on the queue. A Redis that does not answer is logged,
-    not raised: the task is safe in the database and the dispatcher enqueues it later."""
+def enqueue_attempt(*, task_id: int, attempt_number: int, at: datetime | None = None,
+                    delay: float | None = None) -> str | None:
+    """Put the wake-up for a task's attempt on the queue, at `at` or `delay` seconds from now
+    (what the runner uses when the database's clock says it came early: relative, so a host whose
+    clock runs ahead wakes it on time). A Redis that does not answer is logged, not raised: the
+    task is safe in the database and the dispatcher enqueues it later."""
+    if delay is not None:
+        at = timezone.now() + timedelta(seconds=delay)
 
     job_id = f"task-{task_id}-{attempt_number}-{uuid.uuid4().hex[:8]}"
     # The request (or job run) that made the attempt due, so the worker's log lines of the attempt

@@ -13,7 +13,8 @@ from resources.errors import LeaseMismatch
 from retryops.jsonsafe import check_text, clean_text, make_storable
 from retryops.masking import mask_secrets, scrub_secret_values, secret_values
 from scheduling.models import Attempt
-from scheduling.services.attempts import begin_attempt, finish_attempt
+from scheduling.queueing import enqueue_attempt
+from scheduling.services.attempts import EarlyWakeup, begin_attempt, finish_attempt
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +35,31 @@ def _wait_out_early_wakeup(due: float | None) -> None:
         time.sleep(early)
 
 
+# Whether the worker process that forked this one renews the attempt's lease (retryops.worker
+# sets it before it forks a work horse). Then the flow's GIL, or a pause of the work horse, cannot
+# stop the renewal, and the work horse runs no heartbeat thread of its own. Otherwise (a worker
+# that runs jobs in its own process, such as RQ's SimpleWorker) the thread below renews it, which
+# a flow holding the GIL or a paused process does stop.
+LEASE_KEPT_BY_WORKER = False
+
+
 def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, worker: str = "",
                 rq_job_id: str = "") -> Attempt | None:
     """Run one attempt of a task: what the RQ job does. `due` is the attempt's due time (a Unix
-    timestamp); a wake-up may come up to a second and a half early, and waits out the rest. Log
-    lines written meanwhile carry the task, the attempt and its resource (telemetry/logs.py)."""
+    timestamp) by the clock of the host that scheduled it: a wake-up that by this host's clock is
+    up to a second and a half early waits first, so most early wake-ups cost no transaction.
+    Whether the attempt is due is then PostgreSQL's call (begin_attempt): still early by that
+    clock, it waits again when that is short, or goes back on the queue for as long as is left.
+    Log lines written meanwhile carry the task, the attempt and its resource (telemetry/logs.py)."""
     with structlog.contextvars.bound_contextvars(task_id=task_id, attempt=attempt_number):
         _wait_out_early_wakeup(due)
-        started = begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
+        while isinstance(started := begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker,
+                                                  rq_job_id=rq_job_id), EarlyWakeup):
+            if started.seconds > MAX_EARLY_WAIT:
+                # Relative, so a host whose clock runs ahead of the database's cannot spin on it.
+                enqueue_attempt(task_id=task_id, attempt_number=attempt_number, delay=started.seconds)
+                return None
+            time.sleep(started.seconds)
         if started is None:
             return None
         with structlog.contextvars.bound_contextvars(resource_key=started.context.resource_key):
@@ -56,8 +74,10 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
 
 def _run(started) -> Attempt | None:
     began = time.monotonic()
-    heartbeat = _Heartbeat(started.context.heartbeat, interval=started.lease_seconds / 3)
-    heartbeat.start()
+    heartbeat = None if LEASE_KEPT_BY_WORKER else _Heartbeat(started.context.heartbeat,
+                                                                interval=started.lease_seconds / 3)
+    if heartbeat is not None:
+        heartbeat.start()
     try:
         result = started.flow(started.context)
     except Exception as exc:  # a flow's failure is data, whatever its type
@@ -65,7 +85,8 @@ def _run(started) -> Attempt | None:
     else:
         error = None
     finally:
-        heartbeat.stop()
+        if heartbeat is not None:
+            heartbeat.stop()
     duration = time.monotonic() - began
     if error is not None:
         secrets = secret_values(started.context.payload, started.context.resource_attributes)
@@ -84,18 +105,33 @@ def _run(started) -> Attempt | None:
                               duration=duration)
 
 
+# How long an outcome's write is tried again while the database is away, and the longest wait
+# between tries. Meanwhile the worker keeps renewing the lease (retryops.worker) once the database
+# is back, and the sweeper gives a lapsed lease one heartbeat interval before it takes it, so an
+# outage shorter than this loses no outcome: a success lost here would be run again.
+OUTCOME_RETRY_FOR = 600.0
+OUTCOME_RETRY_MAX_WAIT = 1.0
+
+
 def _finish(**outcome) -> Attempt:
-    """finish_attempt, once more on a new connection if the database dropped the worker's (a
-    restart, a failover, pg_terminate_backend) while the flow ran. The stand-ins below are for a
-    value the database refuses: one for a dropped connection would lose a success's result, or
-    the error a verdict depends on (a 401 retried as if transient). Safe to repeat: an outcome
-    that did commit leaves the attempt ended, and the second call records nothing more."""
-    try:
-        return finish_attempt(**outcome)
-    except (OperationalError, InterfaceError):
-        log.warning("recording the outcome failed on the database connection; trying on a new one", exc_info=True)
-        connection.close()
-        return finish_attempt(**outcome)
+    """finish_attempt, tried again on a new connection with backoff while the database is away
+    (a restart, a failover, pg_terminate_backend, an outage) for up to OUTCOME_RETRY_FOR. The
+    stand-ins below are for a value the database refuses: one for a dropped connection would lose
+    a success's result, or the error a verdict depends on (a 401 retried as if transient). Safe to
+    repeat: an outcome that did commit leaves the attempt ended, and the next call records nothing
+    more."""
+    deadline, wait = time.monotonic() + OUTCOME_RETRY_FOR, 0.05
+    while True:
+        try:
+            return finish_attempt(**outcome)
+        except (OperationalError, InterfaceError):
+            if time.monotonic() + wait > deadline:
+                raise
+            log.warning("recording the outcome failed on the database connection; trying again in %.2f s on a "
+                        "new one", wait, exc_info=True)
+            connection.close()
+            time.sleep(wait)
+            wait = min(wait * 2, OUTCOME_RETRY_MAX_WAIT)
 
 
 def _storable(result):

@@ -13,6 +13,7 @@ task_retry_succeeded = Signal()
 task_dead = Signal()
 task_cancelled = Signal()
 task_run_now = Signal()
+task_outcome_late = Signal()
 
 BY_KIND = {
     TaskEventKind.EXECUTION_FAILED: task_execution_failed,
@@ -21,4 +22,5 @@ BY_KIND = {
     TaskEventKind.DEAD: task_dead,
     TaskEventKind.CANCELLED: task_cancelled,
     TaskEventKind.RUN_NOW: task_run_now,
+    TaskEventKind.LATE_OUTCOME: task_outcome_late,
 }

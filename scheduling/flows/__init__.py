@@ -18,7 +18,13 @@ class UnknownFlow(LookupError):
 
 @dataclass
 class FlowContext:
-    """What a flow gets: the payload, the resource it runs with, and who it is."""
+    """What a flow gets: the payload, the resource it runs with, and who it is.
+
+    For side effects outside RetryOps (README, "Exactly-once side effects"): call `check_lease()`
+    just before each one (it raises LeaseMismatch once the lease is gone or has run out), and
+    send the upstream `idempotency_key` (the business instance's: the same for every attempt and
+    every rerun of it) and `fencing_token` (one more at every grant of this resource, so an
+    upstream that keeps the highest it has seen per resource can refuse a paused holder)."""
 
     task_id: int
     attempt: int
@@ -26,7 +32,10 @@ class FlowContext:
     resource_key: str
     resource_attributes: dict = field(default_factory=dict)
     idempotency_key: str = ""
+    lease_token: str = ""
+    fencing_token: int = 0
     heartbeat: Callable[[], None] = lambda: None
+    check_lease: Callable[[], None] = lambda: None
 
 
 def flow(name: str):

@@ -2,7 +2,9 @@
 
 2xx is success (the JSON body, if any, is the result). Timeouts, connection errors, 429 and 5xx
 raise errors the default patterns classify as retryable; 401 and 403 as non-retryable; any
-other status fails with its code. The URL and timeout are settings, not payload, so a task
+other status fails with its code. Each request carries the business instance's Idempotency-Key
+(the same for every attempt and rerun) and the lease's Fencing-Token, and is sent only after the
+lease is checked, on PostgreSQL's clock, to still hold. The URL and timeout are settings, not payload, so a task
 cannot point the worker at an arbitrary host: RETRYOPS_HTTP_CALL_URL, RETRYOPS_HTTP_CALL_TIMEOUT.
 """
 
@@ -40,8 +42,12 @@ def http_call(context: FlowContext):
     }).encode()
     request = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json", "Idempotency-Key": context.idempotency_key,
+        "Fencing-Token": str(context.fencing_token),
     })
     timeout = float(getattr(settings, "RETRYOPS_HTTP_CALL_TIMEOUT", 10))
+    # Last thing before the request: a worker paused past its lease learns here that the resource
+    # may be someone else's now, and sends nothing (LeaseMismatch fails the attempt).
+    context.check_lease()
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             text = response.read().decode("utf-8", "replace")

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from resources import services as pool
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, PoolExhausted, ResourceUnavailable
+from resources.models import Resource, ResourcePool
 from retryops.masking import mask_secrets
 from scheduling.choices import (
     WAITING_STATES,
@@ -39,17 +40,26 @@ class StartedAttempt:
     lease_seconds: float
 
 
-def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job_id: str = "") -> StartedAttempt | None:
+@dataclass
+class EarlyWakeup:
+    """A delivery that came before its attempt was due, by PostgreSQL's clock: `seconds` early."""
+
+    seconds: float
+
+
+def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
+                  rq_job_id: str = "") -> StartedAttempt | EarlyWakeup | None:
     """Lock the task, make sure this delivery is the one due, claim the resource, record the attempt.
-    Returns None when there is nothing to run (a duplicate or early delivery, a failed claim)."""
+    Returns None when there is nothing to run (a duplicate delivery, a failed claim), and an
+    EarlyWakeup when the attempt is not due yet: whether it is due is PostgreSQL's clock's call,
+    not the worker host's (the caller waits, or enqueues it again that many seconds later)."""
     with transaction.atomic():
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = Task.objects.select_for_update(of=("self",)).filter(pk=task_id).annotate(db_now=Now()).first()
         if task is None or task.state not in WAITING_STATES or task.attempt_count + 1 != attempt_number:
             return None  # delivered twice, or for an attempt that has already happened
-        now = timezone.now()
+        now = task.db_now
         if task.next_run_at > now:
-            enqueue_after_commit(task)
-            return None
+            return EarlyWakeup((task.next_run_at - now).total_seconds())
         try:
             flow = get_flow(task.flow)
         except UnknownFlow as exc:
@@ -62,17 +72,22 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
             record_unrun_attempt(task, attempt_number, now, exc, claim_failure_verdict(exc))
             return None
         attempt = Attempt(
-            task=task, number=attempt_number, resource=lease, lease_token=lease.lease_token, worker=worker[:200],
-            rq_job_id=rq_job_id, started_at=now, scheduled_for=task.next_run_at,
+            task=task, number=attempt_number, resource=lease, lease_token=lease.lease_token,
+            fencing_token=lease.fencing_token, worker=worker[:200], rq_job_id=rq_job_id, started_at=now,
+            scheduled_for=task.next_run_at,
         )
         _record_start(attempt)
+        instance_key = task.idempotency_key if task.repeats_id is None else \
+            Task.objects.filter(pk=task.repeats_id).values_list("idempotency_key", flat=True).first()
     resource_id, token = lease.pk, lease.lease_token
     context = FlowContext(
         task_id=task.pk, attempt=attempt_number, payload=task.payload, resource_key=lease.key,
-        resource_attributes=lease.attributes, idempotency_key=f"{task.idempotency_key}:{attempt_number}",
+        resource_attributes=lease.attributes, idempotency_key=instance_key or task.idempotency_key,
+        lease_token=str(token), fencing_token=lease.fencing_token,
         heartbeat=lambda: pool.extend_lease(resource=resource_id, lease_token=token),
+        check_lease=lambda: pool.check_lease(resource=resource_id, lease_token=token),
     )
-    lease_seconds = (lease.leased_until - timezone.now()).total_seconds()
+    lease_seconds = (lease.leased_until - now).total_seconds()
     return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=lease_seconds)
 
 
@@ -88,10 +103,10 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "", rq_job
 _START_SQL = f"""
     WITH attempt AS (
         INSERT INTO {Attempt._meta.db_table}
-            (task_id, number, resource_id, lease_token, worker, rq_job_id, started_at, scheduled_for, outcome,
-             error_class, error_message, error_signature, category, action)
-        VALUES (%(task)s, %(number)s, %(resource)s, %(token)s, %(worker)s, %(job)s, %(now)s, %(due)s, 'running',
-                '', '', '', '', '')
+            (task_id, number, resource_id, lease_token, fencing_token, worker, rq_job_id, started_at, scheduled_for,
+             outcome, error_class, error_message, error_signature, category, action)
+        VALUES (%(task)s, %(number)s, %(resource)s, %(token)s, %(fence)s, %(worker)s, %(job)s, %(now)s, %(due)s,
+                'running', '', '', '', '', '')
         RETURNING id
     ), task AS (
         UPDATE {Task._meta.db_table}
@@ -104,16 +119,30 @@ _START_SQL = f"""
 """
 
 
+# A success ends a running attempt; it also ends an attempt the dispatcher gave up as lost
+# (abandoned) while its flow in fact went on and succeeded, provided no newer attempt has started:
+# the task is still waiting for the retry the abandonment scheduled, which this cancels (a waiting
+# task that is no longer waiting is skipped by begin_attempt). Running the flow again would repeat
+# a side effect that has happened. `kept_late` says which of the two it was.
 _SUCCESS_SQL = f"""
-    WITH attempt AS (
-        UPDATE {Attempt._meta.db_table} SET outcome = 'succeeded', finished_at = %(now)s, duration_ms = %(ms)s
-        WHERE id = %(attempt)s AND outcome = 'running'
-        RETURNING id
+    WITH before AS (
+        SELECT a.id, a.outcome FROM {Attempt._meta.db_table} a
+        WHERE a.id = %(attempt)s AND (a.outcome = 'running' OR (a.outcome = 'abandoned' AND EXISTS (
+            SELECT 1 FROM {Task._meta.db_table} t
+            WHERE t.id = a.task_id AND t.state IN {tuple(str(state) for state in WAITING_STATES)}
+                  AND t.attempt_count = a.number)))
+        FOR UPDATE OF a
+    ), attempt AS (
+        UPDATE {Attempt._meta.db_table} a SET outcome = 'succeeded', finished_at = now(), duration_ms = %(ms)s,
+            error_class = '', error_message = '', error_signature = '', category = '', action = ''
+        FROM before WHERE a.id = before.id
+        RETURNING before.outcome = 'abandoned' AS kept_late
     )
-    UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = %(now)s, result = %(result)s::jsonb,
+    UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = now(), result = %(result)s::jsonb,
         held_lease_token = NULL, last_error = '', last_error_signature = '', last_error_category = ''
-    WHERE id = %(task)s AND EXISTS (SELECT 1 FROM attempt)
-    RETURNING id
+    FROM attempt
+    WHERE id = %(task)s
+    RETURNING attempt.kept_late, finished_at
 """
 
 
@@ -122,7 +151,7 @@ def _record_start(attempt: Attempt) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_START_SQL, {
             "task": attempt.task_id, "number": attempt.number, "resource": attempt.resource_id,
-            "token": attempt.lease_token, "worker": attempt.worker, "job": attempt.rq_job_id,
+            "token": attempt.lease_token, "fence": attempt.fencing_token, "worker": attempt.worker, "job": attempt.rq_job_id,
             "now": attempt.started_at, "due": attempt.scheduled_for,
         })
         attempt.pk = cursor.fetchone()[0]
@@ -147,17 +176,21 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
     dead letters), and a flow that echoes its resource's attributes must not copy a secret there.
     `raised` is the error as the flow raised it, when `error` is the stand-in stored in its place
     (its secrets masked): the policy judges `raised`, so a mask cannot change the verdict."""
-    now = timezone.now()
     result = mask_secrets(result)
+    is_probe = attempt.task.is_probe
     with transaction.atomic():
         # Lock order, here and in recover_lost_attempts: the attempt, then its task.
-        if attempt.task.is_probe:
+        if error is None and not is_probe:
+            return _succeed(attempt, result, duration)
+        attempt = Attempt.objects.select_for_update().annotate(db_now=Now()).get(pk=attempt.pk)
+        now = attempt.db_now  # PostgreSQL's clock: the retry's due time and the hold are computed from it
+        if is_probe:
             return finish_probe(attempt, result, error, now, duration)
-        if error is None:
-            return _succeed(attempt, result, now, duration)
-        attempt = Attempt.objects.select_for_update().get(pk=attempt.pk)
         if attempt.outcome != AttemptOutcome.RUNNING:
             log.warning("%s finished after it was %s; its outcome is dropped", attempt, attempt.outcome)
+            if attempt.outcome == AttemptOutcome.ABANDONED:
+                emit(attempt.task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number,
+                     outcome=AttemptOutcome.FAILED, kept=False)
             return attempt
         task = Task.objects.select_for_update().get(pk=attempt.task_id)
         attempt.duration_ms = int(duration * 1000)
@@ -167,17 +200,28 @@ def finish_attempt(*, attempt: Attempt, result=None, error: BaseException | None
     return attempt
 
 
-def _succeed(attempt: Attempt, result, now: datetime, duration: float) -> Attempt:
+def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
 
     task = Task(pk=attempt.task_id)
     with connection.cursor() as cursor:
-        # One statement: the attempt's row (locked first, by the uncorrelated EXISTS), then the task's.
-        cursor.execute(_SUCCESS_SQL, {"attempt": attempt.pk, "task": task.pk, "now": now, "ms": int(duration * 1000),
+        # One statement: the attempt's row (locked first), then the task's.
+        cursor.execute(_SUCCESS_SQL, {"attempt": attempt.pk, "task": task.pk, "ms": int(duration * 1000),
                                       "result": json.dumps(result)})
-        recorded = cursor.fetchone() is not None
-    if not recorded:  # the dispatcher gave the attempt up as lost while the flow ran
-        log.warning("%s finished after it was abandoned; its outcome is dropped", attempt)
-        return Attempt.objects.get(pk=attempt.pk)
+        recorded = cursor.fetchone()
+    if recorded is None:  # given up as lost, and a newer attempt has started (or the task ended) since
+        current = Attempt.objects.get(pk=attempt.pk)
+        log.error("%s succeeded after it was %s and a newer attempt had started; its success is dropped",
+                  attempt, current.outcome)
+        if current.outcome == AttemptOutcome.ABANDONED:
+            emit(task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number, outcome=AttemptOutcome.SUCCEEDED,
+                 kept=False)
+        return current
+    kept_late, now = recorded
+    if kept_late:
+        log.warning("%s succeeded after it was given up as lost; no newer attempt had started, so the success "
+                    "stands and the retry is cancelled", attempt)
+        emit(task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number, outcome=AttemptOutcome.SUCCEEDED,
+             kept=True)
     try:
         pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.SUCCESS,
                      actor=task.holder, details={"attempt": attempt.number})
@@ -187,3 +231,52 @@ def _succeed(attempt: Attempt, result, now: datetime, duration: float) -> Attemp
     if attempt.number > 1:
         emit(task, TaskEventKind.RETRY_SUCCEEDED, attempt_number=attempt.number, resource=attempt.resource_id)
     return attempt
+
+
+# The attempt's lease, renewed on PostgreSQL's clock by the worker that watches the work horse
+# (retryops.worker), in one round trip: it finds the attempt by the unique (task, number) index.
+_KEEP_LEASE_SQL = f"""
+    WITH attempt AS (
+        SELECT a.outcome, a.resource_id, a.lease_token FROM {Attempt._meta.db_table} a
+        WHERE a.task_id = %(task)s AND a.number = %(number)s
+    ), renewed AS (
+        UPDATE {Resource._meta.db_table} r
+        SET leased_until = now() + make_interval(secs => p.lease_seconds), lapse_seen_at = NULL
+        FROM attempt, {ResourcePool._meta.db_table} p
+        WHERE attempt.outcome = 'running' AND r.id = attempt.resource_id AND r.lease_token = attempt.lease_token
+              AND r.state = 'in_use' AND p.id = r.pool_id
+        RETURNING p.lease_seconds
+    )
+    SELECT attempt.outcome, (SELECT lease_seconds FROM renewed) FROM attempt
+"""
+
+
+@dataclass
+class LeaseKept:
+    """What keep_attempt_lease found: `state` is one of LEASE_STATES; `lease_seconds` is the
+    pool's lease when it was renewed."""
+
+    state: str
+    lease_seconds: int | None = None
+
+
+# not_started: no attempt row yet (begin_attempt has not committed), or it was never made;
+# renewed: running and still holding its lease; lost: running without its lease (swept), or
+# given up as lost already: whatever it does now, another attempt may hold the resource;
+# ended: it recorded its outcome.
+LEASE_STATES = ("not_started", "renewed", "lost", "ended")
+
+
+def keep_attempt_lease(*, task_id: int, attempt_number: int) -> LeaseKept:
+    """Renew the lease of a task's attempt for its pool's lease length from now, if the attempt is
+    running and still holds it. What the worker process does every quarter lease while its work
+    horse runs the flow (retryops.worker)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_KEEP_LEASE_SQL, {"task": task_id, "number": attempt_number})
+        row = cursor.fetchone()
+    if row is None:
+        return LeaseKept("not_started")
+    outcome, lease_seconds = row
+    if outcome == AttemptOutcome.RUNNING:
+        return LeaseKept("renewed", lease_seconds) if lease_seconds is not None else LeaseKept("lost")
+    return LeaseKept("lost" if outcome == AttemptOutcome.ABANDONED else "ended")

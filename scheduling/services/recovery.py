@@ -1,10 +1,12 @@
 """The dispatcher: what dead workers and a lost Redis left behind, brought back from the database."""
 
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from rq import Queue
 from rq.exceptions import NoSuchJobError
@@ -12,8 +14,9 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text
 
 from resources import services as pool
-from resources.choices import FailureCategory
+from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
+from resources.errors import LeaseMismatch, ResourceNotFound
 from retryops.inputs import whole_number
 from retryops.jsonsafe import clean_text
 from scheduling.choices import WAITING_STATES, AttemptOutcome, PatternAction
@@ -34,18 +37,28 @@ from scheduling.services.probes import start_probes
 log = logging.getLogger(__name__)
 
 
+# How long one dispatcher step may go on before it leaves the rest for the next pass, so that one
+# slow step (thousands of lost attempts after an outage) cannot hold up the periodic jobs queued
+# behind it. A row locked by someone else is skipped, not waited for (SKIP LOCKED, lock_timeout).
+STEP_BUDGET = 10.0
+
+
 def recover_lost_attempts(*, now: datetime | None = None, failed: list[int] | None = None) -> list[Attempt]:
     """Sweep expired leases, then abandon every running attempt whose lease is gone (its worker
     died or hung) and retry its task as for a retryable failure. An attempt that cannot be
     recovered is logged, noted in its task's last_error and left for the next pass; its task id
-    is appended to `failed`, and the others are still recovered."""
-    now = now or timezone.now()
+    is appended to `failed`, and the others are still recovered. `now` is a test's stand-in for
+    a later time (see sweep_expired_leases); PostgreSQL's clock decides otherwise."""
     pool.sweep_expired_leases(now=now)
     lost = [(a.pk, a.task_id) for a in lost_attempts()]
-    abandoned = []
+    abandoned, deadline = [], time.monotonic() + STEP_BUDGET
     for attempt_id, task_id in lost:
+        if time.monotonic() > deadline:
+            log.warning("dispatcher: %s lost attempts left for the next pass (step budget %s s spent)",
+                        len(lost) - len(abandoned), STEP_BUDGET)
+            break
         try:
-            attempt = _abandon(attempt_id, now)
+            attempt = _abandon(attempt_id)
         except Exception as exc:  # one bad row (a policy whose numbers overflow, ...) must not stop the rest
             log.exception("dispatcher: could not recover lost attempt %s of task %s", attempt_id, task_id)
             _note_dispatcher_error(task_id, f"dispatcher could not recover its lost attempt: {type(exc).__name__}: {exc}")
@@ -57,15 +70,34 @@ def recover_lost_attempts(*, now: datetime | None = None, failed: list[int] | No
     return abandoned
 
 
-def _abandon(attempt_id: int, now: datetime) -> Attempt | None:
+def abandon_stopped_attempt(*, task_id: int, attempt_number: int, reason: str) -> Attempt | None:
+    """Give up a running attempt whose execution is known to have stopped (its worker killed its
+    work horse, or saw it die, and reaped it), and its resource back as a retryable failure, at
+    once: nothing can act under its lease any more, so there is no need to wait for it to run out.
+    None if the attempt is not running (it recorded its outcome, or was given up already)."""
+    attempt_id = Attempt.objects.filter(task_id=task_id, number=attempt_number,
+                                        outcome=AttemptOutcome.RUNNING).values_list("pk", flat=True).first()
+    return None if attempt_id is None else _abandon(attempt_id, reason=reason, stopped=True)
+
+
+def _abandon(attempt_id: int, *, reason: str = ABANDONED_REASON, stopped: bool = False) -> Attempt | None:
     with transaction.atomic():
-        attempt = Attempt.objects.select_for_update().get(pk=attempt_id)
-        if attempt.outcome != AttemptOutcome.RUNNING:
+        # SKIP LOCKED: an attempt locked by its own worker is being finished; the next pass sees.
+        attempt = Attempt.objects.select_for_update(skip_locked=not stopped).annotate(
+            db_now=Now()).filter(pk=attempt_id).first()
+        if attempt is None or attempt.outcome != AttemptOutcome.RUNNING:
             return None
+        now = attempt.db_now
         task = Task.objects.select_for_update(of=("self",)).select_related("policy", "pool").get(pk=attempt.task_id)
-        error = WorkerLost(ABANDONED_REASON)
-        verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, ABANDONED_REASON),
-                          PatternAction.RETRY_SAME_RESOURCE)
+        error = WorkerLost(reason)
+        verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, reason), PatternAction.RETRY_SAME_RESOURCE)
+        if stopped and attempt.lease_token and not task.is_probe:  # a probe's lease goes back to quarantine by the sweep
+            try:
+                pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.FAILURE,
+                             error=error, classification=verdict.classification, actor=task.holder,
+                             details={"attempt": attempt.number, "stopped": True})
+            except (LeaseMismatch, ResourceNotFound):
+                pass  # swept meanwhile
         close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)
         task.held_lease_token = None
         if task.is_probe:  # probes never retry; the sweep put the resource back in quarantine
@@ -146,14 +178,14 @@ def dispatch_waiting(*, limit: int = 1000) -> list[int]:
     limit = whole_number(limit, field="limit", error=BadInput)
     redis = django_rq.get_connection(FLOW_QUEUE)
     waiting = Task.objects.filter(state__in=WAITING_STATES).order_by("next_run_at", "pk")
-    enqueued, after = [], None
+    enqueued, after, deadline = [], None, time.monotonic() + STEP_BUDGET
     while True:
         page = waiting if after is None else waiting.filter(
             Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
         rows = list(page.values_list("pk", "attempt_count", "next_run_at", "rq_job_id")[:limit])
         overdue_before = timezone.now() - OVERDUE_GRACE
         enqueued += _wake_lost(rows, redis, overdue_before)
-        if len(rows) < limit or rows[-1][2] > overdue_before:
+        if len(rows) < limit or rows[-1][2] > overdue_before or time.monotonic() > deadline:
             return enqueued
         after = (rows[-1][2], rows[-1][0])
 

@@ -533,6 +533,6 @@ def test_run_batches_command_records_nothing(pool, instant_policy):
 
 def test_sweep_leases_command_takes_an_actor_and_records_nothing(alice):
     pool_services.claim_by_id(resource_id=alice.pk, holder="task 812", lease_seconds=1)
-    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5))
+    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5), lapse_seen_at=timezone.now() - timedelta(hours=1))
     call_command("sweep_leases", actor="carol")
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED and not AuditEntry.objects.exists()

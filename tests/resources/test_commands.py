@@ -10,7 +10,8 @@ from resources.models import Resource
 
 def test_sweep_leases_command_sweeps_expired_leases_and_reports_them(claimed_alice):
     Resource.objects.filter(pk=claimed_alice.pk).update(
-        leased_at=timezone.now() - timedelta(hours=2), leased_until=timezone.now() - timedelta(hours=1)
+        leased_at=timezone.now() - timedelta(hours=2), leased_until=timezone.now() - timedelta(hours=1),
+        lapse_seen_at=timezone.now() - timedelta(hours=1)
     )
     out = StringIO()
     call_command("sweep_leases", stdout=out)
@@ -36,7 +37,7 @@ def test_sweep_leases_command_says_when_a_lease_was_never_used(alice):
     from resources import services
 
     lease = services.claim_by_id(resource_id=alice.pk, holder="task 5", reserve=True)
-    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(hours=1))
+    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(hours=1), lapse_seen_at=timezone.now() - timedelta(hours=1))
     out = StringIO()
     call_command("sweep_leases", stdout=out)
     assert f"swept resource {lease.pk}: lease of task 5" in out.getvalue()

@@ -132,7 +132,7 @@ def test_a_probe_limit_below_one_is_bad_input(db):
 
 
 def test_describe_unavailability_says_a_lease_that_ran_out_will_be_swept_not_in_use_until_the_past(claimed_alice):
-    Resource.objects.filter(pk=claimed_alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5))
+    Resource.objects.filter(pk=claimed_alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5), lapse_seen_at=timezone.now() - timedelta(hours=1))
 
     error = selectors.describe_unavailability(selectors.get_resource(resource_id=claimed_alice.pk))
 

@@ -167,3 +167,24 @@ class CountingWorker(SimpleWorker):
     def execute_job(self, job, queue):
         self.deliveries += 1
         return super().execute_job(job, queue)
+
+
+@flow("gil_hog")
+def gil_hog(context):
+    """Holds the GIL for one long C call (no bytecode runs meanwhile, so no thread of this process
+    does either), then reports how many times it ran."""
+    calls.append((context.task_id, context.attempt))
+    sum(range(context.payload["n"]))
+    return {"runs": len(calls)}
+
+
+seen_keys: list[tuple] = []
+
+
+@flow("keys_then_ok")
+def keys_then_ok(context):
+    """Records the idempotency key and fencing token each attempt gets; the first attempt times out."""
+    seen_keys.append((context.task_id, context.attempt, context.idempotency_key, context.fencing_token))
+    if context.attempt == 1:
+        raise TimeoutError("upstream timed out")
+    return {"ok": True}

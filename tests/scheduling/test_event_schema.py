@@ -3,15 +3,18 @@ against docs/standards/events/retry-status.schema.json: real tasks on a real wor
 publisher, Redis and PostgreSQL."""
 
 import json
+from datetime import timedelta
 from functools import cache
 
 import pytest
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from audit.streaming import publish_stream_messages
+from resources import services as pool_services
 from scheduling import services
 from scheduling.choices import TaskEventKind
 from scheduling.models import TaskEvent
@@ -65,6 +68,11 @@ def every_kind_of_event(redis_conn, pool, alice, instant_policy, default_policy)
     services.run_task_now(task=waiting[0], actor="alice")                      # run now, then succeeds
     services.cancel_task(task=waiting[1], actor="alice", reason="customer withdrew")
     work()
+    late = start(pool, ["ok"])                                                 # a success after it was given up
+    started = services.begin_attempt(task_id=late.pk, attempt_number=1)
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    services.recover_lost_attempts()
+    services.finish_attempt(attempt=started.attempt, result="ok")
 
 
 def test_every_task_event_row_validates_against_the_schema(every_kind_of_event):

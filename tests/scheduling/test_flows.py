@@ -8,16 +8,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from resources.classification import classify
+from resources.errors import LeaseMismatch
 from scheduling.flows import FlowContext
 from scheduling.flows.http_call import http_call
 
 received = []
+fences = []
 
 
 class Upstream(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         received.append((self.path, body, self.headers["Idempotency-Key"]))
+        fences.append(self.headers["Fencing-Token"])
         status = int(self.path.partition("?")[0].strip("/") or 200)
         if status == 999:
             time.sleep(2)
@@ -42,14 +45,14 @@ def upstream():
     server.shutdown()
 
 
-def context():
+def context(**kwargs):
     return FlowContext(task_id=7, attempt=2, payload={"order": 42}, resource_key="alice@x",
-                       resource_attributes={"region": "eu"}, idempotency_key="k:2")
+                       resource_attributes={"region": "eu"}, idempotency_key="k:2", **kwargs)
 
 
-def call(settings, url, timeout=5):
+def call(settings, url, timeout=5, **kwargs):
     settings.RETRYOPS_HTTP_CALL_URL, settings.RETRYOPS_HTTP_CALL_TIMEOUT = url, timeout
-    return http_call(context())
+    return http_call(context(**kwargs))
 
 
 def test_a_2xx_answer_is_success_and_carries_payload_and_attributes(settings, upstream):
@@ -59,6 +62,22 @@ def test_a_2xx_answer_is_success_and_carries_payload_and_attributes(settings, up
     assert body == {"task": 7, "attempt": 2, "payload": {"order": 42},
                     "resource": {"key": "alice@x", "attributes": {"region": "eu"}}}
     assert key == "k:2"
+
+
+def test_a_request_carries_the_business_instances_idempotency_key_and_the_fencing_token(settings, upstream):
+    received.clear(), fences.clear()
+    call(settings, f"{upstream}/200", fencing_token=41)
+    assert (received[0][2], fences) == ("k:2", ["41"])
+
+
+def test_nothing_is_sent_once_the_lease_is_gone(settings, upstream):
+    def lease_gone():
+        raise LeaseMismatch("the lease on resource 1 has run out", why="expired")
+
+    received.clear()
+    with pytest.raises(LeaseMismatch):
+        call(settings, f"{upstream}/200", check_lease=lease_gone)
+    assert received == []
 
 
 @pytest.mark.parametrize("status, category", [(503, "retryable"), (429, "retryable"), (500, "retryable"),

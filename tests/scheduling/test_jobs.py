@@ -30,7 +30,7 @@ def test_dispatch_job_re_enqueues_a_task_redis_lost(redis_conn, alice, instant_p
 def test_dispatch_job_abandons_an_attempt_whose_worker_died(redis_conn, alice, instant_policy):
     task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant")
     services.begin_attempt(task_id=task.pk, attempt_number=1)
-    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(minutes=1))
+    Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(minutes=1), lapse_seen_at=timezone.now() - timedelta(hours=1))
     assert dispatch_job()["abandoned"] == 1
     assert Task.objects.get(pk=task.pk).state == TaskState.RETRYING
 

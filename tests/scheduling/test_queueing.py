@@ -1,7 +1,11 @@
 """scheduling.queueing: how wake-ups reach the workers, on the real Redis."""
 
+import time
+from datetime import timedelta
+
 import django_rq
 import pytest
+from django.utils import timezone
 
 from scheduling import services
 from scheduling.choices import TaskState
@@ -37,3 +41,22 @@ def test_a_due_retry_is_taken_before_fresh_tasks_queued_ahead_of_it(redis_conn, 
     burst_worker().work(burst=True, max_jobs=2)  # the first attempt fails; then its retry, or a fresh task?
     assert Task.objects.get(pk=retried.pk).state == TaskState.SUCCEEDED
     assert not Attempt.objects.filter(task__in=fresh).exists()
+
+
+def test_a_wakeup_early_by_the_databases_clock_goes_back_on_the_queue_for_what_is_left(redis_conn, alice,
+                                                                                      instant_policy):
+    from django.db.models.functions import Now
+    from rq.registry import ScheduledJobRegistry
+
+    from scheduling.queueing import FLOW_QUEUE
+    from scheduling.runner import run_attempt
+
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant")
+    # Due in 20 s by PostgreSQL's clock, whatever this host's clock says (`due` claims it is due now).
+    Task.objects.filter(pk=task.pk).update(next_run_at=Now() + timedelta(seconds=20))
+    django_rq.get_queue(FLOW_QUEUE).empty()
+    assert run_attempt(task_id=task.pk, attempt_number=1, due=time.time()) is None
+    assert not Attempt.objects.filter(task=task).exists()
+    [job_id] = ScheduledJobRegistry(FLOW_QUEUE, connection=redis_conn).get_job_ids()
+    at = ScheduledJobRegistry(FLOW_QUEUE, connection=redis_conn).get_scheduled_time(job_id)
+    assert 18 <= (at - timezone.now()).total_seconds() <= 21

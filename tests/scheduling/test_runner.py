@@ -187,6 +187,10 @@ def test_a_worker_killed_mid_flow_leaves_an_abandoned_attempt_and_the_task_is_re
         worker.wait(timeout=10)
     wait_for(lambda: Resource.objects.get(pk=resource.pk).leased_until < timezone.now(), timeout=10)
 
+    # The first pass sees the lease lapsed; a pass a heartbeat interval (a third of the lease) later takes it.
+    abandoned = services.recover_lost_attempts()
+    assert abandoned == []
+    time.sleep(1)
     abandoned = services.recover_lost_attempts()
 
     assert [a.task_id for a in abandoned] == [task.pk]

@@ -16,7 +16,7 @@ from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task, TaskEvent
 from scheduling.runner import run_attempt
-from tests.factories import ResourceFactory
+from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling import helpers
 from tests.scheduling.helpers import work
 
@@ -290,12 +290,47 @@ def test_dispatcher_re_enqueues_a_waiting_task_whose_job_already_finished(redis_
     assert services.dispatch_waiting() == [task.pk]
 
 
-def test_an_outcome_arriving_after_the_attempt_was_abandoned_is_dropped(redis_conn, alice, instant_policy):
+def test_a_success_arriving_after_its_attempt_was_abandoned_is_kept_and_cancels_the_retry(redis_conn, alice,
+                                                                                         instant_policy):
     task = start(alice.pool)
     started = services.begin_attempt(task_id=task.pk, attempt_number=1)
     pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
     services.recover_lost_attempts()
     late = services.finish_attempt(attempt=started.attempt, result={"late": True})
+    assert late.outcome == AttemptOutcome.SUCCEEDED
+    task.refresh_from_db()
+    assert task.state == TaskState.SUCCEEDED and task.result == {"late": True}
+    assert services.begin_attempt(task_id=task.pk, attempt_number=2) is None  # the retry finds nothing to run
+    assert TaskEvent.objects.get(task=task, kind=TaskEventKind.LATE_OUTCOME).details == {
+        "outcome": "succeeded", "kept": True}
+
+
+def test_a_success_arriving_after_a_newer_attempt_started_is_dropped_and_recorded(redis_conn, alice, instant_policy):
+    task = start(alice.pool)
+    started = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    services.recover_lost_attempts()
+    services.begin_attempt(task_id=task.pk, attempt_number=2)
+    late = services.finish_attempt(attempt=started.attempt, result={"late": True})
     assert late.outcome == AttemptOutcome.ABANDONED
     task.refresh_from_db()
-    assert task.state == TaskState.RETRYING and task.result is None
+    assert task.state == TaskState.RUNNING and task.result is None
+    assert TaskEvent.objects.get(task=task, kind=TaskEventKind.LATE_OUTCOME).details == {
+        "outcome": "succeeded", "kept": False}
+
+
+def test_every_attempt_and_rerun_of_a_business_instance_gets_its_idempotency_key_and_a_higher_fencing_token(
+        redis_conn, alice, instant_policy):
+    RetryPolicyFactory(name="once", max_attempts=1, initial_delay_seconds=0)
+    helpers.seen_keys.clear()
+    first = services.start_task(flow="keys_then_ok", pool_name=alice.pool, created_by="test", policy="once",
+                                resource=alice, strict=True)
+    work()
+    again = services.retry_resource(resource=alice, actor="ops:carol", policy="instant")
+    work()
+    assert Task.objects.get(pk=again.pk).state == TaskState.SUCCEEDED
+    runs = [(task, attempt) for task, attempt, _, _ in helpers.seen_keys]
+    assert runs == [(first.pk, 1), (again.pk, 1), (again.pk, 2)]
+    assert {key for _, _, key, _ in helpers.seen_keys} == {first.idempotency_key}
+    tokens = [token for *_, token in helpers.seen_keys]
+    assert tokens == sorted(set(tokens))

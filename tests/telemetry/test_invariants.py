@@ -102,13 +102,13 @@ def test_a_lease_naming_a_task_that_does_not_exist_is_reported(system):
 
 def test_a_lease_expired_past_the_sweepers_grace_is_reported(system):
     dave = system["dave"]
-    Resource.objects.filter(pk=dave.pk).update(leased_until=timezone.now() - timedelta(minutes=5))
+    Resource.objects.filter(pk=dave.pk).update(leased_until=timezone.now() - timedelta(minutes=5), lapse_seen_at=timezone.now() - timedelta(hours=1))
     assert found("lease_holders") == [{"resource": dave.pk}]
 
 
 def test_a_lease_expired_within_the_sweepers_grace_is_left_to_the_sweeper(system):
     now = timezone.now()
-    Resource.objects.filter(pk=system["dave"].pk).update(leased_until=now - timedelta(seconds=1))
+    Resource.objects.filter(pk=system["dave"].pk).update(leased_until=now - timedelta(seconds=1), lapse_seen_at=now - timedelta(hours=1))
     assert found("lease_holders", now=now) == []
 
 

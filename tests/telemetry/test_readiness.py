@@ -31,7 +31,7 @@ def forget_latest_migration(app: str = "telemetry") -> str:
 
 
 def expire_lease(resource) -> None:
-    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(hours=1))
+    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(hours=1), lapse_seen_at=timezone.now() - timedelta(hours=1))
 
 
 @pytest.fixture(autouse=True)

@@ -88,6 +88,7 @@ def test_a_rolled_back_consumer_leaves_its_events_for_the_next_claim(task):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claimers_never_get_the_same_event(task):
+    claim("alerts")  # the watermark row exists, so the second claimer does not wait (lock_timeout) on its insert
     ids = [event(task).pk for _ in range(4)]
     held, release, first = threading.Event(), threading.Event(), []
 
@@ -189,6 +190,7 @@ def test_the_watermark_passes_the_events_a_consumer_has_processed(task):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_claimer_that_crashes_after_another_committed_gets_its_events_back(task):
+    claim("alerts")  # the watermark row exists, so the second claimer does not wait (lock_timeout) on its insert
     ids = [event(task).pk for _ in range(4)]
     held, crash, first = threading.Event(), threading.Event(), []
 

@@ -37,7 +37,7 @@ def lost_attempt(resource, policy="instant"):
     """A running attempt whose worker died: its lease has run out."""
     task = start(resource, policy=policy)
     services.begin_attempt(task_id=task.pk, attempt_number=1)
-    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(minutes=1))
+    Resource.objects.filter(pk=resource.pk).update(leased_until=timezone.now() - timedelta(minutes=1), lapse_seen_at=timezone.now() - timedelta(hours=1))
     return task
 
 

@@ -1,0 +1,128 @@
+"""The flow worker (retryops.worker.Worker) keeps its work horse's lease from its own process: a flow
+holding the GIL keeps its lease, and a stopped work horse is killed and its attempt given up at
+once, before its lease can run out. Real forking workers on the test database and Redis."""
+
+import os
+import signal
+import threading
+import time
+
+import django_rq
+import pytest
+from django.db import connection
+
+from resources.choices import EventKind, ResourceState
+from resources.models import Resource, ResourceEvent
+from retryops.worker import Worker, horse_stopped
+from scheduling import services
+from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.models import Attempt, Task
+from scheduling.services.attempts import keep_attempt_lease
+from tests.factories import ResourceFactory, ResourcePoolFactory
+from tests.scheduling import helpers
+from tests.scheduling.helpers import in_thread
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def forking_worker() -> Worker:
+    return django_rq.get_worker("retries", "flows", worker_class=Worker)
+
+
+def hog_size(seconds: float) -> int:
+    """How many numbers sum(range(n)) adds in about `seconds` on this machine, now."""
+    began = time.perf_counter()
+    sum(range(2_000_000))
+    return int(2_000_000 * seconds / max(time.perf_counter() - began, 1e-6))
+
+
+class Sweeper:
+    """The dispatcher's recovery step, every 0.2 s in a thread, as the periodic worker runs it."""
+
+    def __init__(self):
+        self.abandoned, self._stop = [], threading.Event()
+
+    def __enter__(self):
+        def sweep():
+            while not self._stop.wait(0.2):
+                self.abandoned += services.recover_lost_attempts()
+        self._thread = in_thread(sweep)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_a_flow_holding_the_gil_past_its_lease_keeps_it_and_succeeds_once(redis_conn, instant_policy):
+    pool = ResourcePoolFactory(name="short-leases", lease_seconds=2)
+    alice = ResourceFactory(pool=pool, key="alice@x")
+    helpers.calls.clear()
+    task = services.start_task(flow="gil_hog", pool_name=pool, payload={"n": hog_size(5)}, created_by="test",
+                               policy="instant")
+    connection.close()
+    with Sweeper() as sweeper:
+        forking_worker().work(burst=True)
+    task.refresh_from_db()
+    assert (task.state, task.attempt_count, sweeper.abandoned) == (TaskState.SUCCEEDED, 1, [])
+    assert not ResourceEvent.objects.filter(resource=alice, kind=EventKind.LEASE_EXPIRED).exists()
+
+
+def test_a_stopped_work_horse_is_killed_and_its_attempt_given_up_before_its_lease_runs_out(redis_conn,
+                                                                                          instant_policy):
+    pool = ResourcePoolFactory(name="leases", lease_seconds=8)
+    alice = ResourceFactory(pool=pool, key="alice@x")
+    task = services.start_task(flow="demo", pool_name=pool, payload={"sleep": 30, "sleep_attempts": [1]},
+                               created_by="test", policy="instant")
+    worker, stopped_at = forking_worker(), []
+
+    def stop_the_horse():
+        while not (worker.horse_pid and Attempt.objects.filter(task=task).exists()):
+            time.sleep(0.05)
+        os.kill(worker.horse_pid, signal.SIGSTOP)
+        stopped_at.append(time.monotonic())
+
+    connection.close()
+    stopper = in_thread(stop_the_horse)
+    worker.work(burst=True, max_jobs=1)
+    given_up_after = time.monotonic() - stopped_at[0]
+    stopper.join(10)
+
+    first = Attempt.objects.get(task=task, number=1)
+    assert first.outcome == AttemptOutcome.ABANDONED and "stopped" in first.error_message
+    assert given_up_after < 8  # well before the lease would have run out: nobody waited for it
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
+    assert not ResourceEvent.objects.filter(resource=alice, kind=EventKind.LEASE_EXPIRED).exists()
+    assert Task.objects.get(pk=task.pk).state == TaskState.RETRYING
+
+
+def test_a_stopped_process_is_told_from_a_running_one():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert not horse_stopped(pid)
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not horse_stopped(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert horse_stopped(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.django_db
+def test_keeping_an_attempts_lease_says_whether_it_is_held(redis_conn, alice, instant_policy):
+    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant")
+    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "not_started"
+    started = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    kept = keep_attempt_lease(task_id=task.pk, attempt_number=1)
+    assert (kept.state, kept.lease_seconds) == ("renewed", alice.pool.lease_seconds)
+    Resource.objects.filter(pk=alice.pk).update(lease_token=None, state=ResourceState.FAILED, lease_holder="",
+                                                leased_at=None, leased_until=None, lease_kind="")
+    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "lost"
+    Attempt.objects.filter(pk=started.attempt.pk).update(outcome=AttemptOutcome.FAILED,
+                                                        finished_at=started.attempt.started_at)
+    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "ended"
