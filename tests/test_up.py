@@ -422,3 +422,39 @@ def test_the_demo_s_dead_task_pages_the_receiver_that_up_starts(tmp_path, redis_
         assert "demo receiver: pagerduty: trigger retryops/work_order/" in log
     finally:
         stop_all(started)
+
+
+def run_file_children(folder: Path, up: subprocess.Popen) -> dict[str, int]:
+    """The pids of `up`'s children, as its run file lists them (none before it is written)."""
+    try:
+        return {name: pid for name, (pid, _) in json.loads((folder / f"{up.pid}.json").read_text())["children"].items()}
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_up_restarts_a_child_that_dies_says_so_and_lists_its_new_pid(tmp_path, redis_conn):
+    port, receiver_port = free_port(), free_port()
+    started = []
+    try:
+        up = start_up(port, up_env(tmp_path), tmp_path / "up.log", receiver_port=receiver_port)
+        started.append(psutil.Process(up.pid))
+        wait_for(lambda: "periodic jobs" in run_file_children(tmp_path / "up", up), timeout=60)
+        first = run_file_children(tmp_path / "up", up)
+        started += psutil.Process(up.pid).children(recursive=True)
+
+        os.kill(first["periodic jobs"], signal.SIGKILL)
+
+        wait_for(lambda: run_file_children(tmp_path / "up", up).get("periodic jobs", first["periodic jobs"])
+                 != first["periodic jobs"], timeout=30)
+        again = run_file_children(tmp_path / "up", up)
+        started.append(psutil.Process(again["periodic jobs"]))
+        assert psutil.Process(again["periodic jobs"]).cmdline()[-2:] == ["rqcron", "scheduling.cron"]
+        assert {name: pid for name, pid in again.items() if name != "periodic jobs"} == {
+            name: pid for name, pid in first.items() if name != "periodic jobs"}
+        assert (f"periodic jobs (pid {first['periodic jobs']}) exited with -9; restarting it in 1 s"
+                in (tmp_path / "up.log").read_text())
+        assert up.poll() is None
+    finally:
+        stop_all(started)

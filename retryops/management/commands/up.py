@@ -32,6 +32,11 @@ DEMO_SCRIPTS = (["TimeoutError: upstream timed out after 30s", "ok"],
                 ["PermissionError: HTTP 403: account suspended by upstream"])
 # What the demo's PagerDuty messages carry as routing key when the receiver stands in for PagerDuty.
 DEMO_ROUTING_KEY = "retryops-demo"
+# A child that exits is started again after FIRST_RESTART_SECONDS, doubling on each exit up to
+# LONGEST_RESTART_SECONDS; one that had run STEADY_SECONDS before exiting starts from the first again.
+FIRST_RESTART_SECONDS = 1
+LONGEST_RESTART_SECONDS = 30
+STEADY_SECONDS = 60
 
 
 class Command(BaseCommand):
@@ -208,9 +213,18 @@ class Command(BaseCommand):
         # The children get SIGTERM when this process dies, also by SIGKILL, so none outlives it
         # holding the port, the scheduler lock or old code; the run file catches the rest.
         die_with_up = processes.die_with_parent()
-        children = {name: subprocess.Popen(cmd, env=env, preexec_fn=die_with_up)
-                    for name, (cmd, env) in self.child_processes(addrport, receiver_port).items()}
-        run_file = self.run_files().write({name: child.pid for name, child in children.items()})
+        commands = self.child_processes(addrport, receiver_port)
+
+        def start(name: str) -> subprocess.Popen:
+            cmd, env = commands[name]
+            return subprocess.Popen(cmd, env=env, preexec_fn=die_with_up)
+
+        children = {name: start(name) for name in commands}
+        started = dict.fromkeys(children, time.monotonic())
+        delays = dict.fromkeys(children, FIRST_RESTART_SECONDS)
+        restart_at: dict[str, float] = {}  # the children that exited, and when they start again
+        run_files = self.run_files()
+        run_file = run_files.write({name: child.pid for name, child in children.items()})
         self.stdout.write(self.notifications_summary(receiver_port))
         self.stdout.write(self.style.SUCCESS(f"admin: http://{addrport}/admin/  (Ctrl-C stops everything)"))
         stopping = False
@@ -223,10 +237,24 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         try:
             while not stopping:
+                now = time.monotonic()
                 for name, child in children.items():
-                    if child.poll() is not None:
-                        self.stderr.write(f"{name} exited with {child.returncode}; stopping")
-                        stopping = True
+                    if name in restart_at:
+                        if now >= restart_at[name]:
+                            del restart_at[name]
+                            children[name], started[name] = start(name), now
+                            run_files.write({name: child.pid for name, child in children.items()
+                                             if child.poll() is None})
+                    elif child.poll() is not None:
+                        # One child down (a crash, an OOM kill) need not stop the others: Redis or
+                        # the database away is waited out by the workers themselves.
+                        if now - started[name] >= STEADY_SECONDS:
+                            delays[name] = FIRST_RESTART_SECONDS
+                        delay = delays[name]
+                        delays[name] = min(delay * 2, LONGEST_RESTART_SECONDS)
+                        restart_at[name] = now + delay
+                        self.stderr.write(f"{name} (pid {child.pid}) exited with {child.returncode}; "
+                                          f"restarting it in {delay} s")
                 time.sleep(0.5)
         finally:
             processes.stop([processes.identity(child.pid) for child in children.values() if child.poll() is None])
