@@ -2,10 +2,13 @@
 restarts touch nothing else), two RQ workers with different names and queues, the cron
 schedulers, and a supervisor that restarts what exits (compose's `restart: unless-stopped`)."""
 
+import glob
+import os
 import shutil
 import signal
 import subprocess
 import tempfile
+from pathlib import Path
 
 import psutil
 from redis import Redis
@@ -29,13 +32,27 @@ def _worker(*queues: str, scheduler: bool = True) -> list[str]:
 
 
 # Two hosts: each runs a flow worker with RQ's scheduler (the Procfile's `worker`), on different
-# queues; host b also serves the periodic jobs' queue. The crons run once, on host a.
+# queues; host b also runs the periodic jobs' worker (the Procfile's `periodic_worker`: the
+# dispatcher and the lease sweeper never wait behind flows). The crons run once, on host a.
 PROCESSES = {
     "host-a worker": ("host-a", _worker("retries", "flows", "default")),
-    "host-b worker": ("host-b", _worker("flows", "scheduler")),
+    "host-b worker": ("host-b", _worker("flows")),
+    "host-b periodic worker": ("host-b", _worker("scheduler", scheduler=False)),
     "host-a periodic jobs": ("host-a", ["rqcron", "scheduling.cron"]),
     "host-a dead letters": ("host-a", ["rqcron", "compensation.cron"]),
 }
+WORKERS = [name for name, (_host, command) in PROCESSES.items() if command[0] == "rqworker"]
+
+
+def _worker_name(process: str, number: int) -> str:
+    """The RQ worker name of the `number`th start of `process`: "host-a.1", "host-b-periodic.2"."""
+    host = PROCESSES[process][0]
+    return f"{host}-periodic.{number}" if "periodic" in process else f"{host}.{number}"
+
+
+def _process_of(worker_name: str) -> str:
+    prefix = worker_name.rsplit(".", 1)[0]
+    return next(name for name in WORKERS if _worker_name(name, 0).rsplit(".", 1)[0] == prefix)
 
 
 class RedisServer:
@@ -81,13 +98,87 @@ class RedisServer:
         return Redis.from_url(self.url, socket_timeout=2)
 
 
-class Cluster:
-    """The processes of the deployment, each restarted when it exits, as a supervisor would."""
+def _postgres_binary(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [shutil.which(name)]
+    if not found[-1]:
+        raise RuntimeError(f"no PostgreSQL {name} on this machine (the outage fault needs the server binaries)")
+    return found[-1]
 
-    def __init__(self, *, redis: RedisServer, upstream_url: str):
+
+class PostgresServer:
+    """A PostgreSQL cluster of the suite's own (initdb on loopback, its own port and socket
+    directory), for the faults that stop the database: the shared server is never stopped. As
+    root (initdb refuses it), the cluster belongs to and runs as the postgres user."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="faults-postgres-")
+        self.data, self.sockets = Path(self.dir) / "data", Path(self.dir) / "sockets"
+        self.user = "postgres" if os.geteuid() == 0 else None
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/retryops"
+
+    def _run(self, *command: str) -> None:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, user=self.user)
+
+    def create(self) -> None:
+        """initdb, start, and create the retryops database (empty: migrate it with manage.py)."""
+        self.sockets.mkdir(parents=True)
+        if self.user:
+            shutil.chown(self.dir, self.user)
+            shutil.chown(self.sockets, self.user)
+        self._run(_postgres_binary("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                  "--no-sync", "-E", "UTF8")
+        # Lose nothing a commit promised, but do not wait for the disk on each: the suite's cluster is thrown away.
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                       f"unix_socket_directories = '{self.sockets}'\nfsync = off\nmax_connections = 100\n")
+        self.start()
+        self._run(_postgres_binary("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                  "retryops")
+
+    def start(self) -> None:
+        self._run(_postgres_binary("pg_ctl"), "-D", str(self.data), "-l", str(Path(self.dir) / "server.log"),
+                  "-w", "-t", "60", "start")
+
+    def stop(self) -> None:
+        """Stop at once, as a crash or a failover looks to clients: their connections are cut."""
+        self._run(_postgres_binary("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def discard(self) -> None:
+        try:
+            self.stop()
+        except subprocess.CalledProcessError:
+            pass  # not running
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+FAKETIME_LIBRARY = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # `dpkg -L libfaketime`
+# A sitecustomize.py that makes time.sleep wait in select(): libfaketime 0.9.10 with
+# FAKETIME_DONT_FAKE_MONOTONIC=1 fails clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), which is how
+# Python's time.sleep sleeps (EINVAL); without that setting, every timed lock or Event wait hangs.
+_FAKETIME_SITE = Path(__file__).resolve().parent / "faketime"
+
+
+def skewed(offset: str) -> dict:
+    """The environment that runs a process's wall clock `offset` ("-8s", "+2s") off the host's,
+    its monotonic clock left alone (libfaketime)."""
+    if not os.path.exists(FAKETIME_LIBRARY):
+        raise RuntimeError(f"{FAKETIME_LIBRARY} is missing: apt-get install faketime")
+    python_path = os.pathsep.join(filter(None, [str(_FAKETIME_SITE), os.environ.get("PYTHONPATH")]))
+    return {"LD_PRELOAD": FAKETIME_LIBRARY, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            "PYTHONPATH": python_path}
+
+
+class Cluster:
+    """The processes of the deployment, each restarted when it exits, as a supervisor would.
+    `env`: more of the processes' environment (another DATABASE_URL); `restart` gives a process
+    an environment of its own (a skewed clock) until it is restarted without one."""
+
+    def __init__(self, *, redis: RedisServer, upstream_url: str, env: dict | None = None):
         self.redis = redis
         self.env = environment(REDIS_URL=redis.url, DJANGO_SETTINGS_MODULE="tests.faults.settings",
-                               RETRYOPS_HTTP_CALL_URL=upstream_url, LOG_FORMAT="text", **CLOCKS)
+                               RETRYOPS_HTTP_CALL_URL=upstream_url, LOG_FORMAT="text", **CLOCKS, **(env or {}))
+        self.own_env: dict[str, dict] = {}
         self.running: dict[str, subprocess.Popen] = {}
         self.incarnations: dict[str, int] = {}
         self.restarts = 0
@@ -98,17 +189,34 @@ class Cluster:
         self.incarnations[name] = number = self.incarnations.get(name, 0) + 1
         if command[0] == "rqworker":
             # RQ refuses a second live worker of one name, and a killed one stays registered a while.
-            command = [*command, "--name", f"{host}.{number}"]
+            command = [*command, "--name", _worker_name(name, number)]
         log = open(LOGS / f"{name.replace(' ', '-')}.log", "a")
-        self.running[name] = manage(*command, env={**self.env, "HOSTNAME": host}, stdout=log,
-                                    stderr=subprocess.STDOUT)
+        self.running[name] = manage(*command, env={**self.env, "HOSTNAME": host, **self.own_env.get(name, {})},
+                                    stdout=log, stderr=subprocess.STDOUT)
         log.close()
 
     def start_all(self) -> None:
         for name in PROCESSES:
             self.start(name)
         # Both workers up and listening before any task starts.
-        wait_for(lambda: len(self.worker_names()) >= 2, timeout=60, every=0.2)
+        wait_for(lambda: len(self.worker_names()) >= len(WORKERS), timeout=60, every=0.2)
+
+    def restart(self, environments: dict[str, dict]) -> None:
+        """Stop the processes named in `environments` as an operator does (SIGTERM), and start each
+        again with its environment added (empty: as the others)."""
+        stop(*(self.running.pop(name) for name in environments))
+        for name, env in environments.items():
+            self.own_env[name] = env
+            self.start(name)
+        wait_for(lambda: len(self.worker_names()) >= len(WORKERS), timeout=60, every=0.2)
+
+    def horse(self, worker_name: str, pid: int) -> psutil.Process:
+        """The work horse `pid` of the worker named `worker_name`: found among the worker process's
+        children (its RQ scheduler is one too), so a pid reported by a flow is never taken on trust."""
+        process = self.running[_process_of(worker_name)]
+        children = {child.pid: child for child in psutil.Process(process.pid).children(recursive=True)}
+        assert pid in children, f"{pid} is not a child of worker {worker_name} ({sorted(children)})"
+        return children[pid]
 
     def worker_names(self) -> set[str]:
         try:
@@ -125,9 +233,7 @@ class Cluster:
     def kill_worker(self, worker_name: str) -> None:
         """SIGKILL the worker named `worker_name`, its work horse and its scheduler, as a host that
         dies; the supervisor starts it again."""
-        host = worker_name.split(".", 1)[0]
-        name = f"{host} worker"
-        process = self.running[name]
+        process = self.running[_process_of(worker_name)]
         tree = [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]
         for member in tree:
             try:

@@ -9,7 +9,7 @@ def pytest_terminal_summary(terminalreporter):
     if not ROWS:
         return
     lines = table()
-    terminalreporter.section("fault injection (lost, run twice, overlapping, held twice and ok twice must be 0)")
+    terminalreporter.section("fault injection (lost, run twice, overlapping, held twice, ok twice and dead, ok must be 0)")
     for line in lines:
         terminalreporter.write_line(line)
     artifacts = ROOT / "artifacts"

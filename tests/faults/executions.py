@@ -1,12 +1,44 @@
-"""What the fault suite reads from its execution table (tests/faults/flow.py writes it): executions
-of one task at the same time, executions on one resource at the same time, and tasks whose flow
-succeeded more than once."""
+"""What the fault suite judges executions by: the upstream's records of them (tests/faults/flow.py
+reports each start and end) copied into a table of the database the deployment uses, beside its
+attempts and tasks; then executions of one task at the same time, executions on one resource at
+the same time, tasks whose flow succeeded more than once, and dead tasks whose flow succeeded.
+
+Two rows for one attempt id is an attempt run twice; two rows of one task whose [started_at,
+finished_at] overlap are two executions at once (an attempt given up as lost while its flow still
+ran, and the next one started); two rows of one resource that overlap are a resource held by two
+flows at once; two rows with ok is a success run again. Times are the upstream's (the test's
+process, whose clock no fault skews)."""
 
 from datetime import datetime
 
 from django.db import connection
 
-from tests.faults.flow import TABLE
+from scheduling.models import Attempt, Task
+
+TABLE = "faults_execution"
+CREATE = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+    id bigserial PRIMARY KEY, task_id bigint NOT NULL, attempt_id bigint, attempt_number integer NOT NULL,
+    worker text NOT NULL, pid integer NOT NULL, resource_key text, lease_token uuid, fencing_token bigint,
+    started_at timestamptz NOT NULL, finished_at timestamptz, upstream_ok boolean)"""
+
+
+def record(executions: list[dict], task_ids: list[int]) -> None:
+    """Replace the table's rows of `task_ids` with `executions` (Upstream.executions_of). The
+    attempt (its id, worker, and lease token where the flow did not say it) is the one of that
+    task and number: an execution without one ran an attempt the database does not know."""
+    with connection.cursor() as cursor:
+        cursor.execute(CREATE)
+        cursor.execute(f"DELETE FROM {TABLE} WHERE task_id = ANY(%s)", [task_ids])
+        for e in executions:
+            cursor.execute(f"""INSERT INTO {TABLE} (task_id, attempt_id, attempt_number, worker, pid, resource_key,
+                                                    lease_token, fencing_token, started_at, finished_at, upstream_ok)
+                               SELECT %(task)s, max(id), %(number)s, coalesce(max(worker), ''), %(pid)s, %(resource)s,
+                                      coalesce(%(lease)s::uuid, (array_agg(lease_token ORDER BY id DESC))[1]),
+                                      %(fencing)s, %(started)s, %(finished)s, %(ok)s
+                               FROM {Attempt._meta.db_table} WHERE task_id = %(task)s AND number = %(number)s""",
+                           {"task": e["task"], "number": e["attempt"], "pid": e["pid"], "resource": e["resource"],
+                            "lease": e["lease_token"], "fencing": e["fencing_token"], "started": e["started_at"],
+                            "finished": e["finished_at"], "ok": e.get("ok")})
 
 # Each execution's span: one without its end stamped ended at the kill if it started before it (its
 # worker was SIGKILLed), else is taken as still running.
@@ -56,3 +88,11 @@ def executions_succeeded_twice(task_ids: list[int]) -> list[tuple]:
         cursor.execute(f"""SELECT task_id, count(*) FROM {TABLE} WHERE task_id = ANY(%s) AND upstream_ok
                            GROUP BY task_id HAVING count(*) > 1 ORDER BY task_id""", [task_ids])
         return cursor.fetchall()
+
+
+def dead_whose_flow_succeeded(task_ids: list[int]) -> list[int]:
+    """Tasks that ended dead although an execution of theirs had the upstream's ok: a success lost."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"""SELECT DISTINCT e.task_id FROM {TABLE} e JOIN {Task._meta.db_table} t ON t.id = e.task_id
+                           WHERE e.task_id = ANY(%s) AND e.upstream_ok AND t.state = 'dead' ORDER BY 1""", [task_ids])
+        return [row[0] for row in cursor.fetchall()]

@@ -8,11 +8,13 @@ from django.db import connection
 from django.utils import timezone
 
 from tests.faults.executions import (
+    CREATE,
+    TABLE,
     executions_succeeded_twice,
     overlapping_executions,
     overlapping_holders,
+    record,
 )
-from tests.faults.flow import CREATE, TABLE
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db]
 
@@ -96,3 +98,17 @@ def test_a_resource_whose_holder_was_killed_is_free_from_the_kill(executions):
 
     assert len(overlapping_holders([TASK, OTHER])) == 1
     assert overlapping_holders([TASK, OTHER], killed_at=executions.start + timedelta(seconds=1)) == []
+
+
+def test_an_execution_the_upstream_recorded_is_judged_even_without_an_attempt_row():
+    # The database may have lost the attempt (or never committed it): the upstream's record still counts.
+    start = timezone.now()
+    reported = {"task": TASK, "attempt": 1, "pid": 1, "resource": "alice@x", "lease_token": None,
+                "fencing_token": None, "started_at": start, "finished_at": None, "ok": None}
+    record([reported, {**reported, "task": OTHER, "started_at": start + timedelta(seconds=1),
+                       "finished_at": start + timedelta(seconds=2), "ok": True}], [TASK, OTHER])
+
+    assert [(row[0], row[1], row[6]) for row in overlapping_holders([TASK, OTHER])] == [("alice@x", TASK, OTHER)]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE attempt_id IS NULL")
+        assert cursor.fetchone()[0] == 2

@@ -3,198 +3,40 @@ database connections, the upstream — every task ends succeeded or dead (dead w
 and work order), no attempt runs twice, no task runs two executions at once or succeeds twice, no
 resource is held by two executions at once, and `check_invariants` passes.
 
+The faults: an upstream timing out and failing, database connections terminated, Redis flushed,
+a work horse paused (SIGSTOP) past its lease, a flow holding the GIL past its lease, clocks
+skewed between hosts (libfaketime), a worker killed, Redis restarted; PostgreSQL stopped is in
+test_database_outage.py, on a server of its own.
+
 One deployment (tests/faults/cluster.py) serves every fault; each fault starts its own tasks on a
 pool of its own, breaks something while they run, and waits for them to settle. The faults that
 kill workers come last: a killed worker's RQ scheduler lock is not taken over for a while (its
 successor starts without a scheduler; the dispatcher wakes the retries instead, seconds later),
 which would only slow the faults after it."""
 
+import signal
+import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from types import SimpleNamespace
+from datetime import datetime
 
+import psutil
 import pytest
-from django.conf import settings
 from django.db import connection
-from django.test import override_settings
 from django.utils import timezone
 
-from compensation.models import DeadLetter
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, Task
-from scheduling.services import start_task
-from telemetry.invariants import check_invariants
-from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
-from tests.faults import report
-from tests.faults.cluster import CLOCKS, Cluster, RedisServer
-from tests.faults.executions import (
-    executions_succeeded_twice,
-    overlapping_executions,
-    overlapping_holders,
-)
-from tests.faults.flow import CREATE, TABLE
-from tests.faults.upstream import Upstream, serving
+from tests.faults.cluster import skewed
+from tests.faults.runs import FaultRun, assert_promise_kept, deployed
 from tests.telemetry.processes import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-# A fault that has not settled by then has lost something.
-SETTLE_TIMEOUT = 90
-
 
 @pytest.fixture(scope="module")
 def deployment(django_db_setup, django_db_blocker):
-    upstream, redis = Upstream(), RedisServer()
-    queues = {name: config["URL"] for name, config in settings.RQ_QUEUES.items()}
-    with django_db_blocker.unblock(), serving(upstream) as upstream_url, \
-            override_settings(RETRYOPS_FLOWS={**settings.RETRYOPS_FLOWS, "faults_http": "tests.faults.flow.faults_http"},
-                              # The deployment's clocks here too: the invariant checker judges by them.
-                              **{name: int(value) for name, value in CLOCKS.items()}):
-        with connection.cursor() as cursor:
-            cursor.execute(CREATE)
-        cluster = Cluster(redis=redis, upstream_url=upstream_url)
-        try:
-            redis.start()
-            for config in settings.RQ_QUEUES.values():  # this process starts tasks on the deployment's Redis
-                config["URL"] = redis.url
-            cluster.start_all()
-            yield SimpleNamespace(upstream=upstream, redis=redis, cluster=cluster)
-        finally:
-            cluster.stop_all()
-            redis.discard()
-            for name, url in queues.items():
-                settings.RQ_QUEUES[name]["URL"] = url
-            with connection.cursor() as cursor:
-                cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
-
-
-@dataclass
-class Settled:
-    succeeded: int
-    dead: int
-    lost: list[int]
-    run_twice: list[tuple]
-    overlapping: list[tuple]
-    held_twice: list[tuple]
-    succeeded_twice: list[tuple]
-    dead_without_work_order: list[int]
-    invariants: str
-    invariants_ok: bool
-
-
-class FaultRun:
-    """One fault's tasks on a pool of their own, and what became of them."""
-
-    def __init__(self, deployment, name: str, *, max_attempts: int = 4):
-        self.deployment, self.name, self.task_ids = deployment, name, []
-        # A 3 s lease (heartbeat every second): a dead worker's attempt is given up within seconds.
-        self.pool = ResourcePoolFactory(name=f"faults-{name}", lease_seconds=3)
-        ResourceFactory.create_batch(24, pool=self.pool)
-        self.policy = RetryPolicyFactory(name=f"faults-{name}", max_attempts=max_attempts, backoff="fixed",
-                                         initial_delay_seconds=1, max_delay_seconds=1)
-
-    def start(self, count: int, *, later: float = 0) -> None:
-        run_at = timezone.now() + timedelta(seconds=later) if later else None
-        for _ in range(count):
-            task = start_task(flow="faults_http", pool_name=self.pool.name, created_by="faults",
-                              policy=self.policy.name, payload={"i": len(self.task_ids)}, run_at=run_at)
-            self.task_ids.append(task.pk)
-
-    def executions(self) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE task_id = ANY(%s)", [self.task_ids])
-            return cursor.fetchone()[0]
-
-    def running_worker(self) -> str | None:
-        """The worker of an attempt whose flow is under way (its execution recorded, no outcome yet)."""
-        with connection.cursor() as cursor:
-            cursor.execute(f"""SELECT a.worker FROM {Attempt._meta.db_table} a JOIN {TABLE} e ON e.attempt_id = a.id
-                               WHERE a.outcome = %s AND a.task_id = ANY(%s) LIMIT 1""",
-                           [AttemptOutcome.RUNNING, self.task_ids])
-            row = cursor.fetchone()
-        return row[0] if row else None
-
-    def settle(self, *, since: float, killed_at: datetime | None = None) -> Settled:
-        """Wait (the supervisor restarting what exits) until every task is succeeded or dead and
-        every dead one has a dead letter on a work order; then check the invariants and add the
-        fault's row to the table. `killed_at`: when the fault SIGKILLed workers, by which time an
-        execution of theirs that never stamped its end had ended."""
-        cluster = self.deployment.cluster
-        restarts_before = cluster.restarts
-
-        def settled() -> bool:
-            cluster.supervise()
-            states = list(Task.objects.filter(pk__in=self.task_ids).values_list("state", flat=True))
-            if any(state not in (TaskState.SUCCEEDED, TaskState.DEAD) for state in states):
-                return False
-            return not self.dead_without_work_order()
-
-        try:
-            wait_for(settled, timeout=SETTLE_TIMEOUT, every=0.25)
-        except AssertionError:
-            pass  # counted below as lost, or dead without a work order
-        took = time.monotonic() - since
-        states = dict(Task.objects.filter(pk__in=self.task_ids).values_list("pk", "state"))
-        with connection.cursor() as cursor:
-            cursor.execute(f"""SELECT attempt_id, count(*) FROM {TABLE} WHERE task_id = ANY(%s)
-                               GROUP BY attempt_id HAVING count(*) > 1 OR attempt_id IS NULL""", [self.task_ids])
-            run_twice = cursor.fetchall()
-        overlapping = overlapping_executions(self.task_ids, killed_at=killed_at)
-        held_twice = overlapping_holders(self.task_ids, killed_at=killed_at)
-        succeeded_twice = executions_succeeded_twice(self.task_ids)
-        # As `manage.py check_invariants --deep` does, with the deployment's settings and Redis.
-        checks = check_invariants(deep=True)
-        result = Settled(
-            succeeded=sum(s == TaskState.SUCCEEDED for s in states.values()),
-            dead=sum(s == TaskState.DEAD for s in states.values()),
-            lost=[pk for pk, s in states.items() if s not in (TaskState.SUCCEEDED, TaskState.DEAD)],
-            run_twice=run_twice, overlapping=overlapping, held_twice=held_twice, succeeded_twice=succeeded_twice,
-            dead_without_work_order=self.dead_without_work_order(),
-            invariants="\n".join(f"{c.name}: {v.line()}" for c in checks for v in c.violations),
-            invariants_ok=not any(c.count for c in checks))
-        report.add(self.name, started=len(self.task_ids), succeeded=result.succeeded, dead=result.dead,
-                   lost=len(result.lost), run_twice=len(run_twice),
-                   overlapping=len({row[0] for row in overlapping}), held_twice=len({row[0] for row in held_twice}),
-                   succeeded_twice=len(succeeded_twice), settle=took,
-                   restarted=cluster.restarts - restarts_before)
-        return result
-
-    def dead_without_work_order(self) -> list[int]:
-        dead = set(Task.objects.filter(pk__in=self.task_ids, state=TaskState.DEAD).values_list("pk", flat=True))
-        covered = set(DeadLetter.objects.filter(task_id__in=dead, work_order__isnull=False)
-                      .values_list("task_id", flat=True))
-        return sorted(dead - covered)
-
-    def live(self) -> set[int]:
-        return set(Task.objects.filter(pk__in=self.task_ids).exclude(state__in=(TaskState.SUCCEEDED, TaskState.DEAD))
-                   .values_list("pk", flat=True))
-
-    def paid_twice(self) -> list[int]:
-        """Tasks the upstream answered 2xx more than once: a success run again (legitimate only when
-        a worker died between the upstream's answer and its record)."""
-        return sorted(task for task, n in self.deployment.upstream.successes_of(self.task_ids).items() if n > 1)
-
-    def stand_ins(self) -> list[int]:
-        """Tasks whose outcome was recorded as a stand-in ("could not be stored") instead of as it happened."""
-        results = Task.objects.filter(pk__in=self.task_ids, result__has_key="storage_note").values_list("pk", flat=True)
-        errors = Attempt.objects.filter(task_id__in=self.task_ids, error_message__contains="could not be stored")
-        return sorted({*results, *errors.values_list("task_id", flat=True)})
-
-    def attempts(self, outcome: str) -> int:
-        return Attempt.objects.filter(task_id__in=self.task_ids, outcome=outcome).count()
-
-
-def assert_promise_kept(result: Settled) -> None:
-    assert result.lost == [], f"tasks neither succeeded nor dead: {result.lost}"
-    assert result.run_twice == [], f"attempts run more than once (attempt id, executions): {result.run_twice}"
-    assert result.overlapping == [], ("executions of one task at the same time (task, attempt, started, ended, "
-                                      f"other attempt, started, ended): {result.overlapping}")
-    assert result.held_twice == [], ("resources held by two executions at once (resource, task, attempt, lease, "
-                                     f"started, ended, other task, attempt, lease, started, ended): {result.held_twice}")
-    assert result.succeeded_twice == [], f"tasks whose flow succeeded more than once: {result.succeeded_twice}"
-    assert result.dead_without_work_order == [], f"dead tasks without a work order: {result.dead_without_work_order}"
-    assert result.invariants_ok, result.invariants
+    with django_db_blocker.unblock(), deployed() as deployment:
+        yield deployment
 
 
 def test_upstream_timing_out_then_failing_then_recovering_ends_every_task(deployment):
@@ -261,6 +103,140 @@ def test_flushall_with_tasks_queued_and_scheduled_loses_nothing(deployment):
     assert_promise_kept(result)
     assert queued and scheduled, f"the flush met {queued} queued and {scheduled} scheduled jobs"
     assert run.paid_twice() == []
+
+
+class Paused:
+    """A work horse stopped with SIGSTOP, and when it died, if it did while watched (its worker
+    may kill a stopped horse): by then an execution of it that never reported its end had ended."""
+
+    def __init__(self, horse: psutil.Process):
+        self.horse, self.died_at, self._done = horse, None, threading.Event()
+        self._watch = threading.Thread(target=self._watching, name="faults-paused-horse", daemon=True)
+
+    def stop(self) -> None:
+        self.horse.send_signal(signal.SIGSTOP)
+        self._watch.start()
+
+    def resume(self) -> None:
+        try:
+            self.horse.send_signal(signal.SIGCONT)
+        except psutil.NoSuchProcess:
+            pass  # killed while stopped
+
+    def forget(self) -> None:
+        """Resume it if it is still stopped (a test that failed meanwhile), and stop watching."""
+        self.resume()
+        self._done.set()
+        self._watch.join(timeout=5)
+
+    def _watching(self) -> None:
+        while not self._done.wait(0.05):
+            try:
+                gone = self.horse.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                self.died_at = timezone.now()
+                return
+
+
+def pause_a_running_horse(deployment, run: FaultRun) -> tuple[dict, Paused]:
+    """SIGSTOP the work horse of an execution under way (found among its worker's children)."""
+    execution = wait_for(run.running, timeout=30, every=0.05)
+    paused = Paused(deployment.cluster.horse(execution["worker"], execution["pid"]))
+    paused.stop()
+    return execution, paused
+
+
+def test_work_horse_paused_past_its_lease_and_resumed_while_its_retry_runs_holds_nothing_twice(deployment):
+    run = FaultRun(deployment, "horse SIGSTOP, resumed as retry runs", settle_timeout=45)
+    deployment.upstream.switch("ok")
+    run.start(4, sleep=2)
+    since = time.monotonic()
+    execution, paused = pause_a_running_horse(deployment, run)
+    try:
+        # Past its 3 s lease, until the retry of its task is under way; then it wakes.
+        wait_for(lambda: (retry := run.running([execution["task"]])) and retry["attempt"] > execution["attempt"],
+                 timeout=30, every=0.05)
+        paused.resume()
+        result = run.settle(since=since, killed_at=paused.died_at)
+    finally:
+        paused.forget()
+
+    assert_promise_kept(result)
+    assert result.succeeded == 4
+    assert deployment.upstream.stale_fencing_tokens(run.task_ids) == []
+
+
+def test_work_horse_paused_past_its_lease_and_resumed_before_its_retry_is_due_succeeds_once(deployment):
+    # Retries 6 s after a failure: the horse wakes after its attempt was given up, before the retry.
+    run = FaultRun(deployment, "horse SIGSTOP, resumed before retry", delay=6, settle_timeout=45)
+    deployment.upstream.switch("ok")
+    run.start(4, sleep=2)
+    since = time.monotonic()
+    execution, paused = pause_a_running_horse(deployment, run)
+    try:
+        wait_for(lambda: Attempt.objects.filter(task_id=execution["task"], number=execution["attempt"])
+                 .exclude(outcome=AttemptOutcome.RUNNING).exists(), timeout=30, every=0.05)
+        paused.resume()
+        result = run.settle(since=since, killed_at=paused.died_at)
+    finally:
+        paused.forget()
+
+    assert_promise_kept(result)
+    assert result.succeeded == 4
+    assert deployment.upstream.stale_fencing_tokens(run.task_ids) == []
+
+
+def gil_held_for(seconds: float) -> int:
+    """The n for which sum(range(n)), one C call that never lets go of the GIL, takes about
+    `seconds` on this machine."""
+    n = 10**7
+    began = time.perf_counter()
+    sum(range(n))
+    return int(n * seconds / (time.perf_counter() - began))
+
+
+def test_flow_holding_the_gil_longer_than_its_lease_keeps_its_lease(deployment):
+    run = FaultRun(deployment, "flow holds the GIL 2x its lease", settle_timeout=60)
+    deployment.upstream.switch("ok")
+    run.start(1, hold_gil=gil_held_for(2 * run.pool.lease_seconds))
+    run.start(3, sleep=0.5)
+    since = time.monotonic()
+
+    result = run.settle(since=since)
+
+    assert_promise_kept(result)
+    assert result.succeeded == 4
+    assert run.attempts(AttemptOutcome.ABANDONED) == 0, "a flow holding the GIL lost its lease"
+
+
+# Clock skew: the flow worker of host a runs behind, the periodic jobs' worker (the dispatcher, the
+# lease sweeper) and the cron schedulers ahead, by half the lease and by twice
+# it. Overlaps are judged on the upstream's clock (this process's, unskewed) and PostgreSQL's.
+SKEW_LEASE = 4
+BEHIND, AHEAD = ["host-a worker"], ["host-b periodic worker", "host-a periodic jobs", "host-a dead letters"]
+
+
+@pytest.mark.parametrize("lease_multiple", [0.5, 2], ids=["half the lease", "twice the lease"])
+def test_clocks_skewed_between_hosts_hold_nothing_twice(deployment, lease_multiple):
+    skew = int(SKEW_LEASE * lease_multiple)
+    cluster = deployment.cluster
+    cluster.restart({**{name: skewed(f"-{skew}s") for name in BEHIND}, **{name: skewed(f"+{skew}s") for name in AHEAD}})
+    try:
+        run = FaultRun(deployment, f"clocks -{skew}s/+{skew}s (lease {SKEW_LEASE}s)", lease_seconds=SKEW_LEASE,
+                       settle_timeout=45)
+        deployment.upstream.switch("ok")
+        run.start(8, sleep=3)
+        since = time.monotonic()
+        result = run.settle(since=since)
+    finally:
+        cluster.restart({name: {} for name in BEHIND + AHEAD})
+
+    assert_promise_kept(result)
+    assert result.succeeded == 8
+    assert run.attempts(AttemptOutcome.ABANDONED) == 0, "a live holder's lease was taken on a skewed clock"
+    assert deployment.upstream.stale_fencing_tokens(run.task_ids) == []
 
 
 def test_worker_killed_mid_attempt_loses_nothing_and_runs_nothing_twice(deployment):

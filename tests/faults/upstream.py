@@ -1,9 +1,11 @@
-"""The upstream the fault suite's flow calls: a local HTTP server whose answers the test sets."""
+"""The upstream the fault suite's flow calls: a local HTTP server whose answers the test sets, and
+which records every execution of the flow (its start and its end, on this process's clock)."""
 
 import json
 import threading
 import time
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -20,6 +22,11 @@ class Upstream:
         self.mode, self.delay = "ok", 0.0
         self.answers: list[tuple[int, int, int]] = []  # (task, attempt, status)
         self.requests: list[tuple[int, str]] = []  # (task, the mode that answered it)
+        # Per execution id: what the flow reported at its start, with "started_at" (this clock),
+        # and "finished_at" and "ok" once it reported its end.
+        self.executions: dict[str, dict] = {}
+        # Each call answered: (task, resource, Fencing-Token or None, Idempotency-Key, status).
+        self.calls: list[tuple[int, str, int | None, str, int]] = []
         self._lock = threading.Lock()
 
     def switch(self, mode: str, *, delay: float = 0.0) -> None:
@@ -38,6 +45,34 @@ class Upstream:
         """The tasks that sent a request the mode `mode` answered."""
         with self._lock:
             return {task for task, answered_by in self.requests if answered_by == mode}
+
+    def executed(self, report: dict) -> None:
+        """An execution's start or end, as the flow reported it; stamped with this process's clock."""
+        at = datetime.now(UTC)
+        with self._lock:
+            if report["event"] == "start":
+                self.executions[report["execution"]] = {**report, "started_at": at, "finished_at": None}
+            else:
+                self.executions[report["execution"]].update(finished_at=at, ok=report["ok"])
+
+    def executions_of(self, task_ids) -> list[dict]:
+        wanted = set(task_ids)
+        with self._lock:
+            return [dict(e) for e in self.executions.values() if e["task"] in wanted]
+
+    def stale_fencing_tokens(self, task_ids) -> list[tuple]:
+        """Calls answered 2xx that carried a fencing token lower than one an earlier call on the
+        same resource carried: a holder whose lease had been handed on, let through. (A token-
+        honouring upstream would refuse them; this one only counts them.)"""
+        wanted, highest, stale = set(task_ids), {}, []
+        with self._lock:
+            for task, resource, token, _key, status in self.calls:
+                if token is None:
+                    continue
+                if token < highest.get(resource, token) and task in wanted and status < 300:
+                    stale.append((resource, task, token, highest[resource]))
+                highest[resource] = max(token, highest.get(resource, token))
+        return stale
 
     def answer(self, body: dict) -> int:
         mode, index, attempt = self.mode, int(body["payload"].get("i", 0)), int(body["attempt"])
@@ -65,9 +100,12 @@ class Upstream:
             time.sleep(self.delay)
         return 200
 
-    def record(self, body: dict, status: int) -> None:
+    def record(self, body: dict, status: int, headers) -> None:
+        token = headers.get("Fencing-Token")
         with self._lock:
             self.answers.append((int(body["task"]), int(body["attempt"]), status))
+            self.calls.append((int(body["task"]), body["resource"]["key"], int(token) if token else None,
+                               headers.get("Idempotency-Key", ""), status))
 
 
 @contextmanager
@@ -77,6 +115,11 @@ def serving(upstream: Upstream):
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.rstrip("/").endswith("/executions"):
+                upstream.executed(body)
+                self.send_response(204)
+                self.end_headers()
+                return
             status = upstream.answer(body)
             try:
                 self.send_response(status)
@@ -86,7 +129,7 @@ def serving(upstream: Upstream):
             except OSError:
                 return  # the flow timed out and went away: it never saw this answer
             if status != 504:
-                upstream.record(body, status)
+                upstream.record(body, status, self.headers)
 
         def log_message(self, *args):
             pass
