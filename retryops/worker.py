@@ -19,6 +19,7 @@ import time
 from django.db import DatabaseError, connection
 from rq.worker import Worker as ForkingWorker
 
+from retryops.redis_wait import WaitsForRedis
 from scheduling import runner
 from scheduling.jobs import run_attempt_job
 
@@ -87,8 +88,9 @@ class _LeaseKeeper:
         return ""
 
 
-class Worker(ForkingWorker):
-    """RQ's forking worker that keeps its work horse's attempt lease (see the module)."""
+class Worker(WaitsForRedis, ForkingWorker):
+    """RQ's forking worker that keeps its work horse's attempt lease (see the module) and outlasts a
+    Redis outage (retryops.redis_wait)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("job_monitoring_interval", MONITOR_SLICE)

@@ -11,9 +11,7 @@ import pytest
 from redis import Redis
 from rq import Queue
 from rq.cron_scheduler_registry import get_registry_key as cron_registry_key
-from rq.worker import Worker
 
-from retryops.redis_wait import WaitsForRedis
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.jobs import run_attempt_job
@@ -25,13 +23,6 @@ from tests.telemetry.processes import environment, manage, stop, wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")]
 
 PASSWORD = "s3cret-redis-pass"
-
-
-class _W(WaitsForRedis, Worker):
-    """RQ's forking worker with the mixin, as retryops.worker.Worker bases it."""
-
-
-WORKER_CLASS = f"{__name__}._W"
 
 
 class RedisServer:
@@ -73,7 +64,7 @@ def redis_server():
 @contextmanager
 def started(redis: RedisServer, log: Path, *commands: list[str], **env: str):
     """Each command as a `manage.py` process on `redis`, logging to `log`, stopped on the way out."""
-    environ = environment(REDIS_URL=redis.url, RETRYOPS_WORKER_CLASS=WORKER_CLASS, LOG_FORMAT="text", **env)
+    environ = environment(REDIS_URL=redis.url, LOG_FORMAT="text", **env)
     with open(log, "ab") as out:
         processes = [manage(*command, env=environ, stdout=out, stderr=subprocess.STDOUT) for command in commands]
     try:
