@@ -35,7 +35,7 @@ from compensation.choices import (
 from compensation.models import DeadLetter, WorkOrder
 from compensation.services.escalation import orphaned_dead_letters
 from resources.choices import EventKind, ResourceState
-from resources.models import Resource, ResourceEvent
+from resources.models import Resource, ResourceEvent, ResourcePool
 from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task, TaskEvent
 
@@ -45,7 +45,7 @@ RECENT = timedelta(days=1)
 # Past this many rows a check prints the count and the first ones only.
 DEFAULT_LIMIT = 100
 
-_R, _RE = Resource._meta.db_table, ResourceEvent._meta.db_table
+_R, _RE, _P = Resource._meta.db_table, ResourceEvent._meta.db_table, ResourcePool._meta.db_table
 _T, _A, _TE = Task._meta.db_table, Attempt._meta.db_table, TaskEvent._meta.db_table
 _DL, _WO, _AU = DeadLetter._meta.db_table, WorkOrder._meta.db_table, AuditEntry._meta.db_table
 # The task a lease's holder names (Task.holder): "task <id>", as Task.id_of_holder reads it.
@@ -141,10 +141,11 @@ def lease_holders(h: Horizons) -> list[Violation]:
     rows = _rows(f"""
         WITH leased AS MATERIALIZED (
             SELECT r.id, r.lease_holder, r.lease_kind, r.leased_until, r.leased_at, r.lease_token,
-                   {_HOLDER_TASK} AS task_id
-            FROM {_R} r WHERE r.state IN {_IN_USE}
+                   {_HOLDER_TASK} AS task_id, p.lease_seconds
+            FROM {_R} r JOIN {_P} p ON p.id = r.pool_id WHERE r.state IN {_IN_USE}
         ), judged AS MATERIALIZED (
-            SELECT l.*, l.leased_until < %(expired_before)s AS expired,
+            -- The sweeper takes a lapsed lease a heartbeat interval (a third of the lease) after it first saw it.
+            SELECT l.*, l.leased_until + make_interval(secs => l.lease_seconds / 3.0) < %(expired_before)s AS expired,
                    l.task_id IS NOT NULL AND l.leased_at < %(fresh_before)s AND NOT (
                        EXISTS (SELECT 1 FROM {_T} t WHERE t.id = l.task_id AND t.state IN {_LIVE_TASK}
                                AND t.resource_id = l.id AND t.held_lease_token = l.lease_token)
@@ -168,7 +169,7 @@ def lease_holders(h: Horizons) -> list[Violation]:
         if expired:
             found.append(Violation({"resource": resource_id},
                                    f"lease ({kind}) of {holder!r} expired at {until.isoformat()} and was not "
-                                   f"swept (grace {h.sweep_grace.total_seconds():g} s)"))
+                                   f"swept (grace {h.sweep_grace.total_seconds():g} s and a third of the lease)"))
     return found
 
 
@@ -373,6 +374,25 @@ def audit_rows(h: Horizons) -> list[Violation]:
     return found
 
 
+def late_outcomes(h: Horizons) -> list[Violation]:
+    """No execution outlives its attempt: every task.outcome.late event (within the window) is an
+    attempt given up as lost, its resource free to be handed on, while its flow still ran — and,
+    when the success it reported was dropped, a success the task will run again. What the
+    database's leases cannot show: they say who holds a resource, not who still acts on it.
+    task_event_kind_time_idx."""
+    rows = _rows(f"""
+        SELECT e.id, e.task_id, e.attempt_number, e.details ->> 'outcome', (e.details ->> 'kept')::boolean
+        FROM {_TE} e WHERE e.kind = %(late)s AND e.created_at >= %(since)s ORDER BY e.id""",
+                 {"late": TaskEventKind.LATE_OUTCOME, "since": h.since})
+    found = []
+    for event_id, task_id, number, outcome, kept in rows:
+        why = f"attempt {number} was given up as lost while its worker still ran it (its flow {outcome} later)"
+        if outcome == AttemptOutcome.SUCCEEDED and not kept:
+            why += "; its success was dropped, and the task may run the business instance again"
+        found.append(Violation({"task_event": event_id, "task": task_id}, why))
+    return found
+
+
 # In the order they print. Deep ones run only when asked for (deep, or by name).
 CHECKS: dict[str, Callable[[Horizons], list[Violation]]] = {
     "lease_holders": lease_holders,
@@ -382,6 +402,7 @@ CHECKS: dict[str, Callable[[Horizons], list[Violation]]] = {
     "dead_letters": dead_letters,
     "work_orders": work_orders,
     "audit_rows": audit_rows,
+    "late_outcomes": late_outcomes,
 }
 DEEP = frozenset({"counters"})
 

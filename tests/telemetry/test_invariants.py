@@ -20,7 +20,7 @@ from compensation.models import DeadLetter, WorkOrder
 from resources import services as pool_services
 from resources.models import Resource
 from scheduling import services
-from scheduling.choices import TaskState
+from scheduling.choices import TaskEventKind, TaskState
 from scheduling.models import Task
 from scheduling.queueing import WORKER_QUEUES, enqueue_attempt
 from telemetry.invariants import CHECKS, STRANDED_SECOND_LOOK, check_invariants
@@ -288,6 +288,21 @@ def test_a_dead_letter_discarded_without_its_audit_entry_is_reported(system):
     letter = system["letter"]
     DeadLetter.objects.filter(pk=letter.pk).update(state="discarded", settled_at=timezone.now())
     assert found("audit_rows") == [{"dead_letter": letter.pk}]
+
+
+def test_an_attempt_given_up_while_its_worker_still_ran_it_is_reported(system):
+    task = system["held"]
+    late = TaskEventFactory(task=task, kind=TaskEventKind.LATE_OUTCOME, attempt_number=1,
+                            details={"outcome": "succeeded", "kept": True})
+    assert found("late_outcomes") == [{"task_event": late.pk, "task": task.pk}]
+
+
+def test_a_success_dropped_after_its_flow_reported_it_is_reported_as_such(system):
+    task = system["held"]
+    TaskEventFactory(task=task, kind=TaskEventKind.LATE_OUTCOME, attempt_number=1,
+                     details={"outcome": "succeeded", "kept": False})
+    (result,) = check_invariants(names=["late_outcomes"], now=later())
+    assert "its success was dropped" in result.violations[0].message
 
 
 def test_the_command_prints_each_violation_with_its_ids_and_exits_non_zero(system, capsys):
