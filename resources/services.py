@@ -416,9 +416,10 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
         current.consecutive_failures += 1
         current.last_failure_reason, current.last_failure_category, current.last_failure_at = (
             reason, classification.category, now)
-        current.leased_until, current.lease_kind = max(hold_until, now), LeaseKind.HOLD
+        current.leased_until, current.lease_kind, current.lapse_seen_at = max(hold_until, now), LeaseKind.HOLD, None
         current.save(update_fields=["failure_count", "consecutive_failures", "last_failure_reason",
-                                    "last_failure_category", "last_failure_at", "leased_until", "lease_kind"])
+                                    "last_failure_category", "last_failure_at", "leased_until", "lease_kind",
+                                    "lapse_seen_at"])
         _event(current, EventKind.HELD_FOR_RETRY, actor=actor, reason=reason, category=classification.category,
                lease_token=current.lease_token, details={"held_until": current.leased_until.isoformat()})
     return current

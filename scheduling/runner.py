@@ -3,6 +3,7 @@ with a lease heartbeat beside it, and record the outcome."""
 
 import contextvars
 import logging
+import signal
 import threading
 import time
 
@@ -56,7 +57,8 @@ def run_attempt(*, task_id: int, attempt_number: int, due: float | None = None, 
         while isinstance(started := begin_attempt(task_id=task_id, attempt_number=attempt_number, worker=worker,
                                                   rq_job_id=rq_job_id), EarlyWakeup):
             if started.seconds > MAX_EARLY_WAIT:
-                # Relative, so a host whose clock runs ahead of the database's cannot spin on it.
+                # Relative to this host's clock: RQ's scheduler, on a host whose clock differs, wakes it
+                # early or late by the difference, and the database decides again then.
                 enqueue_attempt(task_id=task_id, attempt_number=attempt_number, delay=started.seconds)
                 return None
             time.sleep(started.seconds)
@@ -88,6 +90,11 @@ def _run(started) -> Attempt | None:
         if heartbeat is not None:
             heartbeat.stop()
     duration = time.monotonic() - began
+    # RQ's job timeout (an alarm in this process) is the flow's: the outcome's write, retried through
+    # a database outage, has its own bound (OUTCOME_RETRY_FOR), and a timeout raised into it would
+    # lose a success that has happened.
+    if threading.current_thread() is threading.main_thread():
+        signal.alarm(0)
     if error is not None:
         secrets = secret_values(started.context.payload, started.context.resource_attributes)
         return _record_failure(started.attempt, error, duration, secrets)

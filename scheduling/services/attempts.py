@@ -126,12 +126,14 @@ _START_SQL = f"""
 # a side effect that has happened. `kept_late` says which of the two it was.
 _SUCCESS_SQL = f"""
     WITH before AS (
-        SELECT a.id, a.outcome FROM {Attempt._meta.db_table} a
-        WHERE a.id = %(attempt)s AND (a.outcome = 'running' OR (a.outcome = 'abandoned' AND EXISTS (
-            SELECT 1 FROM {Task._meta.db_table} t
-            WHERE t.id = a.task_id AND t.state IN {tuple(str(state) for state in WAITING_STATES)}
-                  AND t.attempt_count = a.number)))
-        FOR UPDATE OF a
+        -- Both rows locked, and the condition checked again on the rows as they are once locked
+        -- (READ COMMITTED re-reads a row it waited for): a retry's begin_attempt that commits while
+        -- this waits has made the task running, and the late success is then dropped, not kept.
+        SELECT a.id, a.outcome FROM {Attempt._meta.db_table} a JOIN {Task._meta.db_table} t ON t.id = a.task_id
+        WHERE a.id = %(attempt)s AND (a.outcome = 'running' OR (
+            a.outcome = 'abandoned' AND t.state IN {tuple(str(state) for state in WAITING_STATES)}
+            AND t.attempt_count = a.number))
+        FOR UPDATE OF a, t
     ), attempt AS (
         UPDATE {Attempt._meta.db_table} a SET outcome = 'succeeded', finished_at = now(), duration_ms = %(ms)s,
             error_class = '', error_message = '', error_signature = '', category = '', action = ''
@@ -237,13 +239,16 @@ def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
 # (retryops.worker), in one round trip: it finds the attempt by the unique (task, number) index.
 _KEEP_LEASE_SQL = f"""
     WITH attempt AS (
-        SELECT a.outcome, a.resource_id, a.lease_token FROM {Attempt._meta.db_table} a
+        SELECT a.outcome, a.resource_id, a.lease_token, a.fencing_token FROM {Attempt._meta.db_table} a
         WHERE a.task_id = %(task)s AND a.number = %(number)s
     ), renewed AS (
+        -- The lease in use by this attempt only (its fencing token): not the hold its failure has
+        -- just made of it (same lease token, kept until the retry), nor the next attempt's use of it.
         UPDATE {Resource._meta.db_table} r
         SET leased_until = now() + make_interval(secs => p.lease_seconds), lapse_seen_at = NULL
         FROM attempt, {ResourcePool._meta.db_table} p
         WHERE attempt.outcome = 'running' AND r.id = attempt.resource_id AND r.lease_token = attempt.lease_token
+              AND r.fencing_token = attempt.fencing_token AND r.lease_kind = 'use'
               AND r.state = 'in_use' AND p.id = r.pool_id
         RETURNING p.lease_seconds
     )

@@ -208,7 +208,10 @@ class Cluster:
         for name, env in environments.items():
             self.own_env[name] = env
             self.start(name)
-        wait_for(lambda: len(self.worker_names()) >= len(WORKERS), timeout=60, every=0.2)
+        # The restarted workers, by name: RQ's registry clean-up may drop a live worker that was
+        # not restarted from the set of workers for a while, which counting the set would wait on.
+        started = {_worker_name(name, self.incarnations[name]) for name in environments if name in WORKERS}
+        wait_for(lambda: started <= self.worker_names(), timeout=60, every=0.2)
 
     def horse(self, worker_name: str, pid: int) -> psutil.Process:
         """The work horse `pid` of the worker named `worker_name`: found among the worker process's

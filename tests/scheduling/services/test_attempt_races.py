@@ -1,0 +1,136 @@
+"""Races between a late success or the worker's lease renewal and what the task does meanwhile:
+one side is held at the point of the race (a seam in the service, the only thing patched) while
+the other runs into its lock, as two processes would."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from resources import services as pool_services
+from resources.models import Resource
+from scheduling import services
+from scheduling.choices import AttemptOutcome, TaskState
+from scheduling.models import Attempt, Task
+from scheduling.services import claims
+from tests.factories import RetryPolicyFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start(pool, **kwargs):
+    kwargs.setdefault("policy", "instant")
+    return services.start_task(flow="demo", pool_name=pool, payload={}, created_by="test", **kwargs)
+
+
+def wait_for_lock_wait(seconds=10):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with connection.cursor() as c:
+            c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                      "AND datname = current_database()")
+            if c.fetchone()[0]:
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_late_success_racing_its_retrys_start_is_dropped_and_the_retry_runs(redis_conn, alice, instant_policy, monkeypatch):
+    task = start(alice.pool)
+    first = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=2))
+    services.recover_lost_attempts()
+    task.refresh_from_db()
+    assert task.state == TaskState.RETRYING and task.attempt_count == 1
+
+    # The retry's begin_attempt holds the task's lock (between its SELECT FOR UPDATE and commit)
+    # while the late success's statement takes its snapshot.
+    in_claim, go_on = threading.Event(), threading.Event()
+    real_claim_for = claims.claim_for
+
+    def slow_claim_for(t):
+        in_claim.set()
+        go_on.wait(10)
+        return real_claim_for(t)
+
+    monkeypatch.setattr("scheduling.services.attempts.claim_for", slow_claim_for)
+    out = {}
+
+    def retry():
+        try:
+            out["retry"] = services.begin_attempt(task_id=task.pk, attempt_number=2)
+        finally:
+            connection.close()
+
+    def late():
+        try:
+            out["late"] = services.finish_attempt(attempt=first.attempt, result={"late": True})
+        finally:
+            connection.close()
+
+    t1 = threading.Thread(target=retry)
+    t1.start()
+    assert in_claim.wait(10)
+    t2 = threading.Thread(target=late)
+    t2.start()
+    assert wait_for_lock_wait()  # the success statement waits on the task row, its snapshot taken
+    go_on.set()
+    t1.join(20)
+    t2.join(20)
+
+    task.refresh_from_db()
+    attempts = dict(Attempt.objects.filter(task=task).values_list("number", "outcome"))
+    # The retry started first: the late success is dropped (and recorded), never kept beside it.
+    assert out["late"].outcome == AttemptOutcome.ABANDONED
+    assert out["retry"] is not None and attempts == {1: AttemptOutcome.ABANDONED, 2: AttemptOutcome.RUNNING}
+    assert task.state == TaskState.RUNNING
+
+
+def test_the_workers_renewal_racing_its_attempts_failure_leaves_the_hold_for_the_retry(redis_conn, alice, monkeypatch):
+    RetryPolicyFactory(name="slow", max_attempts=3, initial_delay_seconds=1200, max_delay_seconds=1200)
+    task = start(alice.pool, policy="slow")
+    first = services.begin_attempt(task_id=task.pk, attempt_number=1)
+
+    held, go_on = threading.Event(), threading.Event()
+    real_hold = pool_services.hold_after_failure
+
+    def slow_hold(**kw):
+        r = real_hold(**kw)
+        held.set()
+        go_on.wait(10)
+        return r
+
+    monkeypatch.setattr(pool_services, "hold_after_failure", slow_hold)
+    out = {}
+
+    def fail():
+        try:
+            out["fail"] = services.finish_attempt(attempt=first.attempt, error=TimeoutError("upstream timeout"))
+        finally:
+            connection.close()
+
+    def keep():
+        try:
+            from scheduling.services.attempts import keep_attempt_lease
+            out["keep"] = keep_attempt_lease(task_id=task.pk, attempt_number=1)
+        finally:
+            connection.close()
+
+    t1 = threading.Thread(target=fail)
+    t1.start()
+    assert held.wait(10), "no hold (verdict was not same-resource?)"
+    t2 = threading.Thread(target=keep)
+    t2.start()
+    assert wait_for_lock_wait()
+    go_on.set()
+    t1.join(20)
+    t2.join(20)
+    task.refresh_from_db()
+    res = Resource.objects.get(pk=alice.pk)
+    assert task.state == TaskState.RETRYING and task.held_lease_token == res.lease_token
+    assert out["keep"].state == "lost"  # the attempt's use of the lease is over: not renewed
+    assert res.leased_until > task.next_run_at  # the hold lasts until the retry is due (and a lease more)
