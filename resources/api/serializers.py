@@ -49,10 +49,12 @@ class ResourceSerializer(serializers.ModelSerializer):
 
 
 class LeaseSerializer(ResourceSerializer):
-    """A claimed resource, with the lease token that releases it and extends its lease."""
+    """A claimed resource, with the lease token that releases it and extends its lease, and the
+    lease's fencing token: one more at every grant of the resource, for the holder to send with
+    its side effects (README, "Exactly-once side effects")."""
 
     class Meta(ResourceSerializer.Meta):
-        fields = [*ResourceSerializer.Meta.fields, "lease_token"]
+        fields = [*ResourceSerializer.Meta.fields, "lease_token", "fencing_token"]
         read_only_fields = fields
 
 
@@ -64,7 +66,7 @@ class ResourceCreateSerializer(serializers.Serializer):
 
 
 # Written by the services only; a PATCH naming one is refused, saying which action writes it.
-SERVICE_OWNED = frozenset(ResourceSerializer.Meta.fields) - {"label", "attributes"} | {"lease_token"}
+SERVICE_OWNED = frozenset(ResourceSerializer.Meta.fields) - {"label", "attributes"} | {"lease_token", "fencing_token"}
 
 
 class ResourcePatchSerializer(serializers.Serializer):

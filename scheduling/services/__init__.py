@@ -30,8 +30,8 @@ from scheduling.services.policies import (
 )
 from scheduling.services.probes import start_probes
 from scheduling.services.recovery import (
-    dispatch_waiting,
     abandon_stopped_attempt,
+    dispatch_waiting,
     recover_lost_attempts,
     run_dispatcher,
 )
@@ -44,9 +44,9 @@ from scheduling.services.tasks import (
 )
 
 __all__ = [
-    "ABANDONED_REASON", "BatchTicks", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
+    "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
     "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
-    "parse_payload", "policy_snapshot", "abandon_stopped_attempt", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
+    "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
     "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
     "TaskRetry", "retry_task", "retry_tasks",
 ]

@@ -23,7 +23,6 @@ from scheduling.choices import (
 from scheduling.flows import FlowContext, UnknownFlow, get_flow
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict, judge
-from scheduling.queueing import enqueue_after_commit
 from scheduling.services.claims import claim_failure_verdict, claim_for
 from scheduling.services.events import emit
 from scheduling.services.failures import after_failure, close_failed, error_fields

@@ -17,7 +17,6 @@ which would only slow the faults after it."""
 import signal
 import threading
 import time
-from datetime import datetime
 
 import psutil
 import pytest

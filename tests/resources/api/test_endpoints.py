@@ -146,6 +146,13 @@ def test_claim_next_leases_a_resource_and_answers_its_token(api, alice):
     assert lease["lease_token"] not in str(entry.after)
 
 
+def test_each_claim_answers_a_higher_fencing_token(api, alice):
+    first = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "worker-1"}))
+    ok(post(api, f"/api/resources/{alice.pk}/release", {"lease_token": first["lease_token"], "outcome": "success"}))
+    second = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "worker-1"}))
+    assert second["fencing_token"] == first["fencing_token"] + 1 == Resource.objects.get(pk=alice.pk).fencing_token
+
+
 def test_claim_next_of_an_exhausted_pool_is_409_with_its_counts(api, claimed_alice):
     error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), 409)
     assert (error["code"], error["details"]["counts"]) == ("pool_exhausted", {"in_use": 1})

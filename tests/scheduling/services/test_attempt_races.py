@@ -14,7 +14,7 @@ from resources import services as pool_services
 from resources.models import Resource
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
-from scheduling.models import Attempt, Task
+from scheduling.models import Attempt
 from scheduling.services import claims
 from tests.factories import RetryPolicyFactory
 
