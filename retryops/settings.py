@@ -85,6 +85,8 @@ MIDDLEWARE = [
     "telemetry.middleware.AnsweredRequestId",
     # /healthz and /readyz, answered before the host check: load balancers probe by address.
     "telemetry.middleware.ProbeMiddleware",
+    # A body without Content-Length (chunked) is refused (411), never read as empty.
+    "retryops.middleware.RefuseUnframedBody",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from the app itself, also with DEBUG off (the default), so the admin is styled.
     "whitenoise.middleware.WhiteNoiseMiddleware",

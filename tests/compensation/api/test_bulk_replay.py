@@ -74,3 +74,12 @@ def test_a_reader_reads_bulk_replays_but_cannot_cancel_one(ops, reader, letters)
     bulk = ok(post(ops, BULK, {"filter": {}}), 202)
     assert ok(reader.get(f"/api/bulk-replays/{bulk['id']}/"))["state"] == "running"
     assert error_of(post(reader, f"/api/bulk-replays/{bulk['id']}/cancel"), 403)["code"] == "permission_denied"
+
+
+def test_a_chunked_dry_run_is_refused_411_and_replays_nothing(ops, letters):
+    body = b'{"dry_run": true, "filter": {"pool": "no-such-pool"}}'
+    # As gunicorn hands over a chunked request: Transfer-Encoding, and no Content-Length.
+    response = ops.generic("POST", BULK, body, content_type="application/json", HTTP_TRANSFER_ENCODING="chunked",
+                           CONTENT_LENGTH="")
+    assert error_of(response, 411)["code"] == "length_required"
+    assert not BulkReplay.objects.exists()
