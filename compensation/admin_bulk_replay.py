@@ -206,8 +206,10 @@ class BulkReplayConsole:
     def _start(self, request, form: BulkReplayForm) -> BulkReplay | None:
         data = form.cleaned_data
         try:
+            # The console starts only what its operator previewed (the count, on this page): an empty
+            # filter there is a choice made with the number of dead letters in view.
             started = start_bulk_replay(filter=form.filter(), actor=request.user.get_username(), rate=data["rate"],
-                                        any_resource=data["any_resource"])
+                                        any_resource=data["any_resource"], everything=True)
         except BulkReplayRunning as exc:
             running = exc.details.get("bulk_replay_id")
             if running is None:  # it finished between the refusal and the look-up

@@ -87,6 +87,8 @@ class BulkReplayRequestSerializer(serializers.Serializer):
                                   help_text=f"Replays per second at most ({MIN_RATE} to {MAX_RATE}); default: "
                                             "RETRYOPS_REPLAY_RATE.")
     any_resource = Flag(default=False, help_text="Replay each on any resource of its pool, not strictly on its own.")
+    all = Flag(default=False, help_text="true: an empty filter replays every open dead letter; without it an empty "
+                                        "filter is refused (400 on filter). A dry run counts them either way.")
 
 
 class BulkReplayCountSerializer(serializers.Serializer):

@@ -169,7 +169,8 @@ class BulkReplayStart(DlqInspector, ApiView):
         if data["dry_run"]:
             return Response({"dry_run": True, "count": services.bulk_replay_preview(filter=dict(data["filter"]))})
         bulk = services.start_bulk_replay(filter=dict(data["filter"]), rate=data.get("rate"),
-                                          any_resource=data["any_resource"], actor=actor_of(request))
+                                          any_resource=data["any_resource"], everything=data["all"],
+                                          actor=actor_of(request))
         return Response(BulkReplaySerializer(bulk).data, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": f"/api/bulk-replays/{bulk.pk}/"})
 

@@ -104,13 +104,19 @@ def _rate(rate) -> float:
     return float(rate)
 
 
-def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_resource: bool = False) -> BulkReplay:
+def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_resource: bool = False,
+                      everything: bool = False) -> BulkReplay:
     """Ask for a bulk replay and enqueue its runner once this commits. Refused (BulkReplayRunning)
-    while one with the same filter runs."""
+    while one with the same filter runs. An empty filter replays every open dead letter: refused
+    (BadInput on `filter`) unless `everything` says that is meant, so that a body lost on the way
+    or a form left blank never widens a bulk replay to all of them."""
     actor = actor_name(actor)
     canonical = parse_filter(filter)
     rate = _rate(rate)
     any_resource = flag(any_resource, field="any_resource", error=BadInput)
+    if not canonical and not flag(everything, field="all", error=BadInput):
+        raise BadInput(_("an empty filter would replay every open dead letter: name a filter, or say that all "
+                         "of them are meant"), field="filter")
     key = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
     with transaction.atomic():
         try:

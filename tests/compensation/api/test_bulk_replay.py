@@ -38,7 +38,7 @@ def test_a_second_bulk_replay_with_the_same_filter_is_409_while_the_first_runs(o
 
 
 def test_a_bulk_replay_is_cancelled_once(ops, letters):
-    bulk = ok(post(ops, BULK, {"filter": {}}), 202)
+    bulk = ok(post(ops, BULK, {"filter": {}, "all": True}), 202)
     assert ok(post(ops, f"/api/bulk-replays/{bulk['id']}/cancel"))["state"] == "cancelled"
     error = error_of(post(ops, f"/api/bulk-replays/{bulk['id']}/cancel"), 409)
     assert (error["code"], error["details"]["from_state"]) == ("illegal_transition", "cancelled")
@@ -71,7 +71,7 @@ def test_an_unknown_bulk_replay_is_404(ops, db, path):
 
 
 def test_a_reader_reads_bulk_replays_but_cannot_cancel_one(ops, reader, letters):
-    bulk = ok(post(ops, BULK, {"filter": {}}), 202)
+    bulk = ok(post(ops, BULK, {"filter": {}, "all": True}), 202)
     assert ok(reader.get(f"/api/bulk-replays/{bulk['id']}/"))["state"] == "running"
     assert error_of(post(reader, f"/api/bulk-replays/{bulk['id']}/cancel"), 403)["code"] == "permission_denied"
 
@@ -83,3 +83,19 @@ def test_a_chunked_dry_run_is_refused_411_and_replays_nothing(ops, letters):
                            CONTENT_LENGTH="")
     assert error_of(response, 411)["code"] == "length_required"
     assert not BulkReplay.objects.exists()
+
+
+@pytest.mark.parametrize("body", [{}, {"filter": {}}, {"filter": {"flow": ""}}])
+def test_a_bulk_replay_with_an_empty_filter_and_no_all_is_refused_and_writes_nothing(ops, letters, body):
+    error = error_of(post(ops, BULK, body), 400)
+    assert "filter" in error["details"]["fields"] or error["details"].get("field") == "filter"
+    assert not BulkReplay.objects.exists() and not AuditEntry.objects.filter(action="bulk_replay.start").exists()
+
+
+def test_a_bulk_replay_of_every_open_dead_letter_says_all(ops, letters):
+    body = ok(post(ops, BULK, {"all": True}), 202)
+    assert (body["filter"], body["selected"]) == ({}, len(letters))
+
+
+def test_a_dry_run_with_an_empty_filter_counts_them_all(ops, letters):
+    assert ok(post(ops, BULK, {"dry_run": True})) == {"dry_run": True, "count": len(letters)}
