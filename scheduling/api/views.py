@@ -56,9 +56,8 @@ class Retry(AddressedResource, ApiView):
             task = services.retry_resource(resource=resource.pk, actor=actor, flow=data.get("flow"),
                                            payload=data.get("payload"), policy=data.get("policy"))
         else:
-            task = services.start_task(flow=data.get("flow"), pool_name=resource.pool_id, payload=data.get("payload"),
-                                       policy=data.get("policy"), resource=resource.pk, strict=False,
-                                       created_by=actor)
+            task = services.retry_on_resource_or_another(resource=resource.pk, actor=actor, flow=data.get("flow"),
+                                                         payload=data.get("payload"), policy=data.get("policy"))
         # Its wake-up was sent (or not, with Redis down) when the service's transaction committed.
         task.rq_job_id = Task.objects.filter(pk=task.pk).values_list("rq_job_id", flat=True).first() or ""
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED,

@@ -142,13 +142,16 @@ def _started_already(idempotency_key: str | None) -> Task | None:
     return Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
 
 
-def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: str, payload=None,
+def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
                                  policy: RetryPolicy | str | None = None, instance: Task | None = None,
                                  idempotency_key: str | None = None) -> Task:
-    """The console's retry with strict mode unchecked: a task that asks for `resource` but may run on
-    another resource of its pool. With `instance` (the task the form was filled from) and that
-    task's flow and payload, it runs that business instance again, refused as instance_to_run_again
-    refuses (live elsewhere, or succeeded already), in the transaction that starts it. A repeated
+    """A retry with strict mode off (the console's form unchecked, the API's "strict": false): a task
+    that asks for `resource` but may run on another resource of its pool. Flow, payload and policy
+    default to those of the last task that ran on the resource. With the flow and payload of
+    `instance` (the task the form was filled from) or, without one, of the task bound to the
+    resource that has not finished or else of that last task, it runs that
+    business instance again, refused as instance_to_run_again refuses (a run of it is live, or has
+    succeeded), in the transaction that starts it: as the strict retry is. A repeated
     `idempotency_key` returns the task the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     with transaction.atomic():
@@ -156,8 +159,20 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
         started = _started_already(idempotency_key)
         if started is not None:
             return started
+        name = f"{current.pool.resource_noun} {current.key}"
+        # The business instance a copy would run again: the form's task, else a task bound to the
+        # resource that has not finished, else the last one that ran on it.
+        source = instance or live_task_on(current) or last_task_on(current)
+        if flow is None:
+            if source is None:
+                raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
+                               field="flow")
+            flow, policy = source.flow, policy or source.policy
+            payload = source.payload if payload is None else payload
+        if source is not None and payload is not None:
+            payload = keep_masked_secrets(payload, source.payload, field="payload", error=BadInput)
         repeats = None
-        if instance is not None and (flow, parse_payload(payload)) == (instance.flow, instance.payload):
-            repeats = instance_to_run_again(instance, f"{current.pool.resource_noun} {current.key}")
+        if source is not None and (flow, parse_payload(payload)) == (source.flow, source.payload):
+            repeats = instance_to_run_again(source, name)
         return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, resource=current,
                           strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats)

@@ -118,8 +118,49 @@ def test_a_retry_that_is_not_strict_starts_a_task_asking_for_the_resource_withou
     assert AuditEntry.objects.get(action="task.start").actor == "api:billing"
 
 
-def test_a_retry_that_is_not_strict_needs_its_flow(api, failed_alice):
-    assert error_of(retry(api, failed_alice, {"strict": False}), 400)["details"]["field"] == "flow"
+def test_a_retry_that_is_not_strict_runs_the_last_tasks_flow_and_payload_as_a_run_of_its_instance(
+        api, failed_alice):
+    last = Task.objects.get(flow="demo")
+    task = Task.objects.get(pk=retry(api, failed_alice, {"strict": False}).json()["id"])
+    assert (task.flow, task.payload, task.strict, task.repeats_id) == ("demo", {"order": 41}, False, last.pk)
+
+
+def test_a_retry_that_is_not_strict_of_a_resource_nothing_ran_on_needs_its_flow(api, alice, default_policy):
+    assert error_of(retry(api, alice, {"strict": False}), 400)["details"]["field"] == "flow"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ten_concurrent_retries_that_are_not_strict_of_a_live_instance_start_no_second_run(api, alice,
+                                                                                         default_policy, redis_conn):
+    import threading
+
+    from rest_framework.test import APIClient
+
+    from scheduling import services
+
+    live = services.start_task(flow="demo", pool_name=alice.pool, resource=alice, created_by="shop",
+                               policy="default")
+    credentials = api._credentials
+    answers, lock = [], threading.Lock()
+
+    def one():
+        client = APIClient()
+        client.credentials(**credentials)
+        try:
+            status = retry(client, alice, {"strict": False, "flow": "demo", "payload": live.payload}).status_code
+        finally:
+            from django.db import connection
+            connection.close()
+        with lock:
+            answers.append(status)
+
+    threads = [threading.Thread(target=one) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert answers == [409] * 10
+    assert list(Task.objects.values_list("pk", flat=True)) == [live.pk]
 
 
 def test_an_unknown_resource_is_404(api, default_policy):
