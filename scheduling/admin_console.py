@@ -169,11 +169,13 @@ class TaskConsole:
                 again = source is not None and (data["flow"], data["payload"]) == (source.flow, source.payload)
                 what = {"instance": source} if again else {"flow": data["flow"], "payload": data["payload"]}
                 task = services.retry_resource(resource=resource.pk, actor=_actor(request), policy=policy,
-                                               idempotency_key=f"console-{data['token']}", **what)
+                                               idempotency_key=f"console-{data['token']}",
+                                               as_new_instance=data["as_new_instance"], **what)
             else:
                 task = services.retry_on_resource_or_another(
                     resource=resource.pk, actor=_actor(request), flow=data["flow"], payload=data["payload"],
-                    policy=policy, instance=source, idempotency_key=f"console-{data['token']}")
+                    policy=policy, instance=source, idempotency_key=f"console-{data['token']}",
+                    as_new_instance=data["as_new_instance"])
         except DomainError as exc:
             form.add_refusal(exc)
             return None

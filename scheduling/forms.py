@@ -52,6 +52,11 @@ class RetryResourceForm(forms.Form):
         help_text=_("Checked: reset the resource if it failed and run only on it; if it cannot be had, nothing "
                     "starts and the reason is shown. Unchecked: start a task that asks for this resource but may "
                     "run on another one of the pool when it cannot be had (the resource is not reset)."))
+    as_new_instance = forms.BooleanField(
+        label=_("Run it again as a new instance"), required=False, initial=False,
+        help_text=_("Checked: if a run of this flow and payload (its business instance: an order, say) has succeeded "
+                    "already, run it once more as a new instance, with its own idempotency key, so that the upstream "
+                    "does it again; unchecked, such a retry is refused. A run that is still live is never doubled."))
     token = forms.CharField(widget=forms.HiddenInput)
 
     def __init__(self, *args, resource: Resource | None = None, **kwargs):
@@ -103,6 +108,8 @@ class RetryResourceForm(forms.Form):
             field = "flow"
         elif error.code in ("unknown_policy", "bad_policy"):
             field = "policy"
+        elif error.code == "instance_succeeded":
+            field = "as_new_instance"  # the choice that would let it start
         self.add_error(field if field in self.fields else None, str(error))
 
 
