@@ -81,8 +81,8 @@ class BulkFilterSerializer(serializers.Serializer):
 
 class BulkReplayRequestSerializer(serializers.Serializer):
     filter = BulkFilterSerializer(required=False, default=dict)
-    dry_run = Flag(default=False, help_text="true: only count the open dead letters it would replay now; nothing "
-                                            "is started.")
+    dry_run = Flag(default=True, help_text="true (the default): only count the open dead letters it would replay "
+                                           "now; nothing is started. false: start the bulk replay.")
     rate = serializers.FloatField(required=False, min_value=MIN_RATE, max_value=MAX_RATE,
                                   help_text=f"Replays per second at most ({MIN_RATE} to {MAX_RATE}); default: "
                                             "RETRYOPS_REPLAY_RATE.")

@@ -154,8 +154,8 @@ class Resolve(DlqInspector, RowAction):
 
 
 class BulkReplayStart(DlqInspector, ApiView):
-    """Replay the open dead letters matching a filter. With dry_run, 200 and how many it would
-    replay now, nothing started. Otherwise 202: the bulk replay is started (its runner replays at
+    """Replay the open dead letters matching a filter. By default (dry_run), 200 and how many it
+    would replay now, nothing started. With "dry_run": false, 202: the bulk replay is started (its runner replays at
     most `rate` a second, each one as a single replay would, counting refusals), with its id and
     its progress at Location. 409 bulk_replay_running while one with the same filter runs."""
 

@@ -20,7 +20,7 @@ def test_a_dry_run_counts_the_open_dead_letters_it_would_replay_and_starts_nothi
 
 
 def test_a_bulk_replay_is_started_with_its_velocity_limit_and_its_progress_at_its_location(ops, letters):
-    response = post(ops, BULK, {"filter": {"flow": "demo", "pool": "accounts"}, "rate": 5})
+    response = post(ops, BULK, {"filter": {"flow": "demo", "pool": "accounts"}, "rate": 5, "dry_run": False})
     body = ok(response, 202)
     bulk = BulkReplay.objects.get()
     assert response["Location"] == f"/api/bulk-replays/{bulk.pk}/"
@@ -32,13 +32,13 @@ def test_a_bulk_replay_is_started_with_its_velocity_limit_and_its_progress_at_it
 
 
 def test_a_second_bulk_replay_with_the_same_filter_is_409_while_the_first_runs(ops, letters):
-    first = ok(post(ops, BULK, {"filter": {"flow": "demo"}}), 202)
-    error = error_of(post(ops, BULK, {"filter": {"flow": "demo"}}), 409)
+    first = ok(post(ops, BULK, {"filter": {"flow": "demo"}, "dry_run": False}), 202)
+    error = error_of(post(ops, BULK, {"filter": {"flow": "demo"}, "dry_run": False}), 409)
     assert (error["code"], error["details"]["bulk_replay_id"]) == ("bulk_replay_running", first["id"])
 
 
 def test_a_bulk_replay_is_cancelled_once(ops, letters):
-    bulk = ok(post(ops, BULK, {"filter": {}, "all": True}), 202)
+    bulk = ok(post(ops, BULK, {"filter": {}, "all": True, "dry_run": False}), 202)
     assert ok(post(ops, f"/api/bulk-replays/{bulk['id']}/cancel"))["state"] == "cancelled"
     error = error_of(post(ops, f"/api/bulk-replays/{bulk['id']}/cancel"), 409)
     assert (error["code"], error["details"]["from_state"]) == ("illegal_transition", "cancelled")
@@ -71,7 +71,7 @@ def test_an_unknown_bulk_replay_is_404(ops, db, path):
 
 
 def test_a_reader_reads_bulk_replays_but_cannot_cancel_one(ops, reader, letters):
-    bulk = ok(post(ops, BULK, {"filter": {}, "all": True}), 202)
+    bulk = ok(post(ops, BULK, {"filter": {}, "all": True, "dry_run": False}), 202)
     assert ok(reader.get(f"/api/bulk-replays/{bulk['id']}/"))["state"] == "running"
     assert error_of(post(reader, f"/api/bulk-replays/{bulk['id']}/cancel"), 403)["code"] == "permission_denied"
 
@@ -87,15 +87,21 @@ def test_a_chunked_dry_run_is_refused_411_and_replays_nothing(ops, letters):
 
 @pytest.mark.parametrize("body", [{}, {"filter": {}}, {"filter": {"flow": ""}}])
 def test_a_bulk_replay_with_an_empty_filter_and_no_all_is_refused_and_writes_nothing(ops, letters, body):
-    error = error_of(post(ops, BULK, body), 400)
+    error = error_of(post(ops, BULK, {**body, "dry_run": False}), 400)
     assert "filter" in error["details"]["fields"] or error["details"].get("field") == "filter"
     assert not BulkReplay.objects.exists() and not AuditEntry.objects.filter(action="bulk_replay.start").exists()
 
 
 def test_a_bulk_replay_of_every_open_dead_letter_says_all(ops, letters):
-    body = ok(post(ops, BULK, {"all": True}), 202)
+    body = ok(post(ops, BULK, {"all": True, "dry_run": False}), 202)
     assert (body["filter"], body["selected"]) == ({}, len(letters))
 
 
 def test_a_dry_run_with_an_empty_filter_counts_them_all(ops, letters):
     assert ok(post(ops, BULK, {"dry_run": True})) == {"dry_run": True, "count": len(letters)}
+
+
+def test_a_bulk_replay_that_does_not_say_dry_run_false_only_counts(ops, letters):
+    # Wide and destructive: replaying starts only when asked for in so many words.
+    assert ok(post(ops, BULK, {"filter": {"flow": "demo"}})) == {"dry_run": True, "count": len(letters)}
+    assert not BulkReplay.objects.exists()
