@@ -54,9 +54,16 @@ class RetryResourceForm(forms.Form):
                     "run on another one of the pool when it cannot be had (the resource is not reset)."))
     token = forms.CharField(widget=forms.HiddenInput)
 
-    def __init__(self, *args, resource: Resource | None = None, **kwargs):
+    def __init__(self, *args, resource: Resource | None = None, payload_left_out: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.resource = resource
+        if payload_left_out:
+            # The page says why the source's payload is not filled in; left empty, it would start
+            # the flow with {} instead of the run the operator meant.
+            self.fields["payload"].required = True
+            self.fields["payload"].error_messages["required"] = _(
+                "type the payload to run: the last task's is left out (see above why)")
+            self.fields["payload"].help_text = _("A JSON object: the payload of the run to start.")
         if resource is not None:
             # Disabled fields take their values from `initial`, whatever is posted: the resource
             # the page was opened for is the one retried.
@@ -106,9 +113,11 @@ class RetryResourceForm(forms.Form):
         self.add_error(field if field in self.fields else None, str(error))
 
 
-def retry_initial(*, resource: Resource | None, source: Task | None, pool: ResourcePool | None = None) -> dict:
+def retry_initial(*, resource: Resource | None, source: Task | None, pool: ResourcePool | None = None,
+                  with_payload: bool = True) -> dict:
     """What the form starts with: the resource's pool and key, and the flow, payload and policy of
-    `source` (the task the page was opened from, or the last one that ran on the resource)."""
+    `source` (the task the page was opened from, or the last one that ran on the resource); its
+    payload only `with_payload` (not when the retry would refuse it: the page says why instead)."""
     initial = {"strict": True, "token": new_token(), "payload": "{}"}
     if resource is not None:
         initial.update(pool=resource.pool_id, key=resource.key)
@@ -116,7 +125,7 @@ def retry_initial(*, resource: Resource | None, source: Task | None, pool: Resou
         initial["pool"] = pool.pk
     if source is not None:
         # Masked: the page never holds a secret; the view puts the source's back (keep_masked_secrets).
-        initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)),
+        initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)) if with_payload else "",
                        policy=source.policy.name)
     return initial
 
