@@ -116,6 +116,14 @@ def test_retry_selected_first_says_a_held_one_will_be_refused_naming_the_holder(
     assert "Will be refused: account alice@x is in use by billing-worker-8 until" in confirmation_row(page, "alice@x")
 
 
+def test_retry_selected_of_only_resources_that_would_be_refused_offers_nothing_to_confirm(carol, held_alice,
+                                                                                         succeeded_order):
+    page = choose(carol, [held_alice], confirmed=False).content.decode()
+    assert "0 will start, 1 will be refused." in page
+    assert "None of them would start now, so there is nothing to confirm." in page
+    assert "Yes, retry them" not in page
+
+
 def test_retry_selected_confirmed_starts_each_retryable_one(carol, failed_alice, dead_order):
     choose(carol, [failed_alice], confirmed=True)
     task = Task.objects.exclude(pk=dead_order.pk).get()
