@@ -34,7 +34,8 @@ class IllegalTransition(CompensationError):
 
 class ReplayRefused(CompensationError):
     """A dead letter that cannot be replayed as asked; `reason`: quarantined, consumed, removed,
-    in_use or task_live (the last two may pass: try again later)."""
+    in_use or task_live (the last two may pass: try again later), or succeeded (a run of its
+    business instance succeeded since: resolve it instead)."""
 
     code = "replay_refused"
 

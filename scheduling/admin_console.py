@@ -173,7 +173,11 @@ class TaskConsole:
         data, resource = form.cleaned_data, form.resource
         policy = data["policy"].name if data["policy"] else None
         try:
-            if source is not None:  # the form showed the source's payload masked
+            if source is not None and data["payload"] is None:
+                # Left empty where the page left the source's payload out, "run it again as a new
+                # instance" ticked (RetryResourceForm.clean): that payload, once more.
+                data["payload"] = source.payload
+            elif source is not None:  # the form showed the source's payload masked
                 data["payload"] = keep_masked_secrets(data["payload"], source.payload, field="payload", error=BadInput)
             if data["strict"]:
                 # Flow and payload kept as the source task's: the operator retries that task's
@@ -182,11 +186,13 @@ class TaskConsole:
                 again = source is not None and (data["flow"], data["payload"]) == (source.flow, source.payload)
                 what = {"instance": source} if again else {"flow": data["flow"], "payload": data["payload"]}
                 task = services.retry_resource(resource=resource.pk, actor=_actor(request), policy=policy,
-                                               idempotency_key=f"console-{data['token']}", **what)
+                                               idempotency_key=f"console-{data['token']}",
+                                               as_new_instance=data["as_new_instance"], **what)
             else:
                 task = services.retry_on_resource_or_another(
                     resource=resource.pk, actor=_actor(request), flow=data["flow"], payload=data["payload"],
-                    policy=policy, instance=source, idempotency_key=f"console-{data['token']}")
+                    policy=policy, instance=source, idempotency_key=f"console-{data['token']}",
+                    as_new_instance=data["as_new_instance"])
         except DomainError as exc:
             form.add_refusal(exc)
             return None

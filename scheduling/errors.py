@@ -75,6 +75,14 @@ class TaskLive(SchedulingError):
     code = "task_live"
 
 
+class InstanceSucceeded(SchedulingError):
+    """A run of the business instance a start would run again has succeeded already (on this
+    resource or another): running it again would run it a second time, unless the operator runs
+    it as a new instance (as_new_instance); details: `task_id`, the run that succeeded."""
+
+    code = "instance_succeeded"
+
+
 class NotInTransaction(SchedulingError):
     """A call that is only safe inside the caller's transaction was made outside one."""
 

@@ -52,18 +52,24 @@ class RetryResourceForm(forms.Form):
         help_text=_("Checked: reset the resource if it failed and run only on it; if it cannot be had, nothing "
                     "starts and the reason is shown. Unchecked: start a task that asks for this resource but may "
                     "run on another one of the pool when it cannot be had (the resource is not reset)."))
+    as_new_instance = forms.BooleanField(
+        label=_("Run it again as a new instance"), required=False, initial=False,
+        help_text=_("Checked: if a run of this flow and payload (its business instance: an order, say) has succeeded "
+                    "already, run it once more as a new instance, with its own idempotency key, so that the upstream "
+                    "does it again; unchecked, such a retry is refused. A run that is still live is never doubled."))
     token = forms.CharField(widget=forms.HiddenInput)
 
     def __init__(self, *args, resource: Resource | None = None, payload_left_out: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.resource = resource
+        # The page says why the source's payload is not filled in (the retry would refuse it). Left
+        # empty, the payload is that one, run again only with "run it again as a new instance"
+        # ticked; without, empty would start the flow with {} instead of the run the operator meant.
+        self.payload_left_out = payload_left_out
         if payload_left_out:
-            # The page says why the source's payload is not filled in; left empty, it would start
-            # the flow with {} instead of the run the operator meant.
-            self.fields["payload"].required = True
-            self.fields["payload"].error_messages["required"] = _(
-                "type the payload to run: the last task's is left out (see above why)")
-            self.fields["payload"].help_text = _("A JSON object: the payload of the run to start.")
+            self.fields["payload"].help_text = _("A JSON object: the payload of a new run. Left empty with “%(choice)s” "
+                                                 "ticked: the one left out, once more.") % {
+                "choice": self.fields["as_new_instance"].label}
         if resource is not None:
             # Disabled fields take their values from `initial`, whatever is posted: the resource
             # the page was opened for is the one retried.
@@ -77,10 +83,11 @@ class RetryResourceForm(forms.Form):
             if isinstance(validator, ProhibitNullCharactersValidator):
                 validator.message = _NUL_IN_PAYLOAD
 
-    def clean_payload(self) -> dict:
+    def clean_payload(self) -> dict | None:
+        """The payload typed; None when left empty where the source's was left out (see clean)."""
         text = self.cleaned_data.get("payload") or ""
         if not text.strip():
-            return {}
+            return None if self.payload_left_out else {}
         try:
             return parse_payload(text)
         except BadPayload as exc:
@@ -94,6 +101,10 @@ class RetryResourceForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        if "payload" in data and data["payload"] is None and not data.get("as_new_instance"):
+            self.add_error("payload", _("type the payload to run, or tick “%(choice)s” to run the one left out once "
+                                        "more (see above why it is left out)") % {
+                "choice": self.fields["as_new_instance"].label})
         if self.resource is None and data.get("pool") is not None and data.get("key"):
             try:
                 self.resource = get_resource(pool=data["pool"], key=data["key"])
@@ -110,6 +121,8 @@ class RetryResourceForm(forms.Form):
             field = "flow"
         elif error.code in ("unknown_policy", "bad_policy"):
             field = "policy"
+        elif error.code == "instance_succeeded":
+            field = "as_new_instance"  # the choice that would let it start
         self.add_error(field if field in self.fields else None, str(error))
 
 

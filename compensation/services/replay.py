@@ -16,8 +16,7 @@ from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from resources.selectors import describe_unavailability
 from retryops.inputs import flag
-from scheduling.errors import BadInput as SchedulingBadInput
-from scheduling.errors import TaskLive
+from scheduling.errors import InstanceSucceeded, TaskLive
 from scheduling.models import Task
 from scheduling.services import instance_to_run_again, retry_resource, start_task
 
@@ -87,9 +86,7 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
         except TaskLive as exc:
             raise ReplayRefused(_refusal(letter, exc), reason="task_live", dead_letter_id=letter.pk,
                                 **exc.details) from None
-        except SchedulingBadInput as exc:
-            if exc.details.get("field") != "payload" or "task_id" not in exc.details:
-                raise
+        except InstanceSucceeded as exc:
             raise ReplayRefused(_refusal(letter, exc), reason="succeeded", dead_letter_id=letter.pk,
                                 task_id=exc.details["task_id"]) from None
         before = {"state": letter.state, "replay_task": letter.replay_task_id}

@@ -29,7 +29,7 @@ STATUS_BY_CODE = {
     # the state of the world does not allow it now
     "resource_unavailable": 409, "pool_exhausted": 409, "lease_mismatch": 409, "illegal_transition": 409,
     "task_live": 409, "replay_refused": 409, "bulk_replay_running": 409, "approval_required": 409,
-    "token_reused": 409, "bad_runbook": 409, "idempotency_key_in_progress": 409,
+    "token_reused": 409, "bad_runbook": 409, "idempotency_key_in_progress": 409, "instance_succeeded": 409,
     # the Idempotency-Key names another request
     "idempotency_key_reused": 422,
     # allowed to nobody in this role, whatever the state (an approver approving their own request)

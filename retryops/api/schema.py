@@ -41,6 +41,11 @@ ERRORS = {
     503: "A server this needs does not answer.",
 }
 
+# What only some endpoints answer: a view names it in `error_notes` ({status: note}), added to
+# that status's description.
+INSTANCE_SUCCEEDED = ("instance_succeeded: a run of this business instance succeeded already (`details.task_id`); "
+                      "send `\"as_new_instance\": true` to run it again as a new instance.")
+
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -63,7 +68,7 @@ class ApiSchema(AutoSchema):
     """AutoSchema with the errors an operation can answer, in the one shape: 429 if throttled; 401 and
     403 unless the endpoint is public; 404 with an id in the path or a body; 400 with a body, a
     query or a path parameter; 409 and 422 for a POST (idempotency, and the services' refusals). A
-    view adds more in `error_statuses`."""
+    view adds more in `error_statuses`, and a note to a status's description in `error_notes`."""
 
     def get_request_serializer(self):
         # An action view names what it parses and what it answers (input_serializer,
@@ -128,9 +133,11 @@ class ApiSchema(AutoSchema):
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
+        notes = getattr(self.view, "error_notes", {})
         for status in sorted(self.error_statuses()):
             if str(status) not in responses:
-                responses[str(status)] = self._get_response_for_code(error_response(status), str(status),
+                description = " ".join(filter(None, (ERRORS.get(status, ""), notes.get(status, ""))))
+                responses[str(status)] = self._get_response_for_code(error_response(status, description), str(status),
                                                                      direction=direction)
         return responses
 

@@ -34,6 +34,11 @@ class TaskSerializer(serializers.ModelSerializer):
         return bool(task.rq_job_id)
 
 
+AS_NEW_INSTANCE = ("true: a business instance that succeeded already runs again as a new one, with an idempotency key "
+                   "of its own, so its upstream runs it again (instead of 409 instance_succeeded); a live run of it is "
+                   "still refused (task_live). Default false.")
+
+
 class RetrySerializer(serializers.Serializer):
     flow = Text(max_length=100, required=False, help_text="Default: the flow of the last task that ran on it "
                                                           "(needed with strict false).")
@@ -43,6 +48,7 @@ class RetrySerializer(serializers.Serializer):
     strict = Flag(default=True, help_text="true (the default): reset the resource if it failed and run only on it, "
                                           "or answer 409 saying why not; false: start a task that asks for it but may "
                                           "run on another resource of the pool (the resource is not reset).")
+    as_new_instance = Flag(default=False, help_text=AS_NEW_INSTANCE)
 
 
 class HistoryEntrySerializer(serializers.Serializer):

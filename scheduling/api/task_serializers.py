@@ -8,7 +8,7 @@ from rest_framework import serializers
 from retryops.api.fields import Flag, JsonObject, Text
 from retryops.api.schema import ErrorDetailSerializer
 from retryops.inputs import MAX_ID
-from scheduling.api.serializers import TaskSerializer
+from scheduling.api.serializers import AS_NEW_INSTANCE, TaskSerializer
 from scheduling.models import Attempt
 from scheduling.services.task_retry import MAX_TASKS
 
@@ -74,6 +74,7 @@ class TaskRetryRequestSerializer(serializers.Serializer):
     tasks = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID), required=False,
                                   min_length=1, max_length=MAX_TASKS,
                                   help_text=f"Up to {MAX_TASKS} task ids, each once; retried in this order.")
+    as_new_instance = Flag(default=False, help_text=AS_NEW_INSTANCE)
 
     def validate(self, data):
         if ("task" in data) == ("tasks" in data):

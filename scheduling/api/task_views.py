@@ -113,15 +113,16 @@ class RetryTasks(ApiView):
     reset if it failed, as the console's "retry this resource" from a task's page does, with its
     audit entry. Always 200 once the body is good, with one result per id in the order sent:
     `status` 201 and the new task, or the status and error that id alone would have answered
-    (404 task_not_found; 409 task_live, resource_unavailable; 400 when its instance succeeded
-    already or it has no resource)."""
+    (404 task_not_found; 409 task_live, resource_unavailable, instance_succeeded, unless
+    `as_new_instance` runs a succeeded instance again as a new one; 400 when it has no resource)."""
 
     input_serializer, output_serializer = TaskRetryRequestSerializer, TaskRetryBatchSerializer
     required_permissions = {"POST": [RETRY]}
 
     def post(self, request):
         data = parsed(TaskRetryRequestSerializer, request)
-        outcomes = services.retry_tasks(tasks=data.get("tasks") or [data["task"]], actor=actor_of(request))
+        outcomes = services.retry_tasks(tasks=data.get("tasks") or [data["task"]], actor=actor_of(request),
+                                        as_new_instance=data["as_new_instance"])
         results = [
             {"task": outcome.task_id, "status": 201, "retry": TaskSerializer(with_wake_up(outcome.retry)).data,
              "error": None}

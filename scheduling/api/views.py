@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from resources.api.views import LOCATION, AddressedResource
 from retryops.api.authentication import actor_of
 from retryops.api.pagination import CursorPage
+from retryops.api.schema import INSTANCE_SUCCEEDED
 from retryops.api.views import ApiView
 from retryops.inputs import MAX_ID
 from retryops.masking import mask_secrets
@@ -39,12 +40,16 @@ class Retry(AddressedResource, ApiView):
     nobody can claim it in between, and its history is appended to, never cleared. Flow, payload
     and policy default to those of the last task that ran on it. Refused with 409 when it cannot be
     had (resource_unavailable: the reason, who holds it and until when) or when a task that has not
-    finished is bound to it (task_live: a retry would run that business instance twice). Answers
+    finished is bound to it (task_live: a retry would run that business instance twice). A retry that
+    runs the last task's business instance again (its flow and payload) is refused while a run of it
+    is live anywhere (task_live) or once one has succeeded (instance_succeeded), unless
+    `as_new_instance` runs a succeeded one again as a new instance. Answers
     201 with the task, queued: it is in the database and runs when a worker takes it, also while
     Redis is down (the dispatcher then sends its wake-up)."""
 
     input_serializer, output_serializer = RetrySerializer, TaskSerializer
     required_permissions = {"POST": ["scheduling.retry_resource"]}
+    error_notes = {409: INSTANCE_SUCCEEDED}
 
     @extend_schema(responses={201: TaskSerializer}, parameters=[LOCATION])
     def post(self, request, **kwargs):
@@ -54,10 +59,12 @@ class Retry(AddressedResource, ApiView):
         data, actor = body.validated_data, actor_of(request)
         if data["strict"]:
             task = services.retry_resource(resource=resource.pk, actor=actor, flow=data.get("flow"),
-                                           payload=data.get("payload"), policy=data.get("policy"))
+                                           payload=data.get("payload"), policy=data.get("policy"),
+                                           as_new_instance=data["as_new_instance"])
         else:
             task = services.retry_on_resource_or_another(resource=resource.pk, actor=actor, flow=data.get("flow"),
-                                                         payload=data.get("payload"), policy=data.get("policy"))
+                                                         payload=data.get("payload"), policy=data.get("policy"),
+                                                         as_new_instance=data["as_new_instance"])
         # Its wake-up was sent (or not, with Redis down) when the service's transaction committed.
         task.rq_job_id = Task.objects.filter(pk=task.pk).values_list("rq_job_id", flat=True).first() or ""
         return Response(TaskSerializer(task).data, status=status.HTTP_201_CREATED,

@@ -11,12 +11,13 @@ from resources import services as pool
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
+from retryops.inputs import flag
 from retryops.masking import keep_masked_secrets
-from scheduling.choices import TaskState
-from scheduling.errors import BadInput, TaskLive
+from scheduling.choices import WAITING_STATES, TaskState
+from scheduling.errors import BadInput, InstanceSucceeded, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
-from scheduling.services.tasks import name_of, parse_payload, start_task
+from scheduling.services.tasks import name_of, new_instance_audit, parse_payload, start_task
 
 
 def _live(task: Task, current: Resource | None, name: str, *, last: Task | None = None) -> TaskLive:
@@ -62,23 +63,41 @@ def check_available(current: Resource, name: str) -> None:
         raise pool.describe_unavailability(current)
 
 
-def instance_to_run_again(last: Task, name: str) -> Task:
-    """The first task of the business instance `last` ran, which a copy of its payload (an
-    operator's retry, a probation probe) runs again; refused while a run of that instance is live
-    (wherever it runs: `last` itself moved on to another resource, or an earlier copy waits) or
-    has succeeded (also on another resource): a dead task is the last one on every resource it
-    failed on, and each of those retried or probed would run it once more. Its first task's row
-    is locked, so two copies at once cannot both be made; call it in the copy's transaction."""
+# The states of a run that has not finished (task_state_idx serves a query by them).
+LIVE_STATES = (*WAITING_STATES, TaskState.RUNNING)
+
+
+def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = False) -> Task | None:
+    """The one guard of every start that runs the business instance `last` ran again (an
+    operator's retry, strict or not, by resource or by task; a dead letter's replay, single, bulk or
+    a runbook's; a probation probe): the instance's first task, which the new run repeats.
+    Refused while a run of that instance is live (TaskLive, wherever it runs: `last` itself moved
+    on to another resource, or an earlier copy waits) or has succeeded (InstanceSucceeded, also on
+    another resource): a dead task is the last one on every resource it failed on, and each of
+    those retried or probed would run it once more. With `as_new_instance` (the operator's
+    explicit choice) a succeeded instance is run again as a new one: None, the new task repeats
+    nothing and has an idempotency key of its own; it is still refused while a task runs the same
+    flow and payload (a new instance made from this one earlier, which nothing else links to it),
+    so two such choices at once never make two live runs. An instance that never succeeded runs as
+    a run of itself either way: its upstream may have applied part of it under its key. Its first
+    task's row is locked, so two copies at once cannot both be made; call it in the copy's
+    transaction."""
     first = Task.objects.select_for_update(of=("self",)).get(pk=last.repeats_id or last.pk)
     run = Task.objects.filter(Q(pk=first.pk) | Q(repeats=first)).exclude(
         state__in=(TaskState.DEAD, TaskState.CANCELLED)).order_by("-id").first()
     if run is not None and run.state == TaskState.SUCCEEDED:
+        if as_new_instance:
+            again = Task.objects.filter(state__in=LIVE_STATES, flow=last.flow, payload=last.payload).order_by(
+                "-id").first()
+            if again is not None:
+                raise _live(again, None, name, last=last)
+            return None
         names = {"task": run.pk, "flow": run.flow, "last": last.pk, "resource": name}
         message = _("task %(task)s (%(flow)s), the last task on %(resource)s, succeeded already: its payload again "
                     "would run it a second time") if run.pk == last.pk else _(
             "task %(task)s (%(flow)s), a run of the payload of task %(last)s, the last task on %(resource)s, "
             "succeeded already: its payload again would run it a second time")
-        raise BadInput(message % names, field="payload", task_id=run.pk)
+        raise InstanceSucceeded(message % names, task_id=run.pk)
     if run is not None:
         raise _live(run, None, name, last=last)
     return first
@@ -86,20 +105,22 @@ def instance_to_run_again(last: Task, name: str) -> Task:
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
                    policy: RetryPolicy | str | None = None, audit: bool = True, instance: Task | None = None,
-                   idempotency_key: str | None = None) -> Task:
+                   idempotency_key: str | None = None, as_new_instance: bool = False) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
     task that ran on the resource. Refused first when it cannot have the resource (check_available:
     a task that has not finished is bound to it, TaskLive, for it would run beside the new one; or
     it is in use or quarantined, ResourceUnavailable); then when the last task's
     flow and payload (copied or given) would run a business instance that runs elsewhere now or
-    has succeeded (BadInput): see instance_to_run_again. With `instance`, a task, the retry runs
-    that task's business instance again (its flow and payload; its policy unless `policy` names
-    one), whichever task ran on the resource last, under the same refusals (a task's retry by id,
-    scheduling.services.task_retry). With `audit` False it records no audit entry: the caller's
+    has succeeded (InstanceSucceeded): see instance_to_run_again; with `as_new_instance` a
+    succeeded one runs again as a new business instance, audited so. With `instance`, a task, the
+    retry runs that task's business instance again (its flow and payload; its policy unless
+    `policy` names one), whichever task ran on the resource last, under the same refusals (a
+    task's retry by id, scheduling.services.task_retry). With `audit` False it records no audit entry: the caller's
     own action (a dead letter's replay) records one of its own. A repeated `idempotency_key` (a
     form's token: a double click) returns the task the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
+    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
         # Lock order: the resource row, then the tasks that name it (start_task locks it before it
         # writes such a task), so no live task can appear between this check and the new task.
@@ -111,10 +132,10 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             return started
         name = f"{current.pool.resource_noun} {current.key}"
         check_available(current, name)
-        last, repeats = last_task_on(current), None
+        # `again`: the task whose business instance this retry runs again, if it does.
+        last, repeats, again = last_task_on(current), None, instance
         if instance is not None:
             flow, payload, policy = instance.flow, instance.payload, policy or instance.policy
-            repeats = instance_to_run_again(instance, name)
         elif flow is None:
             if last is None:
                 raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
@@ -128,10 +149,14 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
             # recognised as the last task's business instance run again.
             payload = keep_masked_secrets(payload, last.payload, field="payload", error=BadInput)
         payload = parse_payload(payload)
-        if repeats is None and last is not None and (flow, payload) == (last.flow, last.payload):
+        if again is None and last is not None and (flow, payload) == (last.flow, last.payload):
             # The last task's business instance again: copied here, or typed back as the console's
             # retry form shows it, or a dead letter's replay.
-            repeats = instance_to_run_again(last, name)
+            again = last
+        if again is not None:
+            repeats = instance_to_run_again(again, name, as_new_instance=as_new_instance)
+        # A succeeded instance run again as a new one, at the operator's word: its first task.
+        new_instance_of = (again.repeats_id or again.pk) if again is not None and repeats is None else None
         previous = current.state
         # One operator action, one audit entry: the reset and the start inside it record none.
         if current.state in (ResourceState.FAILED, ResourceState.DONE):
@@ -140,10 +165,11 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
                           resource=current, strict=True, reserve=True, audit=False, repeats=repeats,
                           idempotency_key=idempotency_key)
         if audit:
+            noted, why = new_instance_audit(new_instance_of)
             record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
                          after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
-                                "policy": task.policy.name},
-                         reason=f"retry this resource as task {task.pk}", actor=actor)
+                                "policy": task.policy.name, **noted},
+                         reason="; ".join(filter(None, (f"retry this resource as task {task.pk}", why))), actor=actor)
         return task
 
 
@@ -153,16 +179,17 @@ def _started_already(idempotency_key: str | None) -> Task | None:
 
 def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
                                  policy: RetryPolicy | str | None = None, instance: Task | None = None,
-                                 idempotency_key: str | None = None) -> Task:
+                                 idempotency_key: str | None = None, as_new_instance: bool = False) -> Task:
     """A retry with strict mode off (the console's form unchecked, the API's "strict": false): a task
     that asks for `resource` but may run on another resource of its pool. Flow, payload and policy
     default to those of the last task that ran on the resource. With the flow and payload of
     `instance` (the task the form was filled from) or, without one, of the task bound to the
     resource that has not finished or else of that last task, it runs that
     business instance again, refused as instance_to_run_again refuses (a run of it is live, or has
-    succeeded), in the transaction that starts it: as the strict retry is. A repeated
-    `idempotency_key` returns the task the first request started."""
+    succeeded), in the transaction that starts it: as the strict retry is, `as_new_instance`
+    included. A repeated `idempotency_key` returns the task the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
+    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
         current = pool.lock_resource(resource)
         started = _started_already(idempotency_key)
@@ -180,8 +207,10 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
             payload = source.payload if payload is None else payload
         if source is not None and payload is not None:
             payload = keep_masked_secrets(payload, source.payload, field="payload", error=BadInput)
-        repeats = None
+        repeats = new_instance_of = None
         if source is not None and (flow, parse_payload(payload)) == (source.flow, source.payload):
-            repeats = instance_to_run_again(source, name)
+            repeats = instance_to_run_again(source, name, as_new_instance=as_new_instance)
+            new_instance_of = (source.repeats_id or source.pk) if repeats is None else None
         return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, resource=current,
-                          strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats)
+                          strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats,
+                          new_instance_of=new_instance_of)

@@ -61,6 +61,9 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
             if last is None:
                 raise LookupError("no task has run on it to repeat as its probe")
             with transaction.atomic():
+                # Lock order as a retry's (resource, then the instance's first task), or a probe
+                # and a strict retry of the same resource deadlock.
+                pool.lock_resource(resource.pk)
                 # The probe runs the last task's business instance again: only while no run of it
                 # is live or has succeeded (an operator's retry of it on another resource).
                 repeats = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")

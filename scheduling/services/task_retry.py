@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from retryops.errors import DomainError
+from retryops.inputs import flag
 from scheduling.errors import BadInput, SchedulingError
 from scheduling.models import Task
 from scheduling.selectors import get_task
@@ -28,24 +29,26 @@ class TaskRetry:
     error: DomainError | None = None
 
 
-def retry_task(*, task: Task | int, actor: str) -> Task:
+def retry_task(*, task: Task | int, actor: str, as_new_instance: bool = False) -> Task:
     """Run a task's business instance again, strictly, on the resource its last attempt ran on
     (else the one it asked for): that resource is reset if it failed and a new task holds it, in
     one transaction with retry_resource's audit entry. Refused as retry_resource refuses (the
-    resource is unavailable, a task is live on it, the instance runs elsewhere or has succeeded),
-    and when the task has no resource to retry on (BadInput)."""
+    resource is unavailable, a task is live on it, the instance runs elsewhere or has succeeded,
+    unless `as_new_instance` runs a succeeded one again as a new instance), and when the task has
+    no resource to retry on (BadInput)."""
     source = get_task(task)
     resource = source.resource_id or source.requested_resource_id
     if resource is None:
         raise BadInput(f"{source.holder} has run on no resource and names none: there is no resource to retry it on "
                        f"strictly", field="task", task_id=source.pk)
-    return retry_resource(resource=resource, actor=actor, instance=source)
+    return retry_resource(resource=resource, actor=actor, instance=source, as_new_instance=as_new_instance)
 
 
-def retry_tasks(*, tasks: list[int], actor: str) -> list[TaskRetry]:
+def retry_tasks(*, tasks: list[int], actor: str, as_new_instance: bool = False) -> list[TaskRetry]:
     """retry_task for each id, in the order given, each in its own transaction: a refusal, or an
     error nobody expected (logged), is that id's outcome and the others are retried all the same."""
     actor = name_of(actor, field="actor", what="who asks for the retries")
+    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     if not isinstance(tasks, list) or not 1 <= len(tasks) <= MAX_TASKS:
         raise BadInput(f"tasks must be a list of 1 to {MAX_TASKS} task ids, got {tasks!r}", field="tasks")
     if len(set(map(repr, tasks))) != len(tasks):
@@ -54,7 +57,8 @@ def retry_tasks(*, tasks: list[int], actor: str) -> list[TaskRetry]:
     outcomes = []
     for task_id in tasks:
         try:
-            outcomes.append(TaskRetry(task_id=task_id, retry=retry_task(task=task_id, actor=actor)))
+            outcomes.append(TaskRetry(task_id=task_id, retry=retry_task(task=task_id, actor=actor,
+                                                                        as_new_instance=as_new_instance)))
         except DomainError as exc:
             outcomes.append(TaskRetry(task_id=task_id, error=exc))
         except Exception as exc:  # one surprise must not stop the other retries

@@ -132,7 +132,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
                policy: RetryPolicy | str | None = None, resource: Resource | int | None = None,
                strict: bool = True, reserve: bool = False, claim_now: bool = False,
                idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False,
-               audit: bool = True, repeats: Task | None = None) -> Task:
+               audit: bool = True, repeats: Task | None = None, new_instance_of: int | None = None) -> Task:
     """Write a task and enqueue its first attempt once the transaction commits.
 
     `resource` names the resource to run on (strict by default; a task that names none is never
@@ -144,7 +144,9 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     and starts that are part of another action (retry_resource records its own entry) pass False.
     The caller says so rather than the audit channel, because run_batches and dispatch_tasks
     start the system's tasks from a command, and an operator's retry comes through any channel.
-    `repeats` is the first task of the business instance this one runs again (retry_resource)."""
+    `repeats` is the first task of the business instance this one runs again (retry_resource);
+    `new_instance_of` that of a succeeded instance whose flow and payload it runs again as a new
+    instance (an operator's as_new_instance), which its audit entry names."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -170,7 +172,8 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
-                            reserve=reserve, claim_now=claim_now, audit=audit, repeats=repeats)
+                            reserve=reserve, claim_now=claim_now, audit=audit, repeats=repeats,
+                            new_instance_of=new_instance_of)
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
         existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
@@ -180,7 +183,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
 
 
 def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
-                 deadline, now, probe, reserve, claim_now, audit, repeats) -> Task:
+                 deadline, now, probe, reserve, claim_now, audit, repeats, new_instance_of) -> Task:
     with transaction.atomic():
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
@@ -209,8 +212,9 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
                                         reserve=True)
             hold(task, lease)
         if audit:
-            record_audit(action=AuditAction.TASK_START, target=task, before=None, after=_started(task),
-                         actor=created_by)
+            noted, why = new_instance_audit(new_instance_of)
+            record_audit(action=AuditAction.TASK_START, target=task, before=None, after={**_started(task), **noted},
+                         reason=why, actor=created_by)
         enqueue_after_commit(task)
     return task
 
@@ -220,6 +224,17 @@ def _started(task: Task) -> dict:
     return {"flow": task.flow, "pool": task.pool.name, "payload": task.payload, "policy": task.policy.name,
             "resource": task.pinned_resource_id, "strict": task.strict, "state": task.state,
             "next_run_at": task.next_run_at, "idempotency_key": task.idempotency_key}
+
+
+def new_instance_audit(first_id: int | None) -> tuple[dict, str]:
+    """What an audit entry adds, and its reason, for a task that runs the flow and payload of the
+    succeeded business instance whose first task is `first_id` again as a new instance (the
+    operator's explicit choice, as_new_instance); nothing for any other start."""
+    if first_id is None:
+        return {}, ""
+    return ({"new_instance": True, "runs_again": first_id},
+            f"run again as a new business instance: task {first_id}'s succeeded already, and the operator chose to "
+            f"run its flow and payload again (as_new_instance)")
 
 
 def hold(task: Task, lease: Resource) -> None:

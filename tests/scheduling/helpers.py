@@ -2,15 +2,48 @@ import threading
 
 import django_rq
 from django.db import connection
+from django.utils import timezone
 from rq import SimpleWorker
 
+from resources import services as pool_services
+from scheduling.choices import TaskState
 from scheduling.flows import flow
+from scheduling.models import Task
+from tests.factories import AttemptFactory, TaskFactory
 
 
 def work():
     """Run a burst worker in this process until the flow and retry queues are empty."""
     worker = django_rq.get_worker("retries", "flows", worker_class=SimpleWorker)
     worker.work(burst=True)
+
+
+def failed_there(task: Task, resource, *, number: int = 1) -> None:
+    """An attempt of `task` that failed on `resource`, and the resource failed with it."""
+    AttemptFactory(task=task, resource=resource, number=number, outcome="failed", finished_at=timezone.now())
+    lease = pool_services.claim_by_id(resource_id=resource.pk, holder=task.holder)
+    pool_services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure",
+                          error="TimeoutError: slow")
+
+
+def died_on(resource, policy, *, payload=None, state=TaskState.DEAD, **fields) -> Task:
+    """A strict task on `resource` whose one attempt failed there, and the resource failed."""
+    fields = {"next_run_at": None, "finished_at": timezone.now(), **fields}
+    task = TaskFactory(pool=resource.pool, policy=policy, payload=payload or {"order": 42}, state=state,
+                       resource=resource, requested_resource=resource, strict=True, attempt_count=1,
+                       last_error="TimeoutError: slow", **fields)
+    failed_there(task, resource)
+    return task
+
+
+def run_of(task: Task, *, state: str, resource) -> Task:
+    """A run of `task`'s business instance started since (an operator's retry of it) on `resource`:
+    waiting for its next attempt there (live), or succeeded."""
+    live = state != TaskState.SUCCEEDED
+    return TaskFactory(pool=task.pool, policy=task.policy, flow=task.flow, payload=task.payload,
+                       repeats_id=task.repeats_id or task.pk, state=state, strict=True, requested_resource=resource,
+                       pinned_resource=resource if live else None, resource=resource,
+                       next_run_at=timezone.now() if live else None, finished_at=None if live else timezone.now())
 
 
 def in_thread(work):

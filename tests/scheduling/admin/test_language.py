@@ -26,6 +26,12 @@ def test_the_retry_form_speaks_chinese_to_a_chinese_browser(carol, failed_alice,
            f"任务 {dead_order.pk}</a>（已死亡）" in page
 
 
+def test_the_retry_forms_new_instance_choice_speaks_chinese(carol, failed_alice, dead_order):
+    page = carol.get(f"{RETRY}?resource={failed_alice.pk}", **ZH).content.decode()
+    assert ">作为新实例再次运行:</label>" in page
+    assert "使用新的幂等键，上游会再次执行" in page
+
+
 def test_a_refused_retry_gives_its_reason_in_chinese(carol, waiting_order):
     alice = Resource.objects.get(pk=waiting_order.pinned_resource_id)
     form = form_of(carol.get(f"{RETRY}?resource={alice.pk}", **ZH))

@@ -26,8 +26,9 @@ def form_of(response):
 def posted(form, **changes) -> dict:
     """What submitting the rendered form sends, with `changes` typed over it."""
     data = {**{name: form[name].value() for name in form.fields}, **changes}
-    if data.pop("strict"):
-        data["strict"] = "on"  # an unchecked box sends nothing
+    for box in ("strict", "as_new_instance"):
+        if data.pop(box, False):
+            data[box] = "on"  # an unchecked box sends nothing
     return {k: v for k, v in data.items() if v is not None}
 
 
@@ -172,7 +173,7 @@ def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewher
     response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False,
                                                                   payload='{"order": 42}'))
 
-    assert "succeeded already" in field_errors(response, "payload")
+    assert "succeeded already" in field_errors(response, "as_new_instance")
     assert Task.objects.count() == tasks
 
 
@@ -215,8 +216,33 @@ def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeede
     page = carol.get(f"{RETRY}?task={dead_order.pk}")  # left out; typed back in, it is refused all the same
     response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), payload='{"order": 42}'))
 
-    assert "succeeded already" in field_errors(response, "payload")
+    assert "succeeded already" in field_errors(response, "as_new_instance")
     assert Task.objects.count() == tasks
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_run_it_again_as_a_new_instance_starts_an_order_that_succeeded_since_as_a_new_one(carol, dead_order, bob,
+                                                                                         strict):
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=strict, as_new_instance=True))
+
+    task = Task.objects.order_by("-id").first()
+    assert response.status_code == 302 and response.url == reverse("admin:scheduling_task_change", args=[task.pk])
+    assert (task.payload, task.strict, task.repeats_id, task.created_by) == ({"order": 42}, strict, None, "carol")
+    entry = AuditEntry.objects.order_by("-id").first()
+    assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, dead_order.pk, "carol")
+
+
+def test_the_form_offers_run_it_again_as_a_new_instance_unchecked_saying_what_it_does(carol, failed_alice,
+                                                                                     dead_order):
+    form = form_of(retry_page(carol, failed_alice))
+    assert form["as_new_instance"].value() is False
+    assert form.fields["as_new_instance"].label == "Run it again as a new instance"
+    assert "its own idempotency key" in form.fields["as_new_instance"].help_text
 
 
 def test_the_form_for_a_resource_without_history_asks_for_a_flow(carol, alice, once):

@@ -9,7 +9,8 @@ from resources import services as pool_services
 from resources.choices import ResourceState
 from scheduling.choices import TaskState
 from scheduling.models import Task
-from tests.factories import AttemptFactory, TaskFactory
+from tests.factories import TaskFactory
+from tests.scheduling.helpers import died_on
 
 pytestmark = pytest.mark.django_db
 
@@ -23,19 +24,6 @@ def retry(api, body, **headers):
 def results(response) -> list[dict]:
     assert response.status_code == 200, response.content
     return response.json()["results"]
-
-
-def died_on(resource, policy, *, payload=None, state=TaskState.DEAD, **fields) -> Task:
-    """A strict task on `resource` whose one attempt failed there, and the resource failed."""
-    fields = {"next_run_at": None, "finished_at": timezone.now(), **fields}
-    task = TaskFactory(pool=resource.pool, policy=policy, payload=payload or {"order": 42}, state=state,
-                       resource=resource, requested_resource=resource, strict=True, attempt_count=1,
-                       last_error="TimeoutError: slow", **fields)
-    AttemptFactory(task=task, resource=resource, outcome="failed", finished_at=timezone.now())
-    lease = pool_services.claim_by_id(resource_id=resource.pk, holder=task.holder)
-    pool_services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure",
-                          error="TimeoutError: slow")
-    return task
 
 
 def test_a_dead_task_is_retried_strictly_on_its_resource_as_its_business_instance(api, alice, default_policy):
@@ -79,9 +67,20 @@ def test_a_task_whose_instance_succeeded_since_is_refused_though_another_task_ra
                 next_run_at=None, finished_at=timezone.now())
     died_on(alice, default_policy, payload={"order": 43})  # another order ran on alice afterwards
     [result] = results(retry(api, {"task": dead.pk}))
-    assert (result["status"], result["error"]["code"]) == (400, "bad_input")
+    assert (result["status"], result["error"]["code"]) == (409, "instance_succeeded")
     assert "succeeded already" in result["error"]["message"]
     assert Task.objects.count() == 3
+
+
+def test_a_task_whose_instance_succeeded_runs_again_as_a_new_instance_when_asked(api, alice, default_policy):
+    dead = died_on(alice, default_policy)
+    TaskFactory(pool=alice.pool, policy=default_policy, payload=dead.payload, repeats=dead, state=TaskState.SUCCEEDED,
+                next_run_at=None, finished_at=timezone.now())
+    [result] = results(retry(api, {"task": dead.pk, "as_new_instance": True}))
+    assert (result["status"], result["error"]) == (201, None)
+    new = Task.objects.get(pk=result["retry"]["id"])
+    assert (new.payload, new.repeats_id, new.requested_resource_id) == (dead.payload, None, alice.pk)
+    assert AuditEntry.objects.get(action="resource.retry").after["runs_again"] == dead.pk
 
 
 def test_a_task_that_never_had_a_resource_is_bad_input_naming_it(api, pool, default_policy):

@@ -210,5 +210,56 @@ def test_a_retry_sending_back_a_succeeded_tasks_masked_payload_is_refused_as_run
     Task.objects.filter(pk=task.pk).update(state="succeeded")
     shown = api.get(f"/api/tasks/{task.pk}/").json()
     response = retry(api, alice, {"flow": shown["flow"], "payload": shown["payload"]})
-    assert response.status_code == 400, response.content
+    assert error_of(response, 409)["code"] == "instance_succeeded"
     assert Task.objects.count() == 1
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_retry_of_a_succeeded_instance_is_409_instance_succeeded_and_starts_nothing(api, alice, strict,
+                                                                                    default_policy):
+    task = fail_on(alice)
+    Task.objects.filter(pk=task.pk).update(state="succeeded")
+    error = error_of(retry(api, alice, {"strict": strict}), 409)
+    assert (error["code"], error["details"]) == ("instance_succeeded", {"task_id": task.pk})
+    assert "succeeded already" in error["message"]
+    assert (Task.objects.count(), Resource.objects.get(pk=alice.pk).state) == (1, "failed")
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_retry_as_a_new_instance_runs_a_succeeded_one_again_with_its_own_idempotency_key(api, alice, strict,
+                                                                                          default_policy):
+    task = fail_on(alice)
+    Task.objects.filter(pk=task.pk).update(state="succeeded")
+    response = retry(api, alice, {"strict": strict, "as_new_instance": True})
+    assert response.status_code == 201, response.content
+    new = Task.objects.get(pk=response.json()["id"])
+    assert (new.payload, new.repeats_id, new.idempotency_key != task.idempotency_key) == ({"order": 41}, None, True)
+    entry = AuditEntry.objects.get(action="resource.retry" if strict else "task.start")
+    assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, task.pk, "api:billing")
+
+
+def test_a_retry_as_a_new_instance_of_a_live_one_is_409_task_live(api, alice, default_policy):
+    task = fail_on(alice)
+    Task.objects.filter(pk=task.pk).update(state="retrying", next_run_at=timezone.now(), finished_at=None)
+    error = error_of(retry(api, alice, {"strict": False, "as_new_instance": True}), 409)
+    assert (error["code"], error["details"]["task_id"]) == ("task_live", task.pk)
+    assert Task.objects.count() == 1
+
+
+def test_as_new_instance_sent_as_text_is_400_naming_it(api, alice, default_policy):
+    fail_on(alice)
+    error = error_of(retry(api, alice, {"as_new_instance": "yes"}), 400)
+    assert "as_new_instance" in error["details"]["fields"]
+    assert Task.objects.count() == 1
+
+
+def test_the_schema_documents_as_new_instance_and_the_409_instance_succeeded_of_the_retries(client):
+    schema = client.get("/api/schema/?format=json").json()
+    retries = {path: operations["post"] for path, operations in schema["paths"].items() if path.endswith("/retry/")}
+    assert len(retries) == 3  # a resource's by id and by pool and key, and tasks' by id
+    for operation in retries.values():
+        body = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+        assert "as_new_instance" in schema["components"]["schemas"][body]["properties"]
+    for path, operation in retries.items():
+        if "/resources/" in path:  # the tasks' answers 200 with each task's status
+            assert "instance_succeeded" in operation["responses"]["409"]["description"], path

@@ -45,6 +45,18 @@ def test_a_task_is_started_with_its_location_queued_and_audited_naming_the_clien
     assert (entry.actor, entry.channel, entry.request_id) == ("api:billing", "api", response["X-Request-ID"])
 
 
+def test_a_task_started_with_the_flow_and_payload_of_one_that_succeeded_is_a_new_business_instance(
+        api, alice, default_policy):
+    # A start names what to do, not a task to run again (the same sync every day, a batch's
+    # ticks): the retries are how an instance runs again; Idempotency-Key makes a resend safe.
+    done = TaskFactory(pool=alice.pool, policy=default_policy, payload={"sync": "daily"}, state=TaskState.SUCCEEDED,
+                       next_run_at=None, finished_at=timezone.now())
+    body = ok(post(api, "/api/tasks/", {"flow": "demo", "pool": "accounts", "payload": {"sync": "daily"},
+                                        "resource": alice.pk}), 201)
+    task = Task.objects.get(pk=body["id"])
+    assert (task.repeats_id, task.idempotency_key != done.idempotency_key) == (None, True)
+
+
 def test_a_task_on_a_named_resource_is_strict_by_default(api, alice, default_policy):
     body = ok(post(api, "/api/tasks/", {"flow": "demo", "pool": "accounts", "resource": alice.pk}), 201)
     assert (body["strict"], body["requested_resource"]) == (True, alice.pk)

@@ -209,7 +209,7 @@ def test_retry_resource_refuses_to_copy_a_task_that_succeeded_on_another_resourc
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=first.resource, actor="ops:carol")
 
-    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": task.pk})
+    assert (refused.value.code, refused.value.details) == ("instance_succeeded", {"task_id": task.pk})
     assert "succeeded already" in str(refused.value)
     assert Task.objects.count() == 1
 
@@ -248,7 +248,7 @@ def test_retry_resource_refuses_a_second_copy_of_a_dead_task_whose_first_copy_su
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=bob, actor="ops:dave")
 
-    assert (refused.value.code, refused.value.details) == ("bad_input", {"field": "payload", "task_id": first.pk})
+    assert (refused.value.code, refused.value.details) == ("instance_succeeded", {"task_id": first.pk})
     assert Task.objects.count() == 2
 
 

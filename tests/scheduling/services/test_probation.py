@@ -1,8 +1,10 @@
 """Probation: a probationary quarantine gets a probe after its cooldown, through real workers."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from resources.choices import EventKind, ResourceState
@@ -12,6 +14,7 @@ from scheduling.choices import TaskState
 from scheduling.models import Task
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.helpers import work
+from tests.scheduling.services.test_attempt_races import wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -146,3 +149,42 @@ def test_no_probe_repeats_a_business_instance_that_succeeded_since_on_another_re
 
     event = ResourceEvent.objects.filter(resource=quarantined).latest("id")
     assert f"task {copy.pk}" in event.reason and "next probe after" in event.reason
+
+
+def test_a_probe_locks_the_resource_before_its_business_instance_as_a_retry_does(redis_conn, alice, probation_policy):
+    # A strict retry locks the resource, then the instance's first task; a probe taking them the
+    # other way round deadlocks with it. Here the resource is held: the probe must wait for it
+    # without holding the first task's lock meanwhile.
+    quarantined_by(alice.pool, "DemoFlowError: blocked by risk control")
+    first = Task.objects.get()
+    Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now())
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_resource():
+        with transaction.atomic():
+            Resource.objects.select_for_update().get(pk=alice.pk)
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    def probe():
+        services.start_probes()
+        connection.close()
+
+    holder, prober = threading.Thread(target=hold_the_resource), threading.Thread(target=probe)
+    holder.start()
+    held.wait(10)
+    prober.start()
+    try:
+        assert wait_for_lock_wait()
+        with transaction.atomic():
+            try:
+                Task.objects.select_for_update(nowait=True).get(pk=first.pk)
+                task_free = True
+            except DatabaseError:
+                task_free = False
+    finally:
+        release.set()
+        holder.join(10)
+        prober.join(10)
+    assert task_free
