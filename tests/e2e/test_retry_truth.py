@@ -1,7 +1,8 @@
 """Issue 22: the retry form and "retry selected" say up front what will happen. Alice's last task,
 order 42, succeeded; then an external worker claimed her over the REST API (with an API key) and
-released her failed. Her retry form must not offer order 42's payload as if it would run, and
-while another worker holds her it must say who and until when before anything else. Each story
+released her failed. Her retry form must not offer order 42's payload as if it would run, but the
+choices that work (a new payload, or order 42 once more as a new instance), and while another
+worker holds her it must say who and until when before anything else. Each story
 runs in English and in Chinese, with screenshots of both in artifacts/e2e/<test>/."""
 
 import json
@@ -10,6 +11,7 @@ import re
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from audit.models import AuditEntry
 from audit.services import create_api_client
 from resources.models import Resource
 from scheduling import services
@@ -32,6 +34,8 @@ SAYS = {
         "held_by": "is in use by billing-worker-8 until",
         "not_available": "Not available now:", "nothing_started": "Nothing was started:",
         "type_new": "Type the payload of a new run below",
+        "or_tick": "or leave it empty and tick “Run it again as a new instance”",
+        "type_or_tick": "type the payload to run, or tick “Run it again as a new instance”",
         "started": "Started task {task} (demo) on account alice@x, strict.",
         "outlook": "1 will start, 1 will be refused.", "will_start": "Will start: e2e_upstream_down, as task",
         "will_be_refused": "Will be refused: task {task} (demo), the last task on account alice@x, succeeded already",
@@ -42,6 +46,8 @@ SAYS = {
         "held_by": "正被 billing-worker-8 使用，直到",
         "not_available": "当前不可用：", "nothing_started": "未启动任何任务：",
         "type_new": "请在下方输入新一次运行的载荷",
+        "or_tick": "请将其留空并勾选“作为新实例再次运行”",
+        "type_or_tick": "或勾选“作为新实例再次运行”以再运行一次未填入的那个载荷",
         "started": "已在 account alice@x 上启动任务 {task}（demo），严格模式。",
         "outlook": "1 个将启动，1 个将被拒绝。", "will_start": "将启动：e2e_upstream_down，与任务",
         "will_be_refused": "将被拒绝：任务 {task}（demo）是 account alice@x 上的最近任务，已经成功",
@@ -169,26 +175,31 @@ def test_the_retry_form_of_a_resource_an_external_worker_failed_tells_the_truth(
 
 
 
-# FOR THE LEAD: enable (delete the skip mark) once branch `guard` is merged: it adds the form's
-# "run it again as a new instance" checkbox (RetryResourceForm.as_new_instance) and the service
-# keyword as_new_instance=True that this story ticks and expects.
-@pytest.mark.skip(reason="needs branch guard's as_new_instance checkbox: the lead enables it after merging")
+# The other choice the form offers (branch guard's checkbox): order 42 once more, on purpose.
 @LANGUAGES
 def test_an_operator_runs_the_succeeded_order_once_more_by_ticking_run_it_again_as_a_new_instance(
         screens, carol, alice, succeeded_order, locale):
     page = screens.open(locale=locale)
     log_in(page)
     page.goto(f"/admin/scheduling/task/retry/?resource={alice.pk}")
-    page.locator("#fill-source-payload").click()
-    expect(page.locator("#id_payload")).to_have_value(re.compile(r'"order": 42'))
+    expect(page.locator("#retry-payload-left-out")).to_contain_text(SAYS[locale]["or_tick"])
+
+    page.locator("#retry_form [type=submit]").click()  # neither typed nor ticked: nothing starts
+    expect(page.locator(".field-payload .errorlist")).to_contain_text(SAYS[locale]["type_or_tick"])
+    screens.shot(page, "neither a payload nor the choice: nothing started")
+    assert Task.objects.count() == 1
+
     page.locator("#id_as_new_instance").check()
-    screens.shot(page, "order 42 filled in, run again as a new instance ticked")
+    screens.shot(page, "run it again as a new instance ticked")
     page.locator("#retry_form [type=submit]").click()
     page.wait_for_url(re.compile(r"/admin/scheduling/task/\d+/change/$"))
     screens.shot(page, "started as a new instance")
     again = Task.objects.order_by("-id").first()
     assert again.pk != succeeded_order.pk
-    assert (again.payload, again.strict, again.requested_resource_id) == ({"order": 42}, True, alice.pk)
+    assert (again.payload, again.strict, again.requested_resource_id, again.repeats_id) == (
+        {"order": 42}, True, alice.pk, None)
+    entry = AuditEntry.objects.order_by("-id").first()
+    assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, succeeded_order.pk, "carol")
 
 
 @LANGUAGES
