@@ -31,17 +31,16 @@ from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import get_resource, when
 from retryops.errors import DomainError
-from retryops.masking import keep_masked_secrets
+from retryops.masking import keep_masked_secrets, mask_secrets
 from scheduling import services
 from scheduling.choices import WAITING_STATES, TaskState
-from scheduling.errors import BadInput
-from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial
+from scheduling.errors import BadInput, TaskLive
+from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial, shown_payload
 from scheduling.models import Task
 from scheduling.selectors import (
     attempts_on,
     get_task,
     last_task_on,
-    last_tasks_on,
     resource_keys,
 )
 
@@ -85,12 +84,18 @@ def task_retryable(task: Task) -> bool:
     return task.state == TaskState.DEAD or (task.state == TaskState.CANCELLED and bool(task.last_error))
 
 
-def quarantine_warning(resource: Resource) -> str:
-    return gettext(
-        "%(noun)s %(key)s is quarantined since %(since)s: %(reason)s. A strict retry is refused until it is "
-        "released from quarantine; with strict mode unchecked the flow may run on another resource of the pool."
-    ) % {"noun": resource.pool.resource_noun, "key": resource.key, "since": when(resource.quarantined_at),
-         "reason": resource.quarantine_reason}
+# What an operator can do about a resource a strict retry cannot have, by the reason
+# describe_unavailability gives; a live task's refusal says it in its own sentence.
+UNAVAILABLE_ADVICE = {
+    "quarantined": _("A strict retry is refused until it is released from quarantine; with strict mode unchecked "
+                     "the flow may run on another resource of the pool."),
+    "in_use": _("A strict retry is refused until its holder releases it or the lease runs out; with strict mode "
+                "unchecked the flow may run on another resource of the pool."),
+}
+
+
+def unavailable_advice(error: DomainError | None) -> str:
+    return str(UNAVAILABLE_ADVICE.get(error.details.get("reason"), "")) if error is not None else ""
 
 
 class TaskConsole:
@@ -139,19 +144,27 @@ class TaskConsole:
                     source = last_task_on(resource)
         except DomainError as exc:
             raise Http404(str(exc)) from None
-        initial = retry_initial(resource=resource, source=source, pool=source.pool if source else None)
+        # What a strict retry would meet, asked of the services before the page offers anything:
+        # whether the resource can be had, then whether the source's payload would be refused.
+        preview = services.preview_retry(resource=resource, source=source) if resource is not None else None
+        left_out = preview.instance_refused if preview is not None else None
+        initial = retry_initial(resource=resource, source=source, pool=source.pool if source else None,
+                                with_payload=left_out is None)
         form = RetryResourceForm(request.POST if request.method == "POST" else None, resource=resource,
-                                 initial=initial)
+                                 initial=initial, payload_left_out=left_out is not None)
         if request.method == "POST" and form.is_valid():
             task = self._start(request, form, source)
             if task is not None:
                 return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
-        target = form.resource
+        unavailable = preview.unavailable if preview is not None else None
         context = self._context(
             request, gettext("Retry this resource") if resource else gettext("Run a flow with a specified resource"),
             form=form, resource=resource, source=source,
-            warning=quarantine_warning(target) if target is not None and target.state == ResourceState.QUARANTINED
-            else "",
+            unavailable=str(unavailable or ""), unavailable_advice=unavailable_advice(unavailable),
+            # A submit refused for what the page already says first is said there once.
+            refused_as_said=unavailable is not None and str(unavailable) in form.non_field_errors(),
+            left_out=str(left_out or ""), left_out_live=isinstance(left_out, TaskLive),
+            source_payload=shown_payload(mask_secrets(source.payload)) if left_out is not None else "",
             keys_url=reverse("admin:scheduling_task_retry_keys"), media=self.media + form.media)
         return TemplateResponse(request, "admin/scheduling/task/retry_form.html", context)
 
@@ -160,7 +173,11 @@ class TaskConsole:
         data, resource = form.cleaned_data, form.resource
         policy = data["policy"].name if data["policy"] else None
         try:
-            if source is not None:  # the form showed the source's payload masked
+            if source is not None and data["payload"] is None:
+                # Left empty where the page left the source's payload out, "run it again as a new
+                # instance" ticked (RetryResourceForm.clean): that payload, once more.
+                data["payload"] = source.payload
+            elif source is not None:  # the form showed the source's payload masked
                 data["payload"] = keep_masked_secrets(data["payload"], source.payload, field="payload", error=BadInput)
             if data["strict"]:
                 # Flow and payload kept as the source task's: the operator retries that task's
@@ -347,10 +364,16 @@ class ResourceConsoleAdmin(ResourceAdmin):
         if resources is None:
             return None
         if request.POST.get("post") != "yes":
-            last = last_tasks_on(resources)
-            rows = [{"resource": resource, "last": last.get(resource.pk),
-                     "warning": quarantine_warning(resource) if resource.state == ResourceState.QUARANTINED else ""}
-                    for resource in resources]
+            # Per resource, what the retry would do now, as the services would answer (availability
+            # first, then the last task's payload): the confirmation promises nothing they refuse.
+            rows = []
+            for resource in resources:
+                preview = services.preview_retry(resource=resource)
+                refusal = preview.refusal
+                rows.append({"resource": resource, "last": preview.source, "refusal": str(refusal or ""),
+                             "advice": unavailable_advice(preview.unavailable),
+                             "starts": preview.source is not None and refusal is None})
+            starting = sum(row["starts"] for row in rows)
             title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
                 "count": len(rows)}
             # Confirmed to the list without its filters, as the other bulk actions are: a resource
@@ -358,6 +381,9 @@ class ResourceConsoleAdmin(ResourceAdmin):
             # instead of dropping out of the selection unsaid.
             context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
                        "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                       "outlook": gettext("%(start)d will start, %(refused)d will be refused.") % {
+                           "start": starting, "refused": len(rows) - starting},
+                       "none_starts": starting == 0,
                        "changelist_url": reverse("admin:resources_resource_changelist")}
             return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
         started, refused, actor = [], [], _actor(request)

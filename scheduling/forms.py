@@ -59,9 +59,17 @@ class RetryResourceForm(forms.Form):
                     "does it again; unchecked, such a retry is refused. A run that is still live is never doubled."))
     token = forms.CharField(widget=forms.HiddenInput)
 
-    def __init__(self, *args, resource: Resource | None = None, **kwargs):
+    def __init__(self, *args, resource: Resource | None = None, payload_left_out: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.resource = resource
+        # The page says why the source's payload is not filled in (the retry would refuse it). Left
+        # empty, the payload is that one, run again only with "run it again as a new instance"
+        # ticked; without, empty would start the flow with {} instead of the run the operator meant.
+        self.payload_left_out = payload_left_out
+        if payload_left_out:
+            self.fields["payload"].help_text = _("A JSON object: the payload of a new run. Left empty with “%(choice)s” "
+                                                 "ticked: the one left out, once more.") % {
+                "choice": self.fields["as_new_instance"].label}
         if resource is not None:
             # Disabled fields take their values from `initial`, whatever is posted: the resource
             # the page was opened for is the one retried.
@@ -75,10 +83,11 @@ class RetryResourceForm(forms.Form):
             if isinstance(validator, ProhibitNullCharactersValidator):
                 validator.message = _NUL_IN_PAYLOAD
 
-    def clean_payload(self) -> dict:
+    def clean_payload(self) -> dict | None:
+        """The payload typed; None when left empty where the source's was left out (see clean)."""
         text = self.cleaned_data.get("payload") or ""
         if not text.strip():
-            return {}
+            return None if self.payload_left_out else {}
         try:
             return parse_payload(text)
         except BadPayload as exc:
@@ -92,6 +101,10 @@ class RetryResourceForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        if "payload" in data and data["payload"] is None and not data.get("as_new_instance"):
+            self.add_error("payload", _("type the payload to run, or tick “%(choice)s” to run the one left out once "
+                                        "more (see above why it is left out)") % {
+                "choice": self.fields["as_new_instance"].label})
         if self.resource is None and data.get("pool") is not None and data.get("key"):
             try:
                 self.resource = get_resource(pool=data["pool"], key=data["key"])
@@ -113,9 +126,11 @@ class RetryResourceForm(forms.Form):
         self.add_error(field if field in self.fields else None, str(error))
 
 
-def retry_initial(*, resource: Resource | None, source: Task | None, pool: ResourcePool | None = None) -> dict:
+def retry_initial(*, resource: Resource | None, source: Task | None, pool: ResourcePool | None = None,
+                  with_payload: bool = True) -> dict:
     """What the form starts with: the resource's pool and key, and the flow, payload and policy of
-    `source` (the task the page was opened from, or the last one that ran on the resource)."""
+    `source` (the task the page was opened from, or the last one that ran on the resource); its
+    payload only `with_payload` (not when the retry would refuse it: the page says why instead)."""
     initial = {"strict": True, "token": new_token(), "payload": "{}"}
     if resource is not None:
         initial.update(pool=resource.pool_id, key=resource.key)
@@ -123,7 +138,7 @@ def retry_initial(*, resource: Resource | None, source: Task | None, pool: Resou
         initial["pool"] = pool.pk
     if source is not None:
         # Masked: the page never holds a secret; the view puts the source's back (keep_masked_secrets).
-        initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)),
+        initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)) if with_payload else "",
                        policy=source.policy.name)
     return initial
 

@@ -182,16 +182,6 @@ def attempts_on(resource: Resource | int, *, limit: int = 20) -> list[Attempt]:
     return list(attempts.order_by("-id")[:limit])
 
 
-def last_tasks_on(resources) -> dict[int, Task]:
-    """last_task_on for many resources at once, in two queries whatever their number: {resource id:
-    task} for those on which a task ran."""
-    ids = [_resource_id(resource) for resource in resources]
-    latest = Attempt.objects.filter(resource_id=OuterRef("pk")).order_by("-task_id").values("task_id")[:1]
-    last = dict(Resource.objects.filter(pk__in=ids).annotate(last_task=Subquery(latest)).values_list("pk", "last_task"))
-    tasks = Task.objects.select_related("policy").in_bulk([task for task in last.values() if task is not None])
-    return {resource: tasks[task] for resource, task in last.items() if task in tasks}
-
-
 def resource_keys(*, pool: int, prefix: str, limit: int = 20) -> list[str]:
     """Keys of a pool's resources that start with `prefix`, in key order: the console's key
     autocomplete. Walks resource_key_unique_in_pool (pool, key) in order and stops at `limit`."""

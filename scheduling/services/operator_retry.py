@@ -51,6 +51,18 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
         holder=task.holder, until=current.leased_until.isoformat() if holds else None)
 
 
+def check_available(current: Resource, name: str) -> None:
+    """Refuse a strict retry of `current` that cannot have it now, before any question about what it
+    would run (an operator must learn who holds it first): a task that has not finished is bound to
+    it (TaskLive), or it is in use or quarantined (ResourceUnavailable, with the holder and until
+    when). retry_resource asks under the resource's lock; the console's preview without one."""
+    live = live_task_on(current)
+    if live is not None:
+        raise _live(live, current, name)
+    if current.state not in (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE):
+        raise pool.describe_unavailability(current)
+
+
 # The states of a run that has not finished (task_state_idx serves a query by them).
 LIVE_STATES = (*WAITING_STATES, TaskState.RUNNING)
 
@@ -96,8 +108,9 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
                    idempotency_key: str | None = None, as_new_instance: bool = False) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
-    task that ran on the resource. Refused while a task that has not finished is bound to the
-    resource (TaskLive): that task would run beside the new one; likewise when the last task's
+    task that ran on the resource. Refused first when it cannot have the resource (check_available:
+    a task that has not finished is bound to it, TaskLive, for it would run beside the new one; or
+    it is in use or quarantined, ResourceUnavailable); then when the last task's
     flow and payload (copied or given) would run a business instance that runs elsewhere now or
     has succeeded (InstanceSucceeded): see instance_to_run_again; with `as_new_instance` a
     succeeded one runs again as a new business instance, audited so. With `instance`, a task, the
@@ -118,9 +131,7 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         if started is not None:
             return started
         name = f"{current.pool.resource_noun} {current.key}"
-        live = live_task_on(current)
-        if live is not None:
-            raise _live(live, current, name)
+        check_available(current, name)
         # `again`: the task whose business instance this retry runs again, if it does.
         last, repeats, again = last_task_on(current), None, instance
         if instance is not None:
@@ -150,8 +161,6 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         # One operator action, one audit entry: the reset and the start inside it record none.
         if current.state in (ResourceState.FAILED, ResourceState.DONE):
             pool.reset(resource=current, actor=actor, reason="retry this resource", audit=False)
-        elif current.state != ResourceState.AVAILABLE:
-            raise pool.describe_unavailability(current)
         task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
                           resource=current, strict=True, reserve=True, audit=False, repeats=repeats,
                           idempotency_key=idempotency_key)

@@ -84,7 +84,7 @@ def test_retrying_a_resource_in_use_shows_who_holds_it_and_starts_no_task(page, 
     tasks, entries = Task.objects.count(), AuditEntry.objects.count()
 
     page.locator("#retry_form [type=submit]").click()
-    refusal = page.locator("#retry_form .errornote")
+    refusal = page.locator("#retry-unavailable")  # said first, above the form
     expect(refusal).to_contain_text(f"Nothing was started: account dave@x is in use by {waiting_order} "
                                     "(e2e_upstream_down) until")
     expect(refusal).to_contain_text("it is retrying and runs next at")

@@ -84,3 +84,24 @@ def waiting_order(alice, later) -> Task:
 
 def another(pool, key: str) -> Resource:
     return ResourceFactory(pool=pool, key=key)
+
+
+@pytest.fixture
+def succeeded_order(alice, once) -> Task:
+    """Order 42 succeeded on alice: her last task."""
+    return run(order_42(alice))
+
+
+@pytest.fixture
+def externally_failed_alice(succeeded_order) -> Resource:
+    """After order 42 succeeded, an external worker claimed alice (as over the API) and released her
+    failed: she is failed, and her last task is the order that succeeded."""
+    lease = pool_services.claim_by_id(resource_id=succeeded_order.pinned_resource_id, holder="billing-worker-7")
+    return pool_services.release(resource=lease.pk, lease_token=lease.lease_token, outcome="failure",
+                                 error="TimeoutError: upstream timed out")
+
+
+@pytest.fixture
+def held_alice(externally_failed_alice) -> Resource:
+    """Failed by one external worker, then claimed by another, which holds her now."""
+    return pool_services.claim_by_id(resource_id=externally_failed_alice.pk, holder="billing-worker-8")

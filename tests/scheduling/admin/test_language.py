@@ -40,7 +40,7 @@ def test_a_refused_retry_gives_its_reason_in_chinese(carol, waiting_order):
 
     with translation.override("zh-hans"):
         until, retry_at = when(alice.leased_until), when(waiting_order.next_run_at)
-    assert (f"未启动任何任务： account alice@x 正被任务 {waiting_order.pk}（demo）使用，直到 {until}："
+    assert (f"未启动任何任务：account alice@x 正被任务 {waiting_order.pk}（demo）使用，直到 {until}："
             f"它当前状态为“等待重试”，下次运行于 {retry_at}；现在重试会让它运行两次：请先立即运行该任务或将其取消") in page
     assert Task.objects.count() == 1
 

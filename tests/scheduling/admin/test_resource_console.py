@@ -95,6 +95,35 @@ def test_retry_selected_first_asks_naming_how_many_and_which(carol, failed_alice
     assert Task.objects.count() == 1
 
 
+def confirmation_row(page: str, key: str) -> str:
+    """The row of `key` in the confirmation's table."""
+    row = page[page.index(f">{key}</a>"):]
+    return row[:row.index("</tr>")]
+
+
+def test_retry_selected_first_says_which_will_start_and_which_will_be_refused_and_why(carol, externally_failed_alice,
+                                                                                     succeeded_order, bob):
+    dead = run(order_42(bob), error=TimeoutError("upstream slow"))
+    page = choose(carol, [externally_failed_alice, bob], confirmed=False).content.decode()
+    assert "1 will start, 1 will be refused." in page
+    assert (f"Will be refused: task {succeeded_order.pk} (demo), the last task on account alice@x, succeeded "
+            "already") in confirmation_row(page, "alice@x")
+    assert f"Will start: demo, as task {dead.pk} did (policy once)" in confirmation_row(page, "bob@x")
+
+
+def test_retry_selected_first_says_a_held_one_will_be_refused_naming_the_holder(carol, held_alice, succeeded_order):
+    page = choose(carol, [held_alice], confirmed=False).content.decode()
+    assert "Will be refused: account alice@x is in use by billing-worker-8 until" in confirmation_row(page, "alice@x")
+
+
+def test_retry_selected_of_only_resources_that_would_be_refused_offers_nothing_to_confirm(carol, held_alice,
+                                                                                         succeeded_order):
+    page = choose(carol, [held_alice], confirmed=False).content.decode()
+    assert "0 will start, 1 will be refused." in page
+    assert "None of them would start now, so there is nothing to confirm." in page
+    assert "Yes, retry them" not in page
+
+
 def test_retry_selected_confirmed_starts_each_retryable_one(carol, failed_alice, dead_order):
     choose(carol, [failed_alice], confirmed=True)
     task = Task.objects.exclude(pk=dead_order.pk).get()

@@ -169,8 +169,9 @@ def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewher
     assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
     tasks = Task.objects.count()
 
-    page = carol.get(f"{RETRY}?task={dead_order.pk}")
-    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False))
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")  # left out; typed back in, it is refused all the same
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False,
+                                                                  payload='{"order": 42}'))
 
     assert "succeeded already" in field_errors(response, "as_new_instance")
     assert Task.objects.count() == tasks
@@ -212,8 +213,8 @@ def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeede
     assert run(order_43).state == "succeeded"  # the dead task is no longer alice's last
     tasks = Task.objects.count()
 
-    page = carol.get(f"{RETRY}?task={dead_order.pk}")
-    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page)))
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")  # left out; typed back in, it is refused all the same
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), payload='{"order": 42}'))
 
     assert "succeeded already" in field_errors(response, "as_new_instance")
     assert Task.objects.count() == tasks
@@ -304,3 +305,56 @@ def test_key_autocomplete_refuses_a_pool_that_is_not_an_id(carol, alice):
 
 def test_key_autocomplete_needs_the_permission(dave, alice):
     assert dave.get(KEYS, {"pool": alice.pool_id, "q": "a"}).status_code == 403
+
+
+# a resource an external worker failed after its last task had succeeded
+
+
+def test_the_form_for_a_resource_whose_last_task_succeeded_leaves_that_payload_out_and_says_why(
+        carol, externally_failed_alice, succeeded_order):
+    response = retry_page(carol, externally_failed_alice)
+    assert not form_of(response)["payload"].value()
+    assert (f"task {succeeded_order.pk} (demo), the last task on account alice@x, succeeded already: its payload "
+            "again would run it a second time") in response.content.decode()
+
+
+def test_the_form_left_without_the_succeeded_payload_refuses_an_empty_one_instead_of_running_an_empty_order(
+        carol, externally_failed_alice, succeeded_order):
+    response = submit(carol, externally_failed_alice)
+    assert "type the payload to run" in field_errors(response, "payload")
+    assert Task.objects.count() == 1
+
+
+def test_a_new_payload_typed_into_that_form_starts_a_strict_task(carol, externally_failed_alice, succeeded_order):
+    submit(carol, externally_failed_alice, payload='{"order": 43}')
+    task = Task.objects.exclude(pk=succeeded_order.pk).get()
+    assert (task.payload, task.strict, task.requested_resource_id) == (
+        {"order": 43}, True, externally_failed_alice.pk)
+
+
+def test_the_form_for_a_held_resource_names_the_holder_and_until_when_before_anything_else(carol, held_alice,
+                                                                                          succeeded_order):
+    page = retry_page(carol, held_alice).content.decode()
+    content = page[page.index('id="content-main"'):]
+    holder = f"account alice@x is in use by billing-worker-8 until {when(held_alice.leased_until)}"
+    assert content.index(holder) < min(content.index("succeeded already"), content.index("of pool accounts is"),
+                                       content.index("<form"))
+
+
+def test_the_submitted_form_for_a_held_resource_is_refused_naming_the_holder_not_the_payload(carol, held_alice,
+                                                                                            succeeded_order):
+    response = submit(carol, held_alice, payload='{"order": 42}')
+    page = response.content.decode()
+    assert f"Nothing was started: account alice@x is in use by billing-worker-8 until {when(held_alice.leased_until)}" \
+        in page
+    assert page.count("is in use by billing-worker-8") == 1  # said once, first
+    assert not field_errors(response, "payload")
+    assert Task.objects.count() == 1
+
+
+def test_the_form_for_a_resource_its_waiting_task_holds_names_that_task_first_and_only_once(carol, waiting_order):
+    alice = Resource.objects.get(pk=waiting_order.pinned_resource_id)
+    page = retry_page(carol, alice).content.decode()
+    assert f"Not available now: account alice@x is in use by {waiting_order} (demo) until {when(alice.leased_until)}" \
+        in page
+    assert "moved on to another resource" not in page

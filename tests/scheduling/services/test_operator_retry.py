@@ -326,6 +326,20 @@ def test_retry_resource_of_an_in_use_resource_fails_and_writes_nothing(redis_con
     assert Resource.objects.get(pk=bob.pk).state == ResourceState.AVAILABLE
 
 
+def test_retry_resource_of_a_resource_an_external_worker_holds_names_the_holder_before_the_payload_question(
+        redis_conn, pool, alice, instant_policy):
+    services.start_task(flow="demo", pool_name=pool, payload={"order": 42}, resource=alice, created_by="shop",
+                        policy="instant")
+    work()  # order 42 succeeds on alice: her last task, whose payload again would be refused
+    held = pool_services.claim_by_id(resource_id=alice.pk, holder="billing-worker-7")
+
+    with pytest.raises(ResourceUnavailable) as refused:
+        services.retry_resource(resource=alice, actor="ops:carol")
+
+    assert str(refused.value) == f"account alice@x is in use by billing-worker-7 until {when(held.leased_until)}"
+    assert Task.objects.count() == 1
+
+
 def test_retry_resource_without_history_needs_a_flow(redis_conn, alice, instant_policy):
     with pytest.raises(services.TaskError, match="no task has run on account alice@x yet: name the flow"):
         services.retry_resource(resource=alice, actor="ops")
