@@ -59,6 +59,11 @@ def current() -> AuditContext:
     return _current.get()
 
 
+def is_set() -> bool:
+    """Whether someone set a context (a request, a command, a job), rather than the default."""
+    return _current.get() is not _SYSTEM
+
+
 def clean_actor(actor: str) -> str:
     """An actor name a text column holds: trimmed, NUL-free, at most MAX_ACTOR_LENGTH; empty is "system"."""
     text = clean_text(str(actor)).strip()
