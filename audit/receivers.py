@@ -51,7 +51,8 @@ def user_snapshot(user) -> dict:
     """What an entry shows of a user: who they are and what the console lets them do; of their
     password only whether they have one."""
     return {**{name: getattr(user, name) for name in USER_FIELDS},
-            "sign_in": "password" if user.has_usable_password() else "no password"}
+            # An empty hash (User.objects.create without create_user) matches no password either.
+            "sign_in": "password" if user.password and user.has_usable_password() else "no password"}
 
 
 def _before_user_save(sender, instance, update_fields=None, **kwargs):

@@ -131,6 +131,8 @@ def test_a_member_of_a_group_has_its_permissions_and_no_other(console_groups):
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PASSWORD = "Newcomer-pw-7731"
+NEW_USER = {"username": "alice", "email": "", "first_name": "", "last_name": "", "is_active": True, "is_staff": False,
+            "is_superuser": False}
 
 
 def signs_in(username: str, password: str = PASSWORD) -> bool:
@@ -198,3 +200,9 @@ def test_the_readmes_steps_to_give_someone_a_role_let_them_sign_in(console_group
     alice = User.objects.get(username="alice")
     assert list(alice.groups.values_list("name", flat=True)) == ["operators"]
     assert signs_in("alice")
+    assert [(entry.action, entry.after) for entry in AuditEntry.objects.filter(target_id=str(alice.pk))
+            .order_by("id")] == [
+        ("user.create", {**NEW_USER, "sign_in": "no password"}),
+        ("user.change", {**NEW_USER, "is_staff": True, "sign_in": "no password"}),
+        ("user.change_groups", {"groups": ["operators"]}),
+        ("user.change", {**NEW_USER, "is_staff": True, "sign_in": "new password"})]
