@@ -1,7 +1,8 @@
 """Audit entries for changes to who may do what: users, groups (the console's roles) and
 permissions. Django's auth models have no service of ours that every path goes through — the
 admin's user and group pages, createsuperuser and changepassword, api_client, the shell all write
-them directly — so these receivers record what changed, whichever path changed it.
+them directly — so these receivers record what changed, whichever path changed it through the
+models (a QuerySet.update() or raw SQL sends no signal, and is not seen).
 
 Each entry is written in the transaction of its change: Django runs m2m changes and deletes in one,
 and so does the admin. A bare save() in autocommit (the shell, createsuperuser) has committed
