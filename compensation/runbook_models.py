@@ -74,9 +74,11 @@ class RunbookRun(models.Model):
             # A double click, a retried command: the second request finds the first run.
             models.UniqueConstraint(fields=["token"], name="runbook_run_token_unique"),
             # Four eyes: whoever asked for a run cannot be the one who approves it, whatever
-            # the code path (a form, the shell, a bug in a service), nor through another client.
+            # the code path (a form, the shell, a bug in a service), neither under the same name
+            # nor as the same user behind another one (a second API client of that user).
             models.CheckConstraint(
-                condition=Q(approver_identity="") | ~Q(approver_identity__iexact=F("requester_identity")),
+                condition=Q(approver_identity="") | (~Q(approver_identity__iexact=F("requester_identity"))
+                                                     & ~Q(approved_by__iexact=F("requested_by"))),
                 name="runbook_run_approver_not_requester",
             ),
             models.CheckConstraint(

@@ -52,7 +52,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='runbookrun',
-            constraint=models.CheckConstraint(condition=models.Q(('approver_identity', ''), models.Q(('approver_identity__iexact', models.F('requester_identity')), _negated=True), _connector='OR'), name='runbook_run_approver_not_requester'),
+            constraint=models.CheckConstraint(condition=models.Q(('approver_identity', ''), models.Q(models.Q(('approver_identity__iexact', models.F('requester_identity')), _negated=True), models.Q(('approved_by__iexact', models.F('requested_by')), _negated=True)), _connector='OR'), name='runbook_run_approver_not_requester'),
         ),
         migrations.AddConstraint(
             model_name='runbookrun',

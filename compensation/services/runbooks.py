@@ -150,7 +150,8 @@ def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
                         and get_runbook(run.runbook).action(run.action).external)
         if not now_external:
             _refuse_state(run, verb="approve", allowed=(R.REQUESTED,), to_state=R.APPROVED)
-        if identity.casefold() == run.requester_identity.casefold():
+        if (identity.casefold() == run.requester_identity.casefold()
+                or actor.casefold() == run.requested_by.casefold()):
             _refuse_requester(run, actor=actor, identity=identity)
         before = _snapshot(run)
         run.state, run.approved_by, run.approver_identity, run.approved_at = (

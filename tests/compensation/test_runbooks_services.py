@@ -185,6 +185,21 @@ def test_the_database_refuses_an_approval_by_the_requesters_identity_under_anoth
                                                     approver_identity="OPS:carol", approved_at=timezone.now())
 
 
+def test_the_database_refuses_an_approval_under_the_requesters_name_whoever_is_behind_it(order):
+    run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"})
+    with pytest.raises(IntegrityError, match="runbook_run_approver_not_requester"), transaction.atomic():
+        RunbookRun.objects.filter(pk=run.pk).update(state=RunbookRunState.APPROVED, approved_by="ops:carol",
+                                                    approver_identity="dave", approved_at=timezone.now())
+
+
+def test_a_command_acting_under_the_requesting_clients_name_cannot_approve(order):
+    with acting_as(actor="api:billing", channel="api", user="erin"):
+        run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"}, actor="api:billing")
+    with acting_as(actor="api:billing", channel="command"), pytest.raises(FourEyes):
+        approve_runbook_action(run=run, actor="api:billing")
+    assert RunbookRun.objects.get(pk=run.pk).state == RunbookRunState.REQUESTED
+
+
 def test_the_database_refuses_an_approval_that_names_no_approvers_identity(order):
     run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"})
     with pytest.raises(IntegrityError, match="runbook_run_identities_named"), transaction.atomic():
