@@ -7,3 +7,8 @@ class AuditConfig(AppConfig):
 
     name = "audit"
     verbose_name = _("Audit log")
+
+    def ready(self):
+        from audit import receivers
+
+        receivers.connect()

@@ -58,6 +58,17 @@ class AuditAction(models.TextChoices):
     # the REST API's clients
     API_CLIENT_CREATE = "api_client.create", _("API client created")
     API_CLIENT_REVOKE = "api_client.revoke", _("API client revoked")
+    # who may do what: users, groups (the console's roles) and permissions, by whatever path
+    # (audit.receivers)
+    USER_CREATE = "user.create", _("User created")
+    USER_CHANGE = "user.change", _("User changed (active, staff, superuser, password, name)")
+    USER_DELETE = "user.delete", _("User deleted")
+    USER_GROUPS_CHANGE = "user.change_groups", _("User's groups changed")
+    USER_PERMISSIONS_CHANGE = "user.change_permissions", _("User's own permissions changed")
+    GROUP_CREATE = "group.create", _("Group created")
+    GROUP_CHANGE = "group.change", _("Group renamed")
+    GROUP_DELETE = "group.delete", _("Group deleted")
+    GROUP_PERMISSIONS_CHANGE = "group.change_permissions", _("Group's permissions changed")
 
 
 class IdempotencyState(models.TextChoices):

@@ -35,11 +35,19 @@ class AuditContext:
     # A callable for web requests: an API view authenticates (token, basic) after the middleware
     # has run, so the user is read when the entry is written, not when the request came in.
     actor_source: str | Callable[[], str]
+    # The username of the Django user behind the actor (a console user; an API client's service
+    # user), read the same way; "" where no user acts (a command, a job).
+    user_source: str | Callable[[], str] = ""
 
     @property
     def actor(self) -> str:
         source = self.actor_source
         return clean_actor(source() if callable(source) else source)
+
+    @property
+    def user(self) -> str:
+        source = self.user_source
+        return str(source() if callable(source) else source)
 
 
 _SYSTEM = AuditContext(channel=Channel.SYSTEM, request_id="", actor_source=SYSTEM_ACTOR)
@@ -51,10 +59,22 @@ def current() -> AuditContext:
     return _current.get()
 
 
+def is_set() -> bool:
+    """Whether someone set a context (a request, a command, a job), rather than the default."""
+    return _current.get() is not _SYSTEM
+
+
 def clean_actor(actor: str) -> str:
     """An actor name a text column holds: trimmed, NUL-free, at most MAX_ACTOR_LENGTH; empty is "system"."""
     text = clean_text(str(actor)).strip()
     return text[:MAX_ACTOR_LENGTH] or SYSTEM_ACTOR
+
+
+def identity_of(actor: str) -> str:
+    """Who a rule about people (four eyes) sees behind `actor`: the Django user the current request
+    acts as (a console user's login; an API client's service user, so that two clients of one user
+    are one person), else `actor` itself (a command's --actor, a job, a caller in the shell)."""
+    return clean_actor(current().user or actor)
 
 
 def new_request_id() -> str:
@@ -77,17 +97,18 @@ def checked_channel(channel: str) -> str:
 
 
 @contextmanager
-def acting_as(*, actor: str | Callable[[], str], channel: str,
-              request_id: str | None = None) -> Iterator[AuditContext]:
-    """Attribute the audit entries written inside to `actor` on `channel`. Without a request id a
-    new one is made, so every entry of one job or command run shares it."""
+def acting_as(*, actor: str | Callable[[], str], channel: str, request_id: str | None = None,
+              user: str | Callable[[], str] = "") -> Iterator[AuditContext]:
+    """Attribute the audit entries written inside to `actor` on `channel`, acting as the Django
+    user named `user` if any. Without a request id a new one is made, so every entry of one job
+    or command run shares it."""
     if not callable(actor) and (not isinstance(actor, str) or not actor.strip()):
         raise AuditError("actor must name who acts (a user name, a command, a job)", code="bad_input", field="actor")
     if request_id is not None and accepted_request_id(request_id) is None:
         raise AuditError(f"request id {request_id!r} is not a token of at most {MAX_REQUEST_ID_LENGTH} characters",
                          code="bad_input", field="request_id")
     context = AuditContext(channel=checked_channel(channel), request_id=request_id or new_request_id(),
-                           actor_source=actor)
+                           actor_source=actor, user_source=user)
     token = _current.set(context)
     try:
         # Log lines written meanwhile carry the request id too (telemetry/logs.py).

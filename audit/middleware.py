@@ -1,4 +1,5 @@
-"""Sets the audit context for each web request: the user, the channel, a request id."""
+"""Sets the audit context for each web request: the actor and the user behind it, the channel, a
+request id."""
 
 from audit.choices import Channel
 from audit.context import accepted_request_id, acting_as, new_request_id
@@ -24,6 +25,16 @@ def actor_of(request) -> str:
     return user.get_username()
 
 
+def user_of(request) -> str:
+    """The username of the Django user the request acts as: an API client's service user, else
+    the logged-in user; "" for nobody."""
+    client = getattr(request, "api_client", None)
+    user = client.user if client is not None else getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return ""
+    return user.get_username()
+
+
 class AuditContextMiddleware:
     """Attributes the audit entries a request writes to its user, on the admin or API channel,
     under its X-Request-ID (kept when the client or proxy sent a usable one, else a new uuid),
@@ -38,7 +49,7 @@ class AuditContextMiddleware:
         request_id = accepted_request_id(request.headers.get(REQUEST_ID_HEADER)) or new_request_id()
         request.request_id = request_id
         with acting_as(actor=lambda: actor_of(request), channel=channel_of(request.path_info),
-                       request_id=request_id):
+                       request_id=request_id, user=lambda: user_of(request)):
             response = self.get_response(request)
         response[REQUEST_ID_HEADER] = request_id
         return response

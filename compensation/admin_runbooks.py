@@ -70,7 +70,8 @@ def run_buttons(request, run: RunbookRun) -> dict:
         return reverse(f"admin:compensation_runbookrun_{verb}", args=[run.pk])
 
     waiting = run.state == RunbookRunState.REQUESTED
-    mine = run.requested_by.casefold() == request.user.get_username().casefold()
+    # The service's four-eyes rule: the user behind the request, also through an API client.
+    mine = run.requester_identity.casefold() == request.user.get_username().casefold()
     return {
         "approve_url": url("approve") if waiting and not mine and can_approve(request) else "",
         # The requester is told why there is no approve button for them.

@@ -37,8 +37,15 @@ class RunbookRun(models.Model):
     state = models.CharField(_("state"), max_length=20, choices=RunbookRunState.choices,
                              default=RunbookRunState.REQUESTED)
     requested_by = models.CharField(_("requested by"), max_length=200)
+    # Who is behind requested_by and approved_by (audit.context.identity_of): a console user's
+    # login, an API client's service user, a command's actor. Four eyes compares these, so that a
+    # second client of the requester's service user, or the user behind a client, is the requester.
+    requester_identity = models.CharField(_("requester's identity"), max_length=200,
+                                          help_text=_("The user behind the request (an API client's service user)."))
     requested_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     approved_by = models.CharField(_("approved by"), max_length=200, blank=True)
+    approver_identity = models.CharField(_("approver's identity"), max_length=200, blank=True,
+                                         help_text=_("The user behind the approval (an API client's service user)."))
     approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
     rejected_by = models.CharField(_("rejected by"), max_length=200, blank=True)
     rejected_at = models.DateTimeField(_("rejected at"), null=True, blank=True)
@@ -67,10 +74,16 @@ class RunbookRun(models.Model):
             # A double click, a retried command: the second request finds the first run.
             models.UniqueConstraint(fields=["token"], name="runbook_run_token_unique"),
             # Four eyes: whoever asked for a run cannot be the one who approves it, whatever
-            # the code path (a form, the shell, a bug in a service).
+            # the code path (a form, the shell, a bug in a service), neither under the same name
+            # nor as the same user behind another one (a second API client of that user).
             models.CheckConstraint(
-                condition=Q(approved_by="") | ~Q(approved_by__iexact=F("requested_by")),
+                condition=Q(approver_identity="") | (~Q(approver_identity__iexact=F("requester_identity"))
+                                                     & ~Q(approved_by__iexact=F("requested_by"))),
                 name="runbook_run_approver_not_requester",
+            ),
+            models.CheckConstraint(
+                condition=~Q(requester_identity="") & (Q(approved_by="") | ~Q(approver_identity="")),
+                name="runbook_run_identities_named",
             ),
             models.CheckConstraint(
                 condition=Q(external=False) | Q(state__in=[RunbookRunState.REQUESTED, RunbookRunState.REJECTED])

@@ -111,7 +111,8 @@ class ApprovalRequired(CompensationError):
 
 
 class FourEyes(CompensationError):
-    """The requester of a run tried to approve it; details: `run_id`, `actor`."""
+    """The requester of a run tried to approve it, as themselves or through an API client acting as
+    the same user; details: `run_id`, `actor`, `identity` (the user behind the actor)."""
 
     code = "four_eyes"
 

@@ -3,7 +3,10 @@
 Every app may import this module (it imports no model); the admin, the API and the tests map
 people and clients to these groups. Superusers need no group. compensation's migration 0007
 creates the groups with these permissions (sync_groups); changing a list here needs a new data
-migration that calls sync_groups again, or databases migrated before keep the old groups."""
+migration that calls sync_groups again, or databases migrated before keep the old groups.
+
+A role grants entry: its member is made staff (make_role_members_staff), which the console's
+sign-in asks for."""
 
 from collections.abc import Iterable
 
@@ -79,6 +82,29 @@ ROLES: dict[str, list[str]] = {
     APPROVERS: VIEW + APPROVE,
     POLICY_EDITORS: VIEW + EDIT_POLICIES,
 }
+
+
+def make_role_members_staff(sender, instance, action, reverse, pk_set, **kwargs) -> None:
+    """m2m_changed of User.groups (connected by retryops.apps): whoever is given a role becomes
+    staff, whatever gave it — the admin's user page, the shell, `api_client create --group` — so
+    no member of a role is refused at the login page. Taking the last role away leaves staff status
+    (a member may hold permissions of their own); untick Active to shut someone out. The change is
+    saved, so audit.receivers records it."""
+    if action != "post_add" or not pk_set:
+        return
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    users = get_user_model()
+    if reverse:  # group.user_set.add(...): pk_set are users
+        given = pk_set if instance.name in ROLES else ()
+    else:  # user.groups.add(...): pk_set are groups
+        given = [instance.pk] if Group.objects.filter(pk__in=pk_set, name__in=ROLES).exists() else ()
+    for user in users.objects.select_for_update().filter(pk__in=given, is_staff=False):
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    if given and not reverse:
+        instance.is_staff = True  # the caller's copy too, so that its next save keeps it
 
 
 def _split(permission: str) -> tuple[str, str]:

@@ -201,7 +201,7 @@ class RunbookRunSerializer(serializers.ModelSerializer):
     class Meta:
         model = RunbookRun
         fields = ["id", "work_order", "runbook", "action", "external", "input", "token", "state", "requested_by",
-                  "requested_at", "approved_by", "approved_at", "rejected_by", "rejected_at", "reject_reason",
+                  "requester_identity", "requested_at", "approved_by", "approver_identity", "approved_at", "rejected_by", "rejected_at", "reject_reason",
                   "run_by", "started_at", "finished_at", "result", "error"]
         read_only_fields = fields
 

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
 
 from audit.choices import AuditAction
+from audit.context import identity_of
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
 from compensation.errors import BadInput, IllegalTransition
@@ -48,7 +49,8 @@ DONE = {"approve": pgettext_lazy("runbook run", "approved"), "reject": pgettext_
 def _snapshot(run: RunbookRun) -> dict:
     return {"state": run.state, "work_order": run.work_order_id, "runbook": run.runbook, "action": run.action,
             "external": run.external, "input": run.input, "requested_by": run.requested_by,
-            "approved_by": run.approved_by, "run_by": run.run_by}
+            "requester_identity": run.requester_identity, "approved_by": run.approved_by,
+            "approver_identity": run.approver_identity, "run_by": run.run_by}
 
 
 def _checked_input(action, value: Any) -> Any:
@@ -113,7 +115,7 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
                 with transaction.atomic():
                     run = RunbookRun.objects.create(
                         work_order=order, runbook=book.name, action=step.name, external=step.external, input=value,
-                        token=token, requested_by=actor,
+                        token=token, requested_by=actor, requester_identity=identity_of(actor),
                         state=R.REQUESTED if step.external else R.APPROVED)
             except IntegrityError:
                 # The same token, requested for another work order at the same moment: the
@@ -136,8 +138,10 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
 
 def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
     """A second operator approves an external action that waits for approval (also one marked
-    external after it was requested); the requester cannot (four eyes; the database refuses it too)."""
+    external after it was requested); the requester cannot, whether as themselves or through an API
+    client acting as them (four eyes compares identities; the database refuses it too)."""
     actor = actor_name(actor)
+    identity = identity_of(actor)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
         # A run requested as internal whose action is marked external since waits, approved by nobody,
@@ -146,15 +150,36 @@ def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
                         and get_runbook(run.runbook).action(run.action).external)
         if not now_external:
             _refuse_state(run, verb="approve", allowed=(R.REQUESTED,), to_state=R.APPROVED)
-        if actor.casefold() == run.requested_by.casefold():
-            raise FourEyes(_("%(who)s requested runbook run %(id)s and cannot approve it too: another operator must "
-                             "approve an action that changes things outside RetryOps") % {
-                               "who": run.requested_by, "id": run.pk}, run_id=run.pk, actor=actor)
+        if (identity.casefold() == run.requester_identity.casefold()
+                or actor.casefold() == run.requested_by.casefold()):
+            _refuse_requester(run, actor=actor, identity=identity)
         before = _snapshot(run)
-        run.state, run.approved_by, run.approved_at = R.APPROVED, actor, timezone.now()
-        run.save(update_fields=["state", "approved_by", "approved_at", "updated_at"])
+        run.state, run.approved_by, run.approver_identity, run.approved_at = (
+            R.APPROVED, actor, identity, timezone.now())
+        run.save(update_fields=["state", "approved_by", "approver_identity", "approved_at", "updated_at"])
         record_audit(action=AuditAction.RUNBOOK_APPROVE, target=run, before=before, after=_snapshot(run), actor=actor)
     return run
+
+
+def _refuse_requester(run: RunbookRun, *, actor: str, identity: str):
+    details = {"run_id": run.pk, "actor": actor, "identity": identity}
+    if actor.casefold() == run.requested_by.casefold():
+        raise FourEyes(_("%(who)s requested runbook run %(id)s and cannot approve it too: another operator must "
+                         "approve an action that changes things outside RetryOps") % {
+                           "who": run.requested_by, "id": run.pk}, **details)
+    # Another door to the same person: a second API client of the requester's service user, the
+    # user behind the requesting client, or a client acting as the user who requested it.
+    raise FourEyes(_("%(approver)s cannot approve runbook run %(id)s, requested by %(requester)s: one person "
+                     "cannot both request and approve it; another operator must approve an action that changes "
+                     "things outside RetryOps") % {
+                       "approver": _acting(actor, identity), "id": run.pk,
+                       "requester": _acting(run.requested_by, run.requester_identity)}, **details)
+
+
+def _acting(actor: str, identity: str) -> str:
+    if actor.casefold() == identity.casefold():
+        return actor
+    return _("%(actor)s (acting as %(user)s)") % {"actor": actor, "user": identity}
 
 
 def reject_runbook_action(*, run: RunbookRun | int, actor: str, reason: str) -> RunbookRun:

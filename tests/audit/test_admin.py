@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from audit import admin as audit_admin
 from audit import selectors as audit_selectors
+from audit.choices import AuditAction
 from audit.context import acting_as
+from audit.management.base import os_user
 from audit.models import AuditEntry
 from audit.services import Target, record_audit
 
@@ -19,14 +21,16 @@ LIST = reverse("admin:audit_auditentry_changelist")
 
 
 @pytest.fixture
-def entries(alice, bob):
+def entries(admin_user, alice, bob):
+    # pytest-django makes the admin outside any audit context: the OS user, on the command channel.
+    admin = AuditEntry.objects.get(action=AuditAction.USER_CREATE, target_id=str(admin_user.pk))
     with acting_as(actor="carol", channel="admin", request_id="req-carol"):
         reset = record_audit(action="resource.reset", target=alice, before={"state": "failed"},
                              after={"state": "available"}, reason="customer called")
     with acting_as(actor="dave", channel="command", request_id="req-dave"):
         quarantine = record_audit(action="resource.quarantine", target=bob, reason="leaked key")
         policy = record_audit(action="policy.change", target=Target(type="scheduling.retrypolicy", id=3, label="default"))
-    return {"reset": reset, "quarantine": quarantine, "policy": policy}
+    return {"admin": admin, "reset": reset, "quarantine": quarantine, "policy": policy}
 
 
 def listed(response) -> set[int]:
@@ -41,7 +45,8 @@ def test_the_list_shows_who_did_what_to_which_target(admin_client, entries):
 
 
 def test_the_list_filters_by_channel(admin_client, entries):
-    assert listed(admin_client.get(LIST, {"channel__exact": "command"})) == {entries["quarantine"].pk, entries["policy"].pk}
+    assert listed(admin_client.get(LIST, {"channel__exact": "command"})) == {
+        entries["admin"].pk, entries["quarantine"].pk, entries["policy"].pk}
 
 
 def test_the_list_filters_by_action(admin_client, entries):
@@ -52,7 +57,7 @@ def test_the_list_filters_by_target_type_offering_the_types_in_use(admin_client,
     response = admin_client.get(LIST, {"target_type": "scheduling.retrypolicy"})
     assert listed(response) == {entries["policy"].pk}
     target_filter = next(f for f in response.context["cl"].filter_specs if getattr(f, "parameter_name", None) == "target_type")
-    assert list(target_filter.lookup_choices) == [("resources.resource", "resource"),
+    assert list(target_filter.lookup_choices) == [("auth.user", "user"), ("resources.resource", "resource"),
                                                   ("scheduling.retrypolicy", "retry policy")]
 
 
@@ -100,7 +105,7 @@ def test_the_actor_filter_offers_the_actors_of_the_latest_entries_only(admin_cli
                             if getattr(f, "parameter_name", None) == "actor")
         return [value for value, _label in actor_filter.lookup_choices]
 
-    assert offered() == ["carol", "dave"]
+    assert offered() == sorted(["carol", "dave", os_user()])
     monkeypatch.setattr(audit_selectors, "RECENT_ENTRIES", 2)
     assert offered() == ["dave"]
 

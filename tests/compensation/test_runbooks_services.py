@@ -9,6 +9,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone, translation
 
 from audit.choices import AuditAction
+from audit.context import acting_as
 from audit.models import AuditEntry
 from compensation import services
 from compensation.errors import BadInput, IllegalTransition
@@ -177,11 +178,42 @@ def test_the_requester_cannot_approve_their_own_external_action(order):
     assert audit_actions(run) == [AuditAction.RUNBOOK_REQUEST]
 
 
-def test_the_database_refuses_an_approval_by_the_requester(order):
+def test_the_database_refuses_an_approval_by_the_requesters_identity_under_another_name(order):
+    run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"})
+    with pytest.raises(IntegrityError, match="runbook_run_approver_not_requester"), transaction.atomic():
+        RunbookRun.objects.filter(pk=run.pk).update(state=RunbookRunState.APPROVED, approved_by="api:other",
+                                                    approver_identity="OPS:carol", approved_at=timezone.now())
+
+
+def test_the_database_refuses_an_approval_under_the_requesters_name_whoever_is_behind_it(order):
     run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"})
     with pytest.raises(IntegrityError, match="runbook_run_approver_not_requester"), transaction.atomic():
         RunbookRun.objects.filter(pk=run.pk).update(state=RunbookRunState.APPROVED, approved_by="ops:carol",
+                                                    approver_identity="dave", approved_at=timezone.now())
+
+
+def test_a_command_acting_under_the_requesting_clients_name_cannot_approve(order):
+    with acting_as(actor="api:billing", channel="api", user="erin"):
+        run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"}, actor="api:billing")
+    with acting_as(actor="api:billing", channel="command"), pytest.raises(FourEyes):
+        approve_runbook_action(run=run, actor="api:billing")
+    assert RunbookRun.objects.get(pk=run.pk).state == RunbookRunState.REQUESTED
+
+
+def test_the_database_refuses_an_approval_that_names_no_approvers_identity(order):
+    run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"})
+    with pytest.raises(IntegrityError, match="runbook_run_identities_named"), transaction.atomic():
+        RunbookRun.objects.filter(pk=run.pk).update(state=RunbookRunState.APPROVED, approved_by="ops:dave",
                                                     approved_at=timezone.now())
+
+
+def test_a_request_and_an_approval_record_the_users_behind_their_api_clients(order):
+    with acting_as(actor="api:billing-a", channel="api", user="erin"):
+        run = request(order, action="refund", input={"amount": 5, "ticket": "OPS-1"}, actor="api:billing-a")
+    with acting_as(actor="api:ledger", channel="api", user="frank"):
+        approved = approve_runbook_action(run=run, actor="api:ledger")
+    assert (approved.requester_identity, approved.approver_identity) == ("erin", "frank")
+    assert AuditEntry.objects.filter(action=AuditAction.RUNBOOK_APPROVE).get().after["approver_identity"] == "frank"
 
 
 def test_the_database_refuses_an_external_action_ready_to_run_without_an_approver(order):

@@ -133,7 +133,7 @@ class Command(AuditedCommand):
         what = f"{run} ({run.runbook} / {run.action}, work order {run.work_order_id})"
         if run.state == RunbookRunState.REQUESTED:
             self.stdout.write(self.style.WARNING(
-                f"{what} waits for approval by an operator other than {run.requested_by}: "
+                f"{what} waits for approval by an operator other than {run.requester_identity}: "
                 f"manage.py recovery_runbook approve {run.pk} --actor OTHER"))
         elif run.state == RunbookRunState.SUCCEEDED:
             self.stdout.write(self.style.SUCCESS(f"{what} succeeded: {json.dumps(run.result, sort_keys=True)}"))

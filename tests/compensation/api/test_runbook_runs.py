@@ -2,11 +2,15 @@
 external (four eyes, enforced by the service), rejected, run once."""
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
+from audit.services import create_api_client
 from compensation.models import WorkOrder
 from compensation.runbook_models import RunbookRun
-from tests.api_fixtures import keyed_client
+from tests.api_fixtures import grant, keyed_client
 from tests.api_helpers import error_of, ok, post
+from tests.compensation.admin.conftest import said
 from tests.compensation.api.conftest import APPROVE, OPERATE
 
 pytestmark = pytest.mark.django_db
@@ -98,6 +102,75 @@ def test_the_client_that_requested_an_action_cannot_approve_it_too(make_api_clie
     error = error_of(post(both, f"/api/ops/runbook-runs/{run['id']}/approve"), 403)
     assert error["code"] == "four_eyes"
     assert RunbookRun.objects.get(pk=run["id"]).state == "requested" and not ran
+
+
+# Four eyes compares the people behind requester and approver: a console user is their login, an
+# API client is the service user it acts as.
+
+@pytest.fixture
+def erin(django_user_model):
+    """An operator who also approves, in the console and through API clients acting as her."""
+    user = django_user_model.objects.create_user(username="erin", is_staff=True)
+    grant(user, *OPERATE, *APPROVE)
+    return user
+
+
+def client_of(user, name: str):
+    return keyed_client(create_api_client(name=name, user=user, actor="test")[1])
+
+
+def console_of(user) -> Client:
+    console = Client()
+    console.force_login(user)
+    return console
+
+
+def approve_in_console(console, run_id: int):
+    return console.post(reverse("admin:compensation_runbookrun_approve", args=[run_id]), follow=True)
+
+
+def test_a_second_client_acting_as_the_requesters_service_user_cannot_approve(erin, order):
+    run = ok(request(client_of(erin, "billing-a"), order, "refund"), 201)
+    error = error_of(post(client_of(erin, "billing-b"), f"/api/ops/runbook-runs/{run['id']}/approve"), 403)
+    assert error["code"] == "four_eyes"
+    assert error["message"].startswith(f"api:billing-b (acting as erin) cannot approve runbook run {run['id']}, "
+                                       "requested by api:billing-a (acting as erin)")
+    assert RunbookRun.objects.get(pk=run["id"]).state == "requested" and not ran
+
+
+def test_a_console_user_cannot_approve_what_an_api_client_acting_as_them_requested(erin, order):
+    run = ok(request(client_of(erin, "erins-script"), order, "refund"), 201)
+    response = approve_in_console(console_of(erin), run["id"])
+    assert said(response).startswith(f"erin cannot approve runbook run {run['id']}, requested by api:erins-script "
+                                     "(acting as erin)")
+    assert said(response).endswith("[four_eyes]")
+    assert RunbookRun.objects.get(pk=run["id"]).state == "requested" and not ran
+
+
+def test_the_console_offers_no_approve_button_for_what_an_api_client_acting_as_the_user_requested(erin, order):
+    run = ok(request(client_of(erin, "erins-script"), order, "refund"), 201)
+    page = console_of(erin).get(reverse("admin:compensation_workorder_change", args=[order.pk])).content.decode()
+    assert reverse("admin:compensation_runbookrun_approve", args=[run["id"]]) not in page
+    assert "You requested it: another operator must approve it." in page
+
+
+def test_an_api_client_cannot_approve_what_its_service_user_requested_in_the_console(erin, order):
+    url = reverse("admin:compensation_workorder_runbooks", args=[order.pk])
+    console_of(erin).post(url, {"runbook": "api-book", "action": "refund", "token": "t-erin",
+                                "input": '{"amount": 5}'})
+    run = RunbookRun.objects.get(token="t-erin")
+    error = error_of(post(client_of(erin, "erins-script"), f"/api/ops/runbook-runs/{run.pk}/approve"), 403)
+    assert error["code"] == "four_eyes"
+    assert RunbookRun.objects.get(pk=run.pk).state == "requested" and not ran
+
+
+def test_another_console_user_approves_what_an_api_client_of_erin_requested(erin, order, django_user_model):
+    frank = django_user_model.objects.create_user(username="frank", is_staff=True)
+    grant(frank, *APPROVE)
+    run = ok(request(client_of(erin, "erins-script"), order, "refund"), 201)
+    approve_in_console(console_of(frank), run["id"])
+    approved = RunbookRun.objects.get(pk=run["id"])
+    assert (approved.state, approved.requested_by, approved.approved_by) == ("approved", "api:erins-script", "frank")
 
 
 def test_an_operator_without_the_approvers_permission_cannot_approve(ops, order, make_api_client):

@@ -38,7 +38,7 @@ def test_a_batch_config_change_is_audited_with_the_fields_before_and_after(admin
 
 def test_a_policy_change_is_audited_with_the_fields_before_and_after(admin_client, db):
     admin_client.post(reverse("admin:scheduling_retrypolicy_add"), POLICY_FORM)
-    policy_url = reverse("admin:scheduling_retrypolicy_change", args=[AuditEntry.objects.get().target_id])
+    policy_url = reverse("admin:scheduling_retrypolicy_change", args=[AuditEntry.objects.get(action="policy.create").target_id])
     admin_client.post(policy_url, {**POLICY_FORM, "max_attempts": 7})
     entry = AuditEntry.objects.get(action="policy.change")
     assert (entry.before, entry.after, entry.actor) == ({"max_attempts": 4}, {"max_attempts": 7}, "admin")
