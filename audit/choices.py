@@ -37,6 +37,7 @@ class AuditAction(models.TextChoices):
     TASK_RUN_NOW = "task.run_now", _("Task run now")
     POLICY_CREATE = "policy.create", _("Retry policy created")
     POLICY_CHANGE = "policy.change", _("Retry policy changed")
+    POLICY_DELETE = "policy.delete", _("Retry policy removed (load_retry_policies --prune)")
     BATCH_CREATE = "batch.create", _("Batch config created")
     BATCH_CHANGE = "batch.change", _("Batch config changed")
     # compensation

@@ -42,7 +42,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.validators import validator_for
 
 from compensation.errors import CompensationError
-from resources.classification import compile_patterns
+from resources.classification import compile_patterns, matches
 from retryops.jsonsafe import UnstorableValue, refuse_unstorable
 
 NAME = r"^[a-z0-9][a-z0-9_-]{0,99}$"
@@ -213,7 +213,7 @@ class Runbook:
         not apply; higher for a signature match than for a flow match (the signature says more)."""
         if self.flows and flow not in self.flows:
             return 0
-        if self.signatures and not any(p.search(error_signature or "") for p in compile_patterns(self.signatures)):
+        if self.signatures and not any(matches(p, error_signature or "") for p in compile_patterns(self.signatures)):
             return 0
         return 1 + (2 if self.signatures else 0) + (1 if self.flows else 0)
 

@@ -3,13 +3,16 @@ failure's text tells a policy to do."""
 
 import math
 import random
-import re
 from dataclasses import dataclass
 
+import regex
 from django.utils.translation import gettext as _
 
 from resources.choices import FailureCategory
-from resources.classification import Classification, backtracking_risk, compile_patterns, error_text
+from resources.classification import (
+    MATCH_TIMEOUT_SECONDS, PROBE_TEXT, Classification, compile_pattern, compile_patterns, error_text, matches,
+    times_out_on_probe,
+)
 from resources.services import MAX_PROBATION_SECONDS
 from retryops.jsonsafe import check_text
 from scheduling.choices import Backoff, PatternAction
@@ -89,17 +92,17 @@ def clean_patterns(field: str, entries) -> list[dict]:
             raise BadPolicy(_("%(field)s.probation must be true or false, got %(value)r") % {
                 "field": where, "value": probation}, field=where)
         try:
-            # Compiled as compile_patterns will when the policy is used; the regex module's own
-            # reason is quoted as it says it.
-            re.compile(entry["pattern"], re.IGNORECASE)
-        except re.error as exc:
+            # Compiled as matching compiles it; the regex module's own reason is quoted as it says it.
+            compiled = compile_pattern(entry["pattern"])
+        except regex.error as exc:
             raise BadPolicy(_("%(field)s: invalid error pattern %(pattern)r: %(reason)s") % {
                 "field": where, "pattern": entry["pattern"], "reason": exc}, field=where) from None
-        if backtracking_risk(entry["pattern"]):
-            raise BadPolicy(_("%(field)s: error pattern %(pattern)r repeats a group that itself repeats (as in "
-                              "“(a+)+”), which can take a worker minutes on an error that nearly matches; write it "
-                              "without the nested repeat (as “a+”)") % {
-                "field": where, "pattern": entry["pattern"]}, field=where)
+        if times_out_on_probe(compiled):
+            raise BadPolicy(_("%(field)s: error pattern %(pattern)r took longer than %(seconds)ss on a near miss of "
+                              "%(length)d characters (as “(a+)+$” does), so it would never match a long error; "
+                              "write it without a repeat inside a repeat (as “a+$”)") % {
+                "field": where, "pattern": entry["pattern"], "seconds": MATCH_TIMEOUT_SECONDS,
+                "length": len(PROBE_TEXT)}, field=where)
         cleaned.append({"pattern": entry["pattern"], "action": action, "probation": probation})
     return cleaned
 
@@ -192,7 +195,7 @@ def judge(policy, error: BaseException | str) -> Verdict:
         ("retryable_error_patterns", FailureCategory.RETRYABLE),
     ):
         for entry in getattr(policy, field):
-            if compile_patterns((entry["pattern"],))[0].search(text):
+            if matches(compile_patterns((entry["pattern"],))[0], text):
                 return Verdict(Classification(category, entry["pattern"], text), entry["action"], entry.get("probation", False))
     verdict = classify(error)
     action = DEFAULT_ACTION["retryable_error_patterns" if verdict.retryable else "non_retryable_error_patterns"]

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from resources.choices import EventKind
-from resources.classification import compile_patterns
+from resources.classification import compile_patterns, matches
 from resources.models import Resource, ResourceEvent
 from resources.selectors import get_resource, newest_first_of, recently_failed
 from resources.signatures import text_signature
@@ -137,10 +137,10 @@ def failed_first_candidates(*, config: BatchConfig, now: datetime) -> list[Resou
     patterns = compile_patterns(tuple(config.retryable_error_patterns or ()))
     if not patterns:
         return list(recent[:wanted])
-    # Python's regexes, as the admin validated them; the window bounds the scan.
+    # The admin probed the patterns; the window bounds the scan, matches() each search.
     matching = []
     for resource in recent.iterator(chunk_size=500):
-        if any(p.search(resource.last_failure_reason) for p in patterns):
+        if any(matches(p, resource.last_failure_reason) for p in patterns):
             matching.append(resource)
             if len(matching) >= wanted:
                 break

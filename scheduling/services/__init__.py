@@ -24,8 +24,10 @@ from scheduling.services.events import claim_task_events
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import instance_to_run_again, retry_on_resource_or_another, retry_resource
 from scheduling.services.policies import (
+    PolicyLoad,
     load_retry_policies,
     policy_snapshot,
+    preview_retry_policies,
     save_retry_policy,
 )
 from scheduling.services.probes import start_probes
@@ -47,6 +49,7 @@ from scheduling.services.tasks import (
 __all__ = [
     "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
     "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
+    "PolicyLoad", "preview_retry_policies",
     "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
     "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
     "TaskRetry", "retry_task", "retry_tasks", "RetryPreview", "preview_retry",

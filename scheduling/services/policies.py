@@ -1,8 +1,10 @@
-"""Retry policies: saved with a record of each change, loaded from YAML all or none."""
+"""Retry policies: saved with a record of each change, loaded from YAML all or none, removed only when pruned."""
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -57,17 +59,97 @@ def save_retry_policy(*, data: dict, actor: str, fields: Iterable[str] | None = 
     return policy
 
 
-def load_retry_policies(*, text: str, source: str, actor: str, only_missing: bool = False) -> list[RetryPolicy]:
+PATTERN_FIELDS = ("retryable_error_patterns", "non_retryable_error_patterns")
+
+
+@dataclass
+class PolicyLoad:
+    """What loading a policy file changes, or in a dry run would change: the policies it adds and
+    changes (with their changed fields), and what the file lacks, kept unless pruned: patterns
+    ("default: non_retryable_error_patterns 'banned'") and whole policies."""
+
+    added: list[str] = field(default_factory=list)
+    changed: dict[str, list[str]] = field(default_factory=dict)
+    lacking_patterns: list[str] = field(default_factory=list)
+    lacking_policies: list[str] = field(default_factory=list)
+    pruned: bool = False
+
+
+def load_retry_policies(*, text: str, source: str, actor: str, only_missing: bool = False,
+                        prune: bool = False) -> PolicyLoad:
     """Load every policy of a YAML document, all or none: a bad field anywhere loads nothing.
-    The document must end with the line `...` (YAML's end of document), so that one cut short
-    is refused. Every refusal is a BadPolicy (code bad_policy) naming the source and the entry.
+    Every refusal is a BadPolicy (code bad_policy) naming the source and the entry. A load never
+    removes what the file lacks (a file cut short is often valid YAML with fewer patterns or
+    policies): a policy's patterns missing from the file are kept after the file's, policies
+    missing from it stay; with `prune` both go (a policy tasks or batch configs use is refused).
     With `only_missing`, policies that exist already are left as they are (the admin may have
-    edited them since); the whole document is still checked. Returns the policies it saved."""
+    edited them since); the whole document is still checked."""
+    actor = name_of(actor, field="actor", what=gettext_lazy("who loads the policies"))
+    cleaned = _read_policy_file(text=text, source=source)
+    with transaction.atomic():
+        existing = {policy.name: policy for policy in RetryPolicy.objects.select_for_update().order_by("name")}
+        load, merged = _plan(cleaned, existing, only_missing=only_missing, prune=prune)
+        for data in merged:
+            save_retry_policy(data=data, actor=actor)
+        for name in load.lacking_policies if prune else ():
+            _delete_policy(existing[name], actor=actor, source=source)
+    return load
+
+
+def preview_retry_policies(*, text: str, source: str, only_missing: bool = False, prune: bool = False) -> PolicyLoad:
+    """What load_retry_policies would do with the same arguments; writes nothing."""
+    cleaned = _read_policy_file(text=text, source=source)
+    existing = {policy.name: policy for policy in RetryPolicy.objects.order_by("name")}
+    return _plan(cleaned, existing, only_missing=only_missing, prune=prune)[0]
+
+
+def _plan(cleaned: list[dict], existing: dict[str, RetryPolicy], *, only_missing: bool,
+          prune: bool) -> tuple[PolicyLoad, list[dict]]:
+    """The load and the policies' data to save."""
+    load, merged = PolicyLoad(pruned=prune), []
+    for data in cleaned:
+        policy = existing.get(data["name"])
+        if policy is None:
+            load.added.append(data["name"])
+            merged.append(data)
+            continue
+        if only_missing:
+            continue
+        data = dict(data)
+        for field_name in PATTERN_FIELDS:
+            in_file = {entry["pattern"] for entry in data[field_name]}
+            lacking = [entry for entry in getattr(policy, field_name) if entry["pattern"] not in in_file]
+            load.lacking_patterns += [f"{policy.name}: {field_name} {entry['pattern']!r}" for entry in lacking]
+            if not prune:
+                data[field_name] = data[field_name] + lacking
+        changed = [field_name for field_name in POLICY_FIELDS if getattr(policy, field_name) != data[field_name]]
+        if changed:
+            load.changed[policy.name] = changed
+            merged.append(data)
+    names = {data["name"] for data in cleaned}
+    load.lacking_policies = [name for name in existing if name not in names]
+    return load, merged
+
+
+def _delete_policy(policy: RetryPolicy, *, actor: str, source: str) -> None:
+    """Remove a policy the file no longer has (load_retry_policies with prune), audited."""
+    before = policy_snapshot(policy)
+    record_audit(action=AuditAction.POLICY_DELETE, target=policy, before=before, after=None, actor=actor)
+    try:
+        # The collector refuses before deleting anything; the caller's transaction then ends with the error.
+        policy.delete()
+    except ProtectedError:
+        raise BadPolicy(_("%(source)s: policy %(name)r is not in the file, but tasks or batch configs use it, so "
+                          "--prune cannot remove it; nothing was loaded") % {"source": source, "name": policy.name},
+                        source=source, policy=policy.name) from None
+
+
+def _read_policy_file(*, text: str, source: str) -> list[dict]:
+    """The policies of a YAML document, each validated; BadPolicy naming the source, line and entry."""
     import yaml
 
     from scheduling.policies import clean_policy
 
-    actor = name_of(actor, field="actor", what=gettext_lazy("who loads the policies"))
     if not isinstance(text, str):
         raise BadPolicy(_("%(source)s: expected the YAML document as text, got %(type)s") % {
             "source": source, "type": type(text).__name__}, source=source)
@@ -104,30 +186,7 @@ def load_retry_policies(*, text: str, source: str, actor: str, only_missing: boo
                 source=source, entry=n, line=line)
         names.add(data["name"])
         cleaned.append(data)
-    _refuse_if_cut_short(text, source)
-    with transaction.atomic():
-        if only_missing:
-            existing = set(RetryPolicy.objects.select_for_update().filter(name__in=names).values_list("name", flat=True))
-            cleaned = [data for data in cleaned if data["name"] not in existing]
-        return [save_retry_policy(data=data, actor=actor) for data in cleaned]
-
-
-def _refuse_if_cut_short(text: str, source: str) -> None:
-    """BadPolicy unless `text` ends with the line `...`. A document cut at a line boundary is
-    often still a valid one with fewer patterns or policies, and one cut mid-line may be too (a
-    3600 cut to 36); only an explicit end tells them from a whole one. Checked after the entries,
-    so that a mistake in what is there is named first, with its line. YAML itself refuses a
-    second document after the `...`."""
-    if text.rstrip().rpartition("\n")[2] == "...":
-        return
-    lines = text.splitlines()
-    if text and not text.endswith("\n"):
-        raise BadPolicy(_("%(source)s, line %(line)s: the file ends in the middle of a line (%(text)r): it looks cut "
-                          "short; nothing was loaded (if it is complete, end it with a newline and the line `...`)") % {
-            "source": source, "line": len(lines), "text": lines[-1].strip()[:60]}, source=source, line=len(lines))
-    raise BadPolicy(_("%(source)s: it does not end with the line `...` (YAML's end of document), so it may be cut "
-                      "short; nothing was loaded (if it is complete, add `...` as its last line)") % {
-        "source": source}, source=source)
+    return cleaned
 
 
 def _field_path(field: str) -> list:

@@ -1,11 +1,13 @@
-"""A retry-policy file cut short (one must end with the line `...`) or malformed: `manage.py
-load_retry_policies` names the file, the line and the key, and changes nothing (policies, their
-change records, the audit log)."""
+"""A retry-policy file cut short or malformed. A malformed one: `manage.py load_retry_policies`
+names the file, the line and the key, and changes nothing (policies, their change records, the
+audit log). One cut short but still valid YAML: the load removes no policy and no pattern unless
+`--prune` is given, and `--dry-run` names what the file lacks."""
 
 import re
 from io import StringIO
 
 import pytest
+import yaml
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
@@ -13,6 +15,7 @@ from audit.models import AuditEntry
 from scheduling import services
 from scheduling.errors import BadPolicy
 from scheduling.models import RetryPolicy, RetryPolicyChange
+from tests.factories import TaskFactory
 
 SHIPPED = settings.RETRYOPS_POLICY_FILE.read_text(encoding="utf-8")
 
@@ -33,11 +36,11 @@ def loaded(db, tmp_path):
     return tmp_path / "retry-policies.yaml", edited
 
 
-def load_refused(path, text: str) -> str:
+def load_refused(path, text: str, **options) -> str:
     path.write_text(text, encoding="utf-8")
     before = state()
     with pytest.raises(CommandError) as refused:
-        call_command("load_retry_policies", str(path), stdout=StringIO())
+        call_command("load_retry_policies", str(path), stdout=StringIO(), **options)
     assert state() == before
     return str(refused.value)
 
@@ -55,30 +58,12 @@ def test_a_file_cut_inside_a_quoted_pattern_names_its_line_and_column_and_change
                               f"while scanning a quoted scalar that starts at line {line}, column ")
 
 
-def test_a_file_cut_mid_line_is_refused_as_cut_short_though_what_is_left_is_valid(loaded):
-    # "max_delay_seconds: 3600" cut to "36" is still YAML, and a policy, with a wrong delay.
+def test_a_file_written_by_pyyaml_safe_dump_loads(loaded):
+    # No end-of-document line `...`: what PyYAML and most tools write.
     path, edited = loaded
-    whole = edited.replace("\n...\n", (
-        "\n  - name: slow\n    max_attempts: 3\n    backoff: fixed\n    initial_delay_seconds: 1\n"
-        "    multiplier: 1\n    same_resource_on_retry: true\n    retryable_error_patterns: []\n"
-        "    non_retryable_error_patterns: []\n    max_delay_seconds: 3600\n...\n"))
-    message = load_refused(path, whole[:whole.index("3600") + 2])
-    assert message == (f"{path}, line {line_of(whole, 'max_delay_seconds: 3600')}: the file ends in the middle of "
-                       "a line ('max_delay_seconds: 36'): it looks cut short; nothing was loaded (if it is "
-                       "complete, end it with a newline and the line `...`)")
-
-
-def test_a_file_without_the_end_of_document_line_is_refused_as_possibly_cut_short(loaded):
-    path, edited = loaded
-    assert load_refused(path, edited.replace("\n...\n", "\n")) == (
-        f"{path}: it does not end with the line `...` (YAML's end of document), so it may be cut short; nothing "
-        "was loaded (if it is complete, add `...` as its last line)")
-
-
-def test_a_comment_after_the_end_of_document_line_is_refused_as_possibly_cut_short(loaded):
-    # Only blank lines may follow the `...`: anything else could itself be what is left of a longer file.
-    path, edited = loaded
-    assert "does not end with the line `...`" in load_refused(path, edited + "# reviewed by bob\n")
+    path.write_text(yaml.safe_dump(yaml.safe_load(edited), sort_keys=False), encoding="utf-8")
+    call_command("load_retry_policies", str(path), stdout=StringIO())
+    assert RetryPolicy.objects.get(name="default").initial_delay_seconds == 300
 
 
 def test_a_second_document_after_the_end_of_document_line_is_refused(loaded):
@@ -89,20 +74,74 @@ def test_a_second_document_after_the_end_of_document_line_is_refused(loaded):
     assert "another document" in message
 
 
-def test_every_cut_of_the_shipped_file_at_a_line_boundary_is_refused_and_the_whole_file_loads(db):
-    # A cut after a whole pattern or policy is still a valid document with fewer of them.
+def cut_after(text: str, fragment: str) -> str:
+    """`text` cut at the end of the line holding `fragment`, as a truncated copy may be."""
+    end = text.index("\n", text.index(fragment)) + 1
+    return text[:end]
+
+
+def test_a_file_cut_short_removes_no_policy_and_no_pattern_without_prune(loaded):
+    # Cut after default's first non-retryable pattern: valid YAML, without four of default's
+    # patterns and without the policy `fast`.
+    path, _edited = loaded
+    patterns = RetryPolicy.objects.get(name="default").non_retryable_error_patterns
+    path.write_text(cut_after(SHIPPED, r"- '\bbanned\b'"), encoding="utf-8")
+    out = StringIO()
+    call_command("load_retry_policies", str(path), stdout=out)
+    assert set(RetryPolicy.objects.values_list("name", flat=True)) == {"default", "fast"}
+    assert RetryPolicy.objects.get(name="default").non_retryable_error_patterns == patterns
+    assert "--prune" in out.getvalue()
+
+
+def test_a_dry_run_of_a_file_cut_short_names_what_prune_would_drop_and_writes_nothing(loaded):
+    path, edited = loaded
+    path.write_text(cut_after(edited, r"- '\bbanned\b'"), encoding="utf-8")
+    before = state()
+    out = StringIO()
+    call_command("load_retry_policies", str(path), dry_run=True, prune=True, stdout=out)
+    said = out.getvalue()
+    assert state() == before
+    assert "changed: default (initial_delay_seconds, non_retryable_error_patterns)" in said
+    assert "policy fast" in said and "'risk control'" in said and "'invalid payload|schema validation'" in said
+    assert "nothing was written" in said
+
+
+def test_prune_removes_the_policies_and_patterns_the_file_lacks(loaded):
+    path, _edited = loaded
+    path.write_text(cut_after(SHIPPED, r"- '\bbanned\b'"), encoding="utf-8")
+    call_command("load_retry_policies", str(path), prune=True, stdout=StringIO())
+    assert list(RetryPolicy.objects.values_list("name", flat=True)) == ["default"]
+    default = RetryPolicy.objects.get(name="default")
+    assert [entry["pattern"] for entry in default.non_retryable_error_patterns] == [r"\bbanned\b"]
+    assert AuditEntry.objects.filter(action="policy.delete", target_label__contains="fast").exists()
+
+
+def test_prune_refuses_to_remove_a_policy_a_task_uses_and_writes_nothing(loaded, pool):
+    TaskFactory(policy=RetryPolicy.objects.get(name="fast"), pool=pool)
+    path, _edited = loaded
+    message = load_refused(path, cut_after(SHIPPED, "action: dead_letter"), prune=True)
+    assert message == f"{path}: policy 'fast' is not in the file, but tasks or batch configs use it, so --prune " \
+                      "cannot remove it; nothing was loaded"
+
+
+def patterns() -> list:
+    return sorted((name, [entry["pattern"] for entry in retryable], [entry["pattern"] for entry in non_retryable])
+                  for name, retryable, non_retryable in RetryPolicy.objects.values_list(
+                      "name", "retryable_error_patterns", "non_retryable_error_patterns"))
+
+
+def test_every_cut_of_the_shipped_file_at_a_line_boundary_is_refused_or_removes_no_policy_and_no_pattern(db):
+    # A cut after a whole pattern or policy is still a valid document with fewer of them. (A cut
+    # that drops an entry's `probation: true` changes that entry: --dry-run shows such a change.)
     lines = SHIPPED.splitlines(keepends=True)
-
-    def loads(text: str) -> bool:
+    services.load_retry_policies(text=SHIPPED, source="retry-policies.yaml", actor="review")
+    loaded = patterns()
+    for n in range(len(lines)):
         try:
-            services.load_retry_policies(text=text, source="cut.yaml", actor="review")
+            services.load_retry_policies(text="".join(lines[:n]), source="cut.yaml", actor="review")
         except BadPolicy:
-            return False
-        return True
-
-    assert [n for n in range(len(lines)) if loads("".join(lines[:n]))] == []
-    assert not RetryPolicy.objects.exists()
-    assert loads(SHIPPED) and set(RetryPolicy.objects.values_list("name", flat=True)) == {"default", "fast"}
+            pass
+        assert patterns() == loaded, f"cut at line {n}"
 
 
 def test_a_file_cut_between_the_keys_of_an_entry_names_the_entry_and_the_first_key_it_lacks(loaded):
