@@ -153,6 +153,19 @@ def test_each_claim_answers_a_higher_fencing_token(api, alice):
     assert second["fencing_token"] == first["fencing_token"] + 1 == Resource.objects.get(pk=alice.pk).fencing_token
 
 
+def test_a_typod_lease_field_is_refused_naming_it_and_nothing_is_claimed(api, alice):
+    error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w", "lease_secs": 5}), 400)
+    assert (error["code"], list(error["details"]["fields"])) == ("bad_input", ["lease_secs"])
+    assert "lease_seconds" in error["message"]
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
+
+
+def test_a_field_a_request_does_not_take_is_refused_in_the_callers_language(api, alice):
+    response = post(api, f"/api/resources/{alice.pk}/quarantine", {"reason": "r", "why": "w"},
+                    HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert error_of(response, 400)["details"]["fields"] == {"why": ["不是此请求的字段：它接受 reason"]}
+
+
 def test_claim_next_of_an_exhausted_pool_is_409_with_its_counts(api, claimed_alice):
     error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), 409)
     assert (error["code"], error["details"]["counts"]) == ("pool_exhausted", {"in_use": 1})
