@@ -311,6 +311,16 @@ def test_a_claim_repeated_with_its_idempotency_key_answers_the_same_lease_and_cl
     assert Resource.objects.filter(state="in_use").count() == 1
 
 
+@pytest.mark.parametrize("first_path, again_path", [("/api/resources/claim_next", "/api/resources/claim_next/"),
+                                                    ("/api/resources/claim_next/", "/api/resources/claim_next")])
+def test_a_claim_repeated_with_its_key_with_or_without_the_trailing_slash_is_the_same_request(api, alice, bob,
+                                                                                            first_path, again_path):
+    first = post(api, first_path, {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    again = post(api, again_path, {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    assert (again.status_code, again.json()) == (200, first.json()) and again["Idempotent-Replayed"] == "true"
+    assert Resource.objects.filter(state="in_use").count() == 1
+
+
 @pytest.mark.parametrize("query", ["failed_since=9999-12-31T23:59:59-12:00", "failed_since=0001-01-01T00:00:00%2B14:00",
                                    "pool=%F0%9F%98%80", "key=" + "k" * 5000, "diagnosis=resource"])
 def test_extreme_filter_values_answer_without_a_server_error(api, alice, query):
