@@ -200,5 +200,5 @@ class RunbookRequestSerializer(Input):
     action = Text(max_length=100, help_text="One of its actions, by name.")
     input = JsonObject(required=False, default=dict, help_text="The action's input, checked against its schema.")
     token = Text(required=False, max_length=100, help_text="Names this request: the same token again answers the "
-                                                           "first run (1 to 100 letters, digits or ._:@/+=-); "
-                                                           "default: a new one.")
+                                                           "first run with 200, creating nothing (1 to 100 letters, "
+                                                           "digits or ._:@/+=-); default: a new one.")
