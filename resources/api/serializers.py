@@ -73,7 +73,9 @@ class ResourcePatchSerializer(Input):
     """Label and attributes; any other field is refused by name (state changes through the actions)."""
 
     label = Text(max_length=200, required=False, allow_blank=True)
-    attributes = JsonObject(required=False)
+    attributes = JsonObject(required=False, help_text="A JSON merge patch (RFC 7396) of the attributes: the keys "
+                                                      "sent are set, a key sent as null is removed, an object is "
+                                                      "merged the same way, the others stay.")
 
     def unknown_field(self, name):
         if name in SERVICE_OWNED:
