@@ -151,7 +151,7 @@ class RunbooksOnWorkOrder:
                 data = form.cleaned_data
                 if _report(self, request, lambda: request_runbook_action(
                         work_order=order, runbook=data["runbook"], action=data["action"], input=data["input"],
-                        token=data["token"], actor=_actor(request)),
+                        token=data["token"], actor=_actor(request))[0],
                         gettext("requested %(runbook)s / %(action)s; approve or run it from the work order's page")
                         % {"runbook": data["runbook"], "action": data["action"]}):
                     return HttpResponseRedirect(reverse("admin:compensation_workorder_change", args=[order.pk]))

@@ -67,6 +67,16 @@ class LeaseMismatch(ResourceError):
         self.why = why
 
 
+class ResourceChanged(ResourceError):
+    """A change sent with the versions of the resource its sender read (the API's If-Match), to a
+    resource that has changed since; `version` is the one it is at now."""
+
+    code = "precondition_failed"
+
+    def __init__(self, message: str, *, resource_id: int, version: str):
+        super().__init__(message, resource_id=resource_id, version=version)
+
+
 class IllegalTransition(ResourceError):
     """An action the resource's state does not allow; details name the state and the action."""
 

@@ -2,6 +2,7 @@
 
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from resources.choices import EventKind, FailureCategory, LeaseKind, ResourceState
@@ -199,7 +200,9 @@ class ResourceEvent(models.Model):
     category = models.CharField(_("category"), max_length=20, choices=FailureCategory.choices, blank=True)
     lease_token = models.UUIDField(_("lease token"), null=True, blank=True)
     details = models.JSONField(_("details"), default=dict, blank=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # PostgreSQL's clock at the inserting statement, as resources.sql's events and attempts' starts
+    # are timed: the host's clock (auto_now_add) put a reset after the claim made after it.
+    created_at = models.DateTimeField(_("created at"), db_default=Now())
 
     class Meta:
         verbose_name = _("resource event")

@@ -25,6 +25,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
@@ -90,10 +91,27 @@ def pool_id_of(pool: ResourcePool | int | str) -> int:
     return get_pool(pool).pk if isinstance(pool, str) else record_id(pool, field="pool")
 
 
+# A resource's version, which the API's ETag carries: the ids of the transactions that last wrote
+# its row and its pool's row (PostgreSQL's xmin). It moves on with every write of anything the API
+# shows of the resource (its state, lease, counts, label, attributes, its pool's name), costs the
+# writes nothing, and stays as it is under a row lock (SELECT ... FOR UPDATE does not write the row).
+_VERSION = RawSQL(f'"{Resource._meta.db_table}".xmin::text || \'.\' || '
+                  f'(SELECT p.xmin::text FROM "{ResourcePool._meta.db_table}" p '
+                  f'WHERE p.id = "{Resource._meta.db_table}".pool_id)', (), output_field=CharField())
+
+
+def resource_version(resource_id: int) -> str:
+    """The version of the resource as it is now (in a transaction that wrote it: as it commits)."""
+    return Resource.objects.filter(pk=resource_id).annotate(version=_VERSION).values_list("version", flat=True).get()
+
+
 def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
-                 key: str | None = None) -> Resource:
-    """A resource by primary key, or by pool and key, with its pool loaded."""
+                 key: str | None = None, with_version: bool = False) -> Resource:
+    """A resource by primary key, or by pool and key, with its pool loaded, and with `version`
+    (read with the row, in one statement) if asked."""
     queryset = Resource.objects.select_related("pool")
+    if with_version:
+        queryset = queryset.annotate(version=_VERSION)
     if resource_id is not None:
         try:
             return queryset.get(pk=record_id(resource_id, field="resource_id"))

@@ -11,6 +11,7 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,6 +39,7 @@ from resources.errors import (
     IllegalTransition,
     InvalidInput,
     LeaseMismatch,
+    ResourceChanged,
     ResourceNotFound,
     ResourceUnavailable,
 )
@@ -53,6 +55,7 @@ from resources.selectors import (  # noqa: F401 - the reads callers have always 
     not_a_uuid_sentence,
     pool_id_of,
     record_id,
+    resource_version,
     when,
 )
 from retryops import inputs
@@ -743,11 +746,30 @@ def _write_changes(row, changes: dict, *, action: str, actor: str) -> None:
     record_audit(action=action, target=row, before=before, after=edited, actor=actor)
 
 
+def _merge_patch(target, patch):
+    """`patch` applied to `target` as a JSON merge patch (RFC 7396): its keys set, a key set to None
+    removed, an object merged into the object it names the same way; the other keys kept."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = _merge_patch(merged.get(name), value)
+    return merged
+
+
 def change_resource(*, resource: Resource | int, actor: str, label: str | None = None,
-                    attributes: dict | None = None) -> Resource:
+                    attributes: dict | None = None, merge_attributes: bool = False,
+                    if_match: Collection[str] | None = None) -> Resource:
     """Edit what an operator may edit of a resource: its label and attributes (None: leave it).
-    Under the row's lock and with update_fields, so a claim or release landing meanwhile keeps
-    its state and lease; state and statistics change only through the other services."""
+    `attributes` is the whole new object (the console's form), or with `merge_attributes` a merge
+    patch of it (the API's PATCH): the keys to set, a key set to None removed, the others kept.
+    With `if_match`, the versions its sender read (the API's If-Match), a resource at none of them
+    is left unchanged: ResourceChanged. Under the row's lock and with update_fields, so a claim or
+    release landing meanwhile keeps its state and lease; state and statistics change only through
+    the other services. The resource is returned with its `version` after the change."""
     actor = _actor(actor)
     changes = {}
     if label is not None:
@@ -756,13 +778,25 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
         _json(attributes, field="attributes")
     with transaction.atomic():
         current = lock_resource(resource)
+        if if_match is not None:
+            # Compared under the lock: nothing can write the row between this read and the write.
+            version = resource_version(current.pk)
+            if version not in if_match:
+                raise ResourceChanged(
+                    gettext("%(noun)s %(key)s has changed since you read it: read it again, make your change to "
+                            "what it is now, and send that with its new ETag") % {
+                        "noun": current.pool.resource_noun, "key": current.key},
+                    resource_id=current.pk, version=version)
         if attributes is not None:
+            if merge_attributes:
+                attributes = _merge_patch(current.attributes, attributes)
             # What the console and the API showed was masked: a secret sent back as its mask
             # keeps the stored value, one typed over the mask replaces it, a mask with no stored
             # secret behind it is refused.
             changes["attributes"] = keep_masked_secrets(attributes, current.attributes, field="attributes",
                                                         error=InvalidInput)
         _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
+        current.version = resource_version(current.pk)
     return current
 
 

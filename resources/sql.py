@@ -35,10 +35,11 @@ def _append_events(source: str, *, kind: str, reason: str = "''", category: str 
                    token: str = "%(token)s::uuid", details: str = "%(details)s::jsonb", extra: str = "") -> str:
     """The CTE that appends one timeline row per row of `source` (a CTE returning `id`); `kind`,
     `reason`, `category`, `token` and `details` are SQL expressions, `extra` more FROM items and
-    a WHERE/ORDER BY."""
+    a WHERE/ORDER BY. Timed as every event is (ResourceEvent.created_at): by the statement, not the
+    transaction, so an event a transaction appends after another reads as later."""
     return f"""event AS (
         INSERT INTO {_E} (resource_id, kind, actor, reason, category, lease_token, details, created_at)
-        SELECT {source}.id, {kind}, %(actor)s::text, {reason}, {category}, {token}, {details}, now()
+        SELECT {source}.id, {kind}, %(actor)s::text, {reason}, {category}, {token}, {details}, statement_timestamp()
         FROM {source}{extra}
     )"""
 

@@ -99,8 +99,8 @@ def known(tmp_path, settings, make_api_client, pool, alice, bob, default_policy)
     compensation.collect_dead_letters()
     letter = DeadLetter.objects.get()
     order = compensation.open_work_order(title="fuzz", actor="fuzz", flow="demo")
-    run = request_runbook_action(work_order=order, runbook="fuzz-book", action="note", input={}, token="fuzz-1",
-                                 actor="fuzz")
+    run, _ = request_runbook_action(work_order=order, runbook="fuzz-book", action="note", input={}, token="fuzz-1",
+                                    actor="fuzz")
     bulk = compensation.start_bulk_replay(filter={"flow": "nothing"}, actor="fuzz")
     ids = {"tasks": [dead.pk, waiting.pk], "dead-letters": [letter.pk], "bulk-replays": [bulk.pk],
            "workorders": [order.pk, letter.work_order_id], "runbook-runs": [run.pk],

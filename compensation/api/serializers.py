@@ -6,14 +6,14 @@ from rest_framework import serializers
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.runbook_models import RunbookRun
 from compensation.services.bulk_replay import MAX_RATE, MIN_RATE
-from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
+from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.inputs import MAX_ID
 
 # Free text an operator types: the services' limits.
 REASON, NOTES, NAME = 2000, 20000, 200
 
 
-class NoBodySerializer(serializers.Serializer):
+class NoBodySerializer(Input):
     """No body, or an empty object."""
 
 
@@ -42,22 +42,22 @@ class DeadLetterDetailSerializer(DeadLetterSerializer):
         read_only_fields = fields
 
 
-class ReplaySerializer(serializers.Serializer):
+class ReplaySerializer(Input):
     any_resource = Flag(default=False, help_text="false (the default): on its own resource, strictly, reset if it "
                                                  "failed (409 replay_refused, with the reason, when it is quarantined, "
                                                  "consumed, removed or in use); true: on any resource of its pool.")
     reason = Text(allow_blank=True, default="", max_length=REASON, help_text="Why, for the audit log.")
 
 
-class SettleSerializer(serializers.Serializer):
+class SettleSerializer(Input):
     reason = Text(allow_blank=True, default="", max_length=REASON, help_text="Why, for the audit log.")
 
 
-class RequiredReasonSerializer(serializers.Serializer):
+class RequiredReasonSerializer(Input):
     reason = Text(max_length=REASON, help_text="Why (required).")
 
 
-class BulkFilterSerializer(serializers.Serializer):
+class BulkFilterSerializer(Input):
     """Which open dead letters: those matching every field given (none: all of them). The same
     names as the dead-letter list's filters."""
 
@@ -70,16 +70,11 @@ class BulkFilterSerializer(serializers.Serializer):
     died_before = Text(required=False, allow_blank=True, help_text="Died before this time (ISO 8601 with a time "
                                                                    "zone).")
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: [f"not a filter: use {', '.join(self.fields)}"]
-                                                   for name in unknown})
-        return super().to_internal_value(data)
+    def unknown_field(self, name):
+        return f"not a filter: use {', '.join(self.fields)}"
 
 
-class BulkReplayRequestSerializer(serializers.Serializer):
+class BulkReplayRequestSerializer(Input):
     filter = BulkFilterSerializer(required=False, default=dict)
     dry_run = Flag(default=True, help_text="true (the default): only count the open dead letters it would replay "
                                            "now; nothing is started. false: start the bulk replay.")
@@ -146,7 +141,7 @@ class WorkOrderDetailSerializer(WorkOrderSerializer):
         read_only_fields = fields
 
 
-class WorkOrderOpenSerializer(serializers.Serializer):
+class WorkOrderOpenSerializer(Input):
     title = Text(max_length=300, help_text="What is to be compensated.")
     flow = Text(required=False, allow_blank=True, max_length=100)
     pool = Text(required=False, help_text="The pool's name.")
@@ -155,39 +150,33 @@ class WorkOrderOpenSerializer(serializers.Serializer):
     assignee = Text(required=False, allow_blank=True, max_length=NAME, help_text="Who has it.")
 
 
-# Editable on a live work order; its state changes through the transitions, the rest is the services'.
-EDITABLE = ("assignee", "runbook", "notes", "resolution")
-
-
-class WorkOrderPatchSerializer(serializers.Serializer):
-    """assignee, runbook, notes and the resolution drafted; any other field is refused by name."""
+class WorkOrderPatchSerializer(Input):
+    """assignee, runbook, notes and the resolution drafted, editable on a live work order; any other
+    field is refused by name (its state changes through the transitions, the rest is the services')."""
 
     assignee = Text(required=False, allow_blank=True, max_length=NAME, help_text="Who has it; empty: nobody.")
     runbook = Text(required=False, allow_blank=True, max_length=NAME)
     notes = Text(required=False, allow_blank=True, max_length=NOTES)
     resolution = Text(required=False, allow_blank=True, max_length=NOTES)
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            others = sorted(set(data) - set(EDITABLE))
-            if others:
-                raise serializers.ValidationError({
-                    name: ["changes through the work order's transitions: POST .../acknowledge, start, compensate, "
-                           "close or cancel" if name == "state" else
-                           "written by the services only" if name in WorkOrderSerializer.Meta.fields else
-                           "not a field of a work order"] for name in others})
-        return super().to_internal_value(data)
+    def unknown_field(self, name):
+        if name == "state":
+            return ("changes through the work order's transitions: POST .../acknowledge, start, compensate, close "
+                    "or cancel")
+        if name in WorkOrderSerializer.Meta.fields:
+            return "written by the services only"
+        return "not a field of a work order"
 
 
-class StartSerializer(serializers.Serializer):
+class StartSerializer(Input):
     runbook = Text(required=False, max_length=NAME, help_text="The runbook followed; default: unchanged.")
 
 
-class CompensateSerializer(serializers.Serializer):
+class CompensateSerializer(Input):
     resolution = Text(max_length=NOTES, help_text="How the business effects were repaired (required).")
 
 
-class CloseSerializer(serializers.Serializer):
+class CloseSerializer(Input):
     resolution = Text(required=False, allow_blank=True, default="", max_length=NOTES,
                       help_text="Why nothing (more) is to be compensated.")
 
@@ -206,10 +195,10 @@ class RunbookRunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RunbookRequestSerializer(serializers.Serializer):
+class RunbookRequestSerializer(Input):
     runbook = Text(max_length=100, help_text="The runbook, by name.")
     action = Text(max_length=100, help_text="One of its actions, by name.")
     input = JsonObject(required=False, default=dict, help_text="The action's input, checked against its schema.")
     token = Text(required=False, max_length=100, help_text="Names this request: the same token again answers the "
-                                                           "first run (1 to 100 letters, digits or ._:@/+=-); "
-                                                           "default: a new one.")
+                                                           "first run with 200, creating nothing (1 to 100 letters, "
+                                                           "digits or ._:@/+=-); default: a new one.")

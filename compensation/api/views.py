@@ -8,7 +8,7 @@ orders and their runbook runs stay (the on-call is still paged about them)."""
 import uuid
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.response import Response
 
@@ -307,7 +307,7 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
     """A work order's runbook runs, newest first (cursor-paginated); POST asks to run an action of
     a runbook for it: an internal action is ready to run at once (state approved), an external one
     waits for another operator's approval (requested). The same token again answers the first run
-    (409 token_reused for another request)."""
+    with 200, creating nothing (409 token_reused for another request)."""
 
     serializer_class = RunbookRunSerializer
     filterset_class = RunbookRunFilterSet
@@ -321,12 +321,17 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
     def get(self, request, id):
         return self.list(request)
 
-    @extend_schema(request=RunbookRequestSerializer, responses={201: RunbookRunSerializer}, parameters=[LOCATION])
+    @extend_schema(request=RunbookRequestSerializer, parameters=[LOCATION], responses={
+        201: RunbookRunSerializer,
+        200: OpenApiResponse(RunbookRunSerializer, description="The token names a run requested before, with the "
+                                                               "same request: that run, as it is now; nothing new.")})
     def post(self, request, id):
         data = parsed(RunbookRequestSerializer, request)
-        run = runbooks.request_runbook_action(work_order=int(id), runbook=data["runbook"], action=data["action"],
-                                              input=data["input"], token=data.get("token") or uuid.uuid4().hex,
-                                              actor=actor_of(request))
+        run, first = runbooks.request_runbook_action(
+            work_order=int(id), runbook=data["runbook"], action=data["action"], input=data["input"],
+            token=data.get("token") or uuid.uuid4().hex, actor=actor_of(request))
+        if not first:
+            return Response(RunbookRunSerializer(run).data)
         return Response(RunbookRunSerializer(run).data, status=status.HTTP_201_CREATED,
                         headers={"Location": f"/api/ops/runbook-runs/{run.pk}/"})
 

@@ -89,11 +89,11 @@ def _refuse_state(run: RunbookRun, *, verb: str, allowed: tuple, to_state: str):
 
 
 def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action: str, input: Any, token: str,
-                           actor: str) -> RunbookRun:
+                           actor: str) -> tuple[RunbookRun, bool]:
     """Ask to run `action` of `runbook` for a live work order with `input` (checked against the
     action's JSON Schema). An external action waits for approval; an internal one is ready to
-    run. The same `token` again returns the first run unchanged (a double click runs once); a
-    token already used for something else is refused."""
+    run. Returns (run, first): the same `token` again returns the first run unchanged and False
+    (a double click runs once); a token already used for something else is refused."""
     actor = actor_name(actor)
     token = text(token, field="token", required=True)
     if not is_token(token):
@@ -126,14 +126,14 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
             else:
                 record_audit(action=AuditAction.RUNBOOK_REQUEST, target=run, before=None, after=_snapshot(run),
                              actor=actor)
-                return run
+                return run, True
         if (run.work_order_id, run.runbook, run.action, run.input) != (order.pk, book.name, step.name, value):
             raise TokenReused(
                 _("token %(token)r is already runbook run %(id)s (%(runbook)s / %(action)s for work order "
                   "%(order)s); use a new token for a different request") % {
                     "token": token, "id": run.pk, "runbook": run.runbook, "action": run.action,
                     "order": run.work_order_id}, token=token, run_id=run.pk)
-        return run
+        return run, False
 
 
 def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:

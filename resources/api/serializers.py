@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
-from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
+from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.inputs import MAX_INTEGER
 
 
@@ -20,7 +20,7 @@ class PoolSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PoolCreateSerializer(serializers.Serializer):
+class PoolCreateSerializer(Input):
     name = Text(max_length=100, help_text="Letters, digits, hyphens and underscores; unique.")
     description = Text(required=False, allow_blank=True)
     resource_noun = Text(max_length=40, required=False, help_text="What one resource is called: account, number.")
@@ -58,7 +58,7 @@ class LeaseSerializer(ResourceSerializer):
         read_only_fields = fields
 
 
-class ResourceCreateSerializer(serializers.Serializer):
+class ResourceCreateSerializer(Input):
     pool = Text(help_text="The pool's name.")
     key = Text(max_length=200, help_text="Unique within its pool; what operators and systems name it by.")
     label = Text(max_length=200, required=False, allow_blank=True)
@@ -69,32 +69,29 @@ class ResourceCreateSerializer(serializers.Serializer):
 SERVICE_OWNED = frozenset(ResourceSerializer.Meta.fields) - {"label", "attributes"} | {"lease_token", "fencing_token"}
 
 
-class ResourcePatchSerializer(serializers.Serializer):
+class ResourcePatchSerializer(Input):
     """Label and attributes; any other field is refused by name (state changes through the actions)."""
 
     label = Text(max_length=200, required=False, allow_blank=True)
-    attributes = JsonObject(required=False)
+    attributes = JsonObject(required=False, help_text="A JSON merge patch (RFC 7396) of the attributes: the keys "
+                                                      "sent are set, a key sent as null is removed, an object is "
+                                                      "merged the same way, the others stay.")
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            others = sorted(set(data) - set(self.fields))
-            if others:
-                raise serializers.ValidationError({
-                    name: ["written by the services only: change it through the resource's actions (claim, release, "
-                           "reset, quarantine, unquarantine, retry)" if name in SERVICE_OWNED else
-                           "not a field of a resource: only label and attributes can be changed"]
-                    for name in others})
-        return super().to_internal_value(data)
+    def unknown_field(self, name):
+        if name in SERVICE_OWNED:
+            return ("written by the services only: change it through the resource's actions (claim, release, reset, "
+                    "quarantine, unquarantine, retry)")
+        return "not a field of a resource: only label and attributes can be changed"
 
 
-class ClaimNextSerializer(serializers.Serializer):
+class ClaimNextSerializer(Input):
     pool = Text(help_text="The pool's name.")
     holder = Text(max_length=200, help_text="Who holds the lease: your worker's or task's name.")
     lease_seconds = _seconds("How long the lease lasts without a heartbeat (default: the pool's).")
     details = JsonObject(required=False, help_text="Kept with the claim in the resource's timeline.")
 
 
-class ClaimSerializer(serializers.Serializer):
+class ClaimSerializer(Input):
     holder = Text(max_length=200, help_text="Who holds the lease: your worker's or task's name.")
     strict = Flag(default=True, help_text="true (the default): this resource or a 409 saying why not; false: "
                                           "another one of its pool when this one cannot be had.")
@@ -102,7 +99,7 @@ class ClaimSerializer(serializers.Serializer):
     details = JsonObject(required=False, help_text="Kept with the claim in the resource's timeline.")
 
 
-class ReleaseSerializer(serializers.Serializer):
+class ReleaseSerializer(Input):
     lease_token = Text(max_length=100, help_text="The token the claim answered.")
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     error = Text(required=False, allow_blank=True, help_text="What failed (needed with outcome failure): its "
@@ -110,14 +107,14 @@ class ReleaseSerializer(serializers.Serializer):
     details = JsonObject(required=False, help_text="Kept with the release in the resource's timeline.")
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class HeartbeatSerializer(Input):
     lease_token = Text(max_length=100, help_text="The token the claim answered.")
     seconds = _seconds("The lease ends this long from now (default: the pool's lease length).")
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(Input):
     reason = Text(allow_blank=True, default="", help_text="Why, for the timeline and the audit log.")
 
 
-class QuarantineSerializer(serializers.Serializer):
+class QuarantineSerializer(Input):
     reason = Text(help_text="Why it is taken out of rotation.")

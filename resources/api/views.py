@@ -1,6 +1,7 @@
 """The resource endpoints. Each parses its input, calls one service or selector, and answers the
 result or the service's refusal (retryops.api.errors renders DomainErrors)."""
 
+from django.utils.http import parse_etags
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
@@ -25,6 +26,7 @@ from resources.filtersets import ResourceFilterSet, ResourcePoolFilterSet
 from resources.models import Resource, ResourcePool
 from resources.selectors import get_pool, get_resource
 from retryops.api.authentication import actor_of
+from retryops.api.schema import error_response
 from retryops.api.views import ApiView
 
 VIEW_POOLS, ADD_POOLS = "resources.view_resourcepool", "resources.add_resourcepool"
@@ -103,28 +105,56 @@ class AddressedResource:
     """A view of one resource, named in its path by its id (`id`) or by its pool's name and its key
     (`pool`, `key`): external systems know their keys, not our ids."""
 
-    def get_resource(self) -> Resource:
+    def get_resource(self, *, with_version: bool = False) -> Resource:
         if "id" in self.kwargs:
-            return get_resource(resource_id=int(self.kwargs["id"]))
-        return get_resource(pool=self.kwargs["pool"], key=self.kwargs["key"])
+            return get_resource(resource_id=int(self.kwargs["id"]), with_version=with_version)
+        return get_resource(pool=self.kwargs["pool"], key=self.kwargs["key"], with_version=with_version)
+
+
+def etag(resource: Resource) -> dict:
+    """The ETag header of a resource read or changed with its version."""
+    return {"ETag": f'"{resource.version}"'}
+
+
+def if_match_of(request) -> list[str] | None:
+    """The versions an If-Match header names: its strong ETags (a weak one never matches, RFC 9110);
+    None without the header or with *, which any version of an existing resource matches."""
+    raw = request.headers.get("If-Match")
+    tags = None if raw is None else parse_etags(raw)
+    if tags is None or tags == ["*"]:
+        return None
+    return [tag[1:-1] for tag in tags if not tag.startswith("W/")]
+
+
+ETAG = OpenApiParameter("ETag", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+                        description="The resource's version: send it as If-Match with a PATCH.")
+IF_MATCH = OpenApiParameter("If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+                            description="The ETag of the resource as you read it (or a list of them, or *): a "
+                                        "resource that has changed since is not changed, 412 precondition_failed.")
 
 
 class ResourceDetail(AddressedResource, ApiView):
-    """One resource; PATCH changes its label and attributes (and nothing else: its state and
-    statistics are written by its actions)."""
+    """One resource, with its version as ETag; PATCH changes its label and attributes (and nothing
+    else: its state and statistics are written by its actions), merging attributes by key (a key
+    set to null is removed), and with If-Match only the version its sender read."""
 
     serializer_class = ResourceSerializer
     required_permissions = {"GET": [VIEW], "PATCH": [CHANGE]}
 
+    @extend_schema(parameters=[ETAG])
     def get(self, request, **kwargs):
-        return Response(ResourceSerializer(self.get_resource()).data)
+        resource = self.get_resource(with_version=True)
+        return Response(ResourceSerializer(resource).data, headers=etag(resource))
 
-    @extend_schema(request=ResourcePatchSerializer, responses={200: ResourceSerializer})
+    @extend_schema(request=ResourcePatchSerializer, parameters=[IF_MATCH, ETAG], responses={
+        200: ResourceSerializer,
+        412: error_response(412, "precondition_failed: the resource has changed since the If-Match's version was "
+                                 "read (`details.version` is its version now); nothing was changed.")})
     def patch(self, request, **kwargs):
         resource = self.get_resource()
-        changed = services.change_resource(resource=resource.pk, actor=actor_of(request),
-                                           **_body(ResourcePatchSerializer, request))
-        return Response(ResourceSerializer(changed).data)
+        changed = services.change_resource(resource=resource.pk, actor=actor_of(request), merge_attributes=True,
+                                           if_match=if_match_of(request), **_body(ResourcePatchSerializer, request))
+        return Response(ResourceSerializer(changed).data, headers=etag(changed))
 
 
 class ResourceAction(AddressedResource, ApiView):

@@ -32,6 +32,8 @@ STATUS_BY_CODE = {
     "token_reused": 409, "bad_runbook": 409, "idempotency_key_in_progress": 409, "instance_succeeded": 409,
     # the Idempotency-Key names another request
     "idempotency_key_reused": 422,
+    # the If-Match names a version the row is no longer at
+    "precondition_failed": 412,
     # allowed to nobody in this role, whatever the state (an approver approving their own request)
     "four_eyes": 403,
     # an interface switched off by a feature flag is not there

@@ -1,7 +1,12 @@
 """Serializer fields stricter than DRF's, for input from other systems: text is a JSON string
 (DRF's CharField turns 12 into "12") that a text column can hold, and a JSON object is an object
-PostgreSQL's jsonb can hold. What else a service refuses, it refuses itself (BadInput)."""
+PostgreSQL's jsonb can hold; and the base of every input serializer (Input), which refuses a field
+it does not take. What else a service refuses, it refuses itself (BadInput)."""
 
+from collections.abc import Mapping
+
+from django.utils.translation import gettext as _
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from rest_framework import serializers
 
 from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
@@ -56,3 +61,37 @@ class Flag(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid")
         return data
+
+
+# The base of every serializer that parses a request's body: a field it does not take is refused
+# by name (400 bad_input), never ignored. DRF ignores it, and a typo'd `lease_secs` would then claim
+# for the pool's lease length. A serializer says more about a field it refuses in `unknown_field`
+# (PATCH names the action that writes a service-owned one). A comment, not a docstring: the schema
+# would describe every body without a docstring of its own with it.
+class Input(serializers.Serializer):
+    def unknown_field(self, name: str) -> str:
+        if not self.fields:
+            return _("not taken here: send no body, or {}")
+        return _("not a field of this request: it takes %(fields)s") % {"fields": ", ".join(self.fields)}
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: [self.unknown_field(name)] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class InputSchema(OpenApiSerializerExtension):
+    """The schema of an Input's body says what Input does: no property it does not name
+    (additionalProperties: false), so a client generated from the schema cannot send one. A body
+    of no fields stays undocumented (drf-spectacular drops an empty object), as before."""
+
+    target_class = Input
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request" and schema.get("properties"):
+            schema["additionalProperties"] = False
+        return schema

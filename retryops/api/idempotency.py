@@ -5,9 +5,9 @@ answer, with nothing done twice.
 The first request's row is committed before its work starts (audit.services.begin_idempotent_request),
 so a duplicate arriving meanwhile is told 409; its answer is stored once it is known, and
 replayed with `Idempotent-Replayed: true` to every repeat; the same key with another method,
-path or body is refused with 422. A 5xx or a crash releases the key, so the client may try again.
-Every answer below 500 is stored, refusals too: the key names the request, and its answer was
-the refusal (a new attempt is a new request, with a new key)."""
+path (a trailing slash aside) or body is refused with 422. A 5xx or a crash releases the key, so
+the client may try again. Every answer below 500 is stored, refusals too: the key names the
+request, and its answer was the refusal (a new attempt is a new request, with a new key)."""
 
 from django.http.request import RawPostDataException
 from rest_framework import exceptions
@@ -40,6 +40,13 @@ def replayed(record: IdempotencyKey) -> Response:
     return Response(record.response_body, status=record.status_code, headers=headers)
 
 
+def endpoint_of(request) -> str:
+    """The request's path and query as the endpoint it names: without its trailing slash, which
+    every route takes or leaves (README), so /claim and /claim/ with one key are one request."""
+    path, mark, query = request.get_full_path().partition("?")
+    return path.rstrip("/") + mark + query
+
+
 class Idempotent:
     """Mixed into an APIView: POSTs with an Idempotency-Key header are processed once per key.
     Runs after authentication, permissions and throttling (a refused request stores nothing)."""
@@ -58,7 +65,7 @@ class Idempotent:
             raise exceptions.UnsupportedMediaType(request.content_type) from None
         client = api_client_of(request)
         record, first = begin_idempotent_request(
-            key=raw, method=request.method, path=request.get_full_path(), body=body, client=client,
+            key=raw, method=request.method, path=endpoint_of(request), body=body, client=client,
             user=None if client is not None else request.user)
         if not first:
             raise _Replay(record)

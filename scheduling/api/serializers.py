@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from retryops.api.fields import Flag, JsonObject, MaskedJson, Text
+from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from scheduling.choices import WAITING_STATES
 from scheduling.models import Task
 
@@ -39,7 +39,7 @@ AS_NEW_INSTANCE = ("true: a business instance that succeeded already runs again 
                    "still refused (task_live). Default false.")
 
 
-class RetrySerializer(serializers.Serializer):
+class RetrySerializer(Input):
     flow = Text(max_length=100, required=False, help_text="Default: the flow of the last task that ran on it "
                                                           "(needed with strict false).")
     payload = JsonObject(required=False, help_text="Default: that task's payload (with its flow), else {}.")

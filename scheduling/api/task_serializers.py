@@ -5,7 +5,7 @@ fields may be sent); what a value may do is the services' decision."""
 from django.utils import timezone
 from rest_framework import serializers
 
-from retryops.api.fields import Flag, JsonObject, Text
+from retryops.api.fields import Flag, Input, JsonObject, Text
 from retryops.api.schema import ErrorDetailSerializer
 from retryops.inputs import MAX_ID
 from scheduling.api.serializers import AS_NEW_INSTANCE, TaskSerializer
@@ -46,7 +46,7 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
 
-class TaskCreateSerializer(serializers.Serializer):
+class TaskCreateSerializer(Input):
     flow = Text(max_length=100, help_text="The flow to run, by its registered name.")
     pool = Text(help_text="The pool whose resources it runs with, by name.")
     payload = JsonObject(required=False, help_text="What the flow works on (a JSON object); default {}.")
@@ -59,15 +59,15 @@ class TaskCreateSerializer(serializers.Serializer):
     run_at = Moment(required=False, help_text="When its first attempt is due (at most a year ahead); default: now.")
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(Input):
     reason = Text(allow_blank=True, default="", max_length=1000, help_text="Why, for its timeline and the audit log.")
 
 
-class EmptySerializer(serializers.Serializer):
+class EmptySerializer(Input):
     """No body, or an empty object."""
 
 
-class TaskRetryRequestSerializer(serializers.Serializer):
+class TaskRetryRequestSerializer(Input):
     """One task (`task`) or a batch (`tasks`); not both."""
 
     task = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=False, help_text="A task's id.")

@@ -24,7 +24,7 @@ def dave(client):
 
 def request_refund(order, actor="admin"):
     return request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
-                                  input={"kind": "credit", "ticket": "OPS-1"}, token="tok-1", actor=actor)
+                                  input={"kind": "credit", "ticket": "OPS-1"}, token="tok-1", actor=actor)[0]
 
 
 def test_the_work_order_page_shows_the_suggested_runbooks_with_their_steps(admin_client, order):
@@ -78,9 +78,9 @@ def test_the_requester_cannot_approve_in_the_admin_and_another_operator_can(admi
 
 
 def test_an_internal_run_is_run_from_the_admin_and_the_work_order_shows_it(admin_client, order):
-    run = request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
-                                 action="resolve_dead_letters", input={"reason": "done upstream"}, token="tok-2",
-                                 actor="admin")
+    run, _ = request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
+                                    action="resolve_dead_letters", input={"reason": "done upstream"}, token="tok-2",
+                                    actor="admin")
     admin_client.post(RUNS, {"action": "run", "_selected_action": [run.pk]})
     run.refresh_from_db()
     assert run.state == "succeeded"

@@ -73,7 +73,7 @@ def runbook_dir(tmp_path, settings):
 
 def request(order, action: str, token: str = "t-1") -> RunbookRun:
     return request_runbook_action(work_order=order, runbook="faults", action=action, input={}, token=token,
-                                  actor="ops:carol")
+                                  actor="ops:carol")[0]
 
 
 def letters_untouched(order) -> bool:

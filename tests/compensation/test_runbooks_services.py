@@ -106,7 +106,7 @@ def runbook_dir(tmp_path, settings):
 
 def request(order, action="credit", input=None, token="t-1", actor="ops:carol"):
     return request_runbook_action(work_order=order, runbook="test-book", action=action,
-                                  input={"amount": 5} if input is None else input, token=token, actor=actor)
+                                  input={"amount": 5} if input is None else input, token=token, actor=actor)[0]
 
 
 def audit_actions(run):

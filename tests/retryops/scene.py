@@ -97,12 +97,12 @@ def build(settings) -> Scene:
         work_order=compensation.open_work_order(title="refund the March orders", actor="carol"), actor="carol")
     # The resolution the "mark compensated" action takes from the work order.
     started = compensation.change_work_order(work_order=started, actor="carol", resolution="refunded by hand")
-    requested = request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
-                                       input={"kind": "credit", "ticket": "OPS-1"}, token="walk-refund",
-                                       actor="carol")
-    approved = request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
-                                      action="resolve_dead_letters", input={"reason": "applied upstream after all"},
-                                      token="walk-resolve", actor="carol")
+    requested, _ = request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
+                                          input={"kind": "credit", "ticket": "OPS-1"}, token="walk-refund",
+                                          actor="carol")
+    approved, _ = request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
+                                         action="resolve_dead_letters", input={"reason": "applied upstream after all"},
+                                         token="walk-resolve", actor="carol")
     notification = Notification.objects.create(
         channel="slack", event="trigger", dedup_key="walk", subject_id=order.pk, subject_label=str(order),
         payload={"text": "walk"}, state=NotificationState.FAILED, attempts=1, last_error="HTTP 500")

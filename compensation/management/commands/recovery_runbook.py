@@ -120,8 +120,8 @@ class Command(AuditedCommand):
             self.stdout.write(f"dry run: {name} / {action} for {order} ({order.state}) as {actor} would "
                               f"{then}; nothing changed")
             return
-        run = request_runbook_action(work_order=work_order, runbook=name, action=action, input=value, token=token,
-                                     actor=actor)
+        run, _first = request_runbook_action(work_order=work_order, runbook=name, action=action, input=value,
+                                             token=token, actor=actor)
         self._carry_on(run, actor=actor)
 
     def _carry_on(self, run: RunbookRun, *, actor: str):

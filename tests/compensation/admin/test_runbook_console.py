@@ -18,14 +18,14 @@ RUNS = reverse("admin:compensation_runbookrun_changelist")
 def refund(order, actor: str) -> RunbookRun:
     """An external action: it waits for another operator's approval."""
     return request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
-                                  input={"kind": "credit", "ticket": "OPS-1"}, token=f"refund-{actor}", actor=actor)
+                                  input={"kind": "credit", "ticket": "OPS-1"}, token=f"refund-{actor}", actor=actor)[0]
 
 
 def resolve(order, actor: str = "carol") -> RunbookRun:
     """An internal action: ready to run as soon as it is requested."""
     return request_runbook_action(work_order=order, runbook="replay-after-upstream-outage",
                                   action="resolve_dead_letters", input={"reason": "applied upstream after all"},
-                                  token="resolve-1", actor=actor)
+                                  token="resolve-1", actor=actor)[0]
 
 
 def button(run, verb: str) -> str:

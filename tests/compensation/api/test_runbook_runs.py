@@ -196,9 +196,10 @@ def test_a_reader_may_neither_request_nor_reject(reader, ops, order):
         "permission_denied")
 
 
-def test_the_same_token_answers_the_first_run_and_another_request_with_it_is_409(ops, order):
+def test_the_same_token_answers_the_first_run_with_200_and_another_request_with_it_is_409(ops, order):
     first = ok(request(ops, order, token="t-1"), 201)
-    assert ok(request(ops, order, token="t-1"), 201)["id"] == first["id"]
+    again = request(ops, order, token="t-1")
+    assert (again.status_code, again.json()) == (200, first)
     assert error_of(request(ops, order, amount=6, token="t-1"), 409)["code"] == "token_reused"
     assert RunbookRun.objects.count() == 1
 
@@ -224,3 +225,10 @@ def test_a_work_orders_runs_are_listed_newest_first_and_read_one_by_one(ops, ord
         "results"]] == [second["id"]]
     assert ok(ops.get(f"/api/ops/runbook-runs/{first['id']}/"))["action"] == "credit"
     assert error_of(ops.get("/api/ops/runbook-runs/999999/"), 404)["code"] == "not_found"
+
+
+def test_the_schema_says_a_repeated_token_answers_the_first_run_with_200(client):
+    operation = client.get("/api/schema/?format=json").json()["paths"]["/api/ops/workorders/{id}/runbook-runs/"]["post"]
+    assert {"200", "201"} <= set(operation["responses"])
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/RunbookRun"}

@@ -1,6 +1,7 @@
 """The resource endpoints: pools, resources, claims and the operators' actions, by id and by pool
 and key, each with its refusals in the API's error shape."""
 
+import time
 import uuid
 
 import pytest
@@ -116,6 +117,120 @@ def test_label_and_attributes_are_changed_and_audited(api, alice):
     assert AuditEntry.objects.get(action="resource.change").after == {"label": "Alice", "attributes": {"tier": 3}}
 
 
+def patch(api, resource, body, **headers):
+    return api.patch(f"/api/resources/{resource.pk}/", body, format="json", **headers)
+
+
+def test_a_patch_merges_attributes_by_key_and_a_key_set_to_null_is_removed(api, pool):
+    carol = ResourceFactory(pool=pool, key="carol@x", attributes={"tier": 2, "region": "eu", "zone": "a",
+                                                                 "limits": {"rps": 5, "burst": 10}})
+    body = ok(patch(api, carol, {"attributes": {"tier": 3, "region": None, "rack": 7, "limits": {"rps": 9}}}))
+    assert body["attributes"] == {"tier": 3, "zone": "a", "rack": 7, "limits": {"rps": 9, "burst": 10}}
+    assert Resource.objects.get(pk=carol.pk).attributes == body["attributes"]
+
+
+def test_a_resource_is_answered_with_an_etag_that_its_patch_moves_on(api, alice):
+    read = api.get(f"/api/resources/{alice.pk}/")
+    assert read["ETag"].startswith('"') and read["ETag"] == api.get(f"/api/pools/accounts/resources/alice@x/")["ETag"]
+    changed = patch(api, alice, {"label": "Alice"}, HTTP_IF_MATCH=read["ETag"])
+    assert ok(changed)["label"] == "Alice"
+    assert changed["ETag"] not in ("", read["ETag"])
+    assert changed["ETag"] == api.get(f"/api/resources/{alice.pk}/")["ETag"]
+
+
+# Committed as in production: a version is the writing transaction's, and one test transaction
+# would be the writer of everything.
+@pytest.mark.django_db(transaction=True)
+def test_the_etag_moves_on_with_whatever_the_client_sees_change(api, alice):
+    etags = [api.get(f"/api/resources/{alice.pk}/")["ETag"]]
+    lease = services.claim_by_id(resource_id=alice.pk, holder="w")
+    etags.append(api.get(f"/api/resources/{alice.pk}/")["ETag"])
+    services.extend_lease(resource=alice.pk, lease_token=lease.lease_token, seconds=600)
+    etags.append(api.get(f"/api/resources/{alice.pk}/")["ETag"])
+    services.change_pool(pool="accounts", name="logins", actor="ops")
+    etags.append(api.get(f"/api/resources/{alice.pk}/")["ETag"])
+    assert len(set(etags)) == 4
+
+
+def test_a_patch_with_a_stale_if_match_is_412_and_writes_nothing(api, alice):
+    read = api.get(f"/api/resources/{alice.pk}/")["ETag"]
+    ok(patch(api, alice, {"attributes": {"tier": 1}}))  # another system, in between
+    error = error_of(patch(api, alice, {"label": "Alice", "attributes": {"tier": 2}}, HTTP_IF_MATCH=read), 412)
+    assert (error["code"], f'"{error["details"]["version"]}"') == ("precondition_failed", api.get(
+        f"/api/resources/{alice.pk}/")["ETag"])
+    row = Resource.objects.get(pk=alice.pk)
+    assert (row.label, row.attributes) == (alice.label, {"tier": 1})
+    assert AuditEntry.objects.filter(action="resource.change").count() == 1
+
+
+def test_a_stale_if_match_is_refused_in_the_callers_language(api, alice):
+    read = api.get(f"/api/resources/{alice.pk}/")["ETag"]
+    ok(patch(api, alice, {"label": "Alice"}))
+    error = error_of(patch(api, alice, {"label": "A."}, HTTP_IF_MATCH=read, HTTP_ACCEPT_LANGUAGE="zh-hans"), 412)
+    assert error["message"].startswith("account alice@x 在您读取之后已被更改")
+
+
+def test_the_schema_documents_the_etag_if_match_and_412_of_a_resource(client):
+    operations = client.get("/api/schema/?format=json").json()["paths"]["/api/resources/{id}/"]
+    read, change = operations["get"], operations["patch"]
+    assert "ETag" in read["responses"]["200"]["headers"] and "ETag" in change["responses"]["200"]["headers"]
+    assert "If-Match" in {p["name"] for p in change["parameters"] if p["in"] == "header"}
+    assert change["responses"]["412"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+
+
+@pytest.mark.parametrize("if_match, status", [("*", 200), ('"0.0", {current}', 200), ("W/{current}", 412),
+                                              ('"0.0"', 412), ("garbage", 412)])
+def test_if_match_takes_a_list_or_any_and_compares_strongly(api, alice, if_match, status):
+    current = api.get(f"/api/resources/{alice.pk}/")["ETag"]
+    assert patch(api, alice, {"label": "Alice"}, HTTP_IF_MATCH=if_match.format(current=current)).status_code == status
+
+
+def waiting_for_a_lock() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        # A transaction reads the activity as it was at its first read, unless told to read it again.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                       "wait_event_type = 'Lock'")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_patches_sent_with_the_same_etag_at_once_write_one_and_refuse_the_other(api, alice):
+    import threading
+
+    from django.db import connection, transaction
+    from rest_framework.test import APIClient
+
+    etag = api.get(f"/api/resources/{alice.pk}/")["ETag"]
+    answers, lock = [], threading.Lock()
+
+    def one(label):
+        client = APIClient()
+        client.credentials(**api._credentials)
+        try:
+            status = patch(client, alice, {"label": label}, HTTP_IF_MATCH=etag).status_code
+        finally:
+            connection.close()
+        with lock:
+            answers.append(status)
+
+    threads = [threading.Thread(target=one, args=(label,)) for label in ("first", "second")]
+    # Both wait on the row's lock, past anything a view could check, until this transaction ends.
+    with transaction.atomic():
+        Resource.objects.select_for_update().get(pk=alice.pk)
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and waiting_for_a_lock() < 2:
+            time.sleep(0.02)
+    for thread in threads:
+        thread.join(30)
+    assert sorted(answers) == [200, 412]
+    assert AuditEntry.objects.filter(action="resource.change").count() == 1
+
+
 def test_a_patch_of_a_service_owned_field_is_refused_naming_it(api, alice):
     error = error_of(api.patch(f"/api/resources/{alice.pk}/", {"label": "x", "state": "available",
                                                                "failure_count": 0, "colour": "red"},
@@ -151,6 +266,19 @@ def test_each_claim_answers_a_higher_fencing_token(api, alice):
     ok(post(api, f"/api/resources/{alice.pk}/release", {"lease_token": first["lease_token"], "outcome": "success"}))
     second = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "worker-1"}))
     assert second["fencing_token"] == first["fencing_token"] + 1 == Resource.objects.get(pk=alice.pk).fencing_token
+
+
+def test_a_typod_lease_field_is_refused_naming_it_and_nothing_is_claimed(api, alice):
+    error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w", "lease_secs": 5}), 400)
+    assert (error["code"], list(error["details"]["fields"])) == ("bad_input", ["lease_secs"])
+    assert "lease_seconds" in error["message"]
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
+
+
+def test_a_field_a_request_does_not_take_is_refused_in_the_callers_language(api, alice):
+    response = post(api, f"/api/resources/{alice.pk}/quarantine", {"reason": "r", "why": "w"},
+                    HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert error_of(response, 400)["details"]["fields"] == {"why": ["不是此请求的字段：它接受 reason"]}
 
 
 def test_claim_next_of_an_exhausted_pool_is_409_with_its_counts(api, claimed_alice):
@@ -295,6 +423,16 @@ def test_a_claim_repeated_with_its_idempotency_key_answers_the_same_lease_and_cl
     first = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
     again = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
     assert again.json() == first.json() and again["Idempotent-Replayed"] == "true"
+    assert Resource.objects.filter(state="in_use").count() == 1
+
+
+@pytest.mark.parametrize("first_path, again_path", [("/api/resources/claim_next", "/api/resources/claim_next/"),
+                                                    ("/api/resources/claim_next/", "/api/resources/claim_next")])
+def test_a_claim_repeated_with_its_key_with_or_without_the_trailing_slash_is_the_same_request(api, alice, bob,
+                                                                                            first_path, again_path):
+    first = post(api, first_path, {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    again = post(api, again_path, {"pool": "accounts", "holder": "w"}, HTTP_IDEMPOTENCY_KEY="c-1")
+    assert (again.status_code, again.json()) == (200, first.json()) and again["Idempotent-Replayed"] == "true"
     assert Resource.objects.filter(state="in_use").count() == 1
 
 

@@ -65,7 +65,7 @@ def test_the_same_key_on_another_path_is_refused_with_422(api):
 
 
 def test_a_repeat_while_the_first_is_processed_is_refused_with_409(api, billing):
-    begin_idempotent_request(key="k-1", method="POST", path="/api/probe/", body=b'{"name":"a"}', client=billing[0])
+    begin_idempotent_request(key="k-1", method="POST", path="/api/probe", body=b'{"name":"a"}', client=billing[0])
     response = post(api, {"name": "a"})
     assert response.status_code == 409
     error = response.json()["error"]
@@ -74,7 +74,7 @@ def test_a_repeat_while_the_first_is_processed_is_refused_with_409(api, billing)
 
 
 def test_a_first_request_cut_off_long_ago_is_reported_as_stale_not_run_again(api, billing):
-    record, _ = begin_idempotent_request(key="k-1", method="POST", path="/api/probe/", body=b'{"name":"a"}',
+    record, _ = begin_idempotent_request(key="k-1", method="POST", path="/api/probe", body=b'{"name":"a"}',
                                          client=billing[0])
     IdempotencyKey.objects.filter(pk=record.pk).update(created_at=timezone.now() - timedelta(minutes=10))
     error = post(api, {"name": "a"}).json()["error"]

@@ -62,6 +62,18 @@ def test_every_post_takes_an_idempotency_key_and_documents_its_409_and_422(schem
             assert "Idempotency-Key" in headers and {"409", "422"} <= set(operation["responses"]), path
 
 
+def test_every_request_body_says_that_fields_it_does_not_name_are_refused(schema):
+    open_bodies = []
+    for path, method, operation in operations(schema):
+        for content in operation.get("requestBody", {}).get("content", {}).values():
+            body = content["schema"]
+            if "$ref" in body:
+                body = schema["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
+            if body.get("additionalProperties") is not False:
+                open_bodies.append(f"{method.upper()} {path}")
+    assert open_bodies == []
+
+
 def test_the_error_shape_names_code_message_and_details(probe_schema):
     detail = probe_schema["components"]["schemas"]["ErrorDetail"]
     assert set(detail["required"]) == {"code", "message", "details"}

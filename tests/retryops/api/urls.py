@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from audit.services import Target, record_audit
 from retryops.api.authentication import actor_of
-from retryops.api.fields import Text
+from retryops.api.fields import Input, Text
 from retryops.api.views import ApiView
 from retryops.errors import DomainError
 
@@ -17,7 +17,7 @@ from retryops.errors import DomainError
 waiting, proceed = threading.Event(), threading.Event()
 
 
-class ProbeSerializer(serializers.Serializer):
+class ProbeSerializer(Input):
     name = Text(max_length=20)
     count = serializers.IntegerField(min_value=0, max_value=10, required=False)
 

@@ -7,7 +7,7 @@ from audit.models import AuditEntry
 from resources import services as pool_services
 from resources.models import Resource
 from scheduling.models import Task
-from tests.api_helpers import error_of
+from tests.api_helpers import error_of, ok
 from tests.factories import AttemptFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +123,16 @@ def test_a_retry_that_is_not_strict_runs_the_last_tasks_flow_and_payload_as_a_ru
     last = Task.objects.get(flow="demo")
     task = Task.objects.get(pk=retry(api, failed_alice, {"strict": False}).json()["id"])
     assert (task.flow, task.payload, task.strict, task.repeats_id) == ("demo", {"order": 41}, False, last.pk)
+
+
+def test_a_retry_that_is_not_strict_without_flow_runs_the_last_tasks_flow_and_policy_with_the_payload_sent(
+        api, failed_alice):
+    last = Task.objects.get(flow="demo")
+    response = api.post(f"/api/pools/accounts/resources/{failed_alice.key}/retry",
+                        {"strict": False, "payload": {"order": 42}}, format="json")
+    task = Task.objects.get(pk=ok(response, 201)["id"])
+    assert (task.flow, task.policy_id, task.payload, task.strict, task.repeats_id) == (
+        "demo", last.policy_id, {"order": 42}, False, None)
 
 
 def test_a_retry_that_is_not_strict_of_a_resource_nothing_ran_on_needs_its_flow(api, alice, default_policy):

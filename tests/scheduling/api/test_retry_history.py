@@ -12,7 +12,7 @@ from resources import services as pool_services
 from resources.models import ResourceEvent
 from scheduling.models import Attempt
 from tests.factories import AttemptFactory, ResourceFactory, TaskFactory
-from tests.scheduling.api.test_retry import fail_on
+from tests.scheduling.api.test_retry import fail_on, retry
 
 pytestmark = pytest.mark.django_db
 
@@ -44,6 +44,19 @@ def test_the_history_merges_attempts_and_events_newest_first_with_the_totals_fir
     assert released["signature"] == "TimeoutError: read timed out"
     assert (claimed["outcome"], claimed["task"]) == (None, task.pk)
     assert body["next"] is None
+
+
+# Committed as in production: the reset and the claim share the retry's transaction, each timed by
+# its own statement on PostgreSQL's clock (as attempts are), so the times read in the order things
+# happened.
+@pytest.mark.django_db(transaction=True)
+def test_a_strict_retrys_reset_comes_before_its_claim_in_time_as_in_order(api, alice, default_policy):
+    fail_on(alice)
+    assert retry(api, alice).status_code == 201
+    results = history(api, f"/api/resources/{alice.pk}/retry_history")["results"]
+    assert [e["kind"] for e in results] == ["claimed", "reset", "released_failure", "attempt", "claimed"]
+    times = [e["time"] for e in results]
+    assert times == sorted(times, reverse=True) and results[0]["time"] > results[1]["time"]
 
 
 def test_an_operators_reset_is_in_the_history_with_its_actor_and_no_task(api, alice):
