@@ -126,6 +126,12 @@ class Task(models.Model):
     # and the instance is run again only while no run of it is live or has succeeded.
     repeats = models.ForeignKey("self", verbose_name=_("runs again"), null=True, blank=True,
                                 on_delete=models.PROTECT, related_name="repeated_by", db_index=False)
+    # The order this task's business instance is a new instance of (an operator's "run it again as
+    # a new instance" of a succeeded one): the first task of the order's first instance, on every
+    # task of every instance made new from it, so that the instance guard sees all runs of one
+    # order, one query away, and never lets two of them be live.
+    new_instance_of = models.ForeignKey("self", verbose_name=_("new instance of"), null=True, blank=True,
+                                        on_delete=models.PROTECT, related_name="+", db_index=False)
     rq_job_id = models.CharField(_("RQ job id"), max_length=100, blank=True)
     result = models.JSONField(_("result"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
@@ -165,6 +171,9 @@ class Task(models.Model):
             models.Index(fields=["state", "-id"], name="task_state_idx"),
             # retry_resource: the runs of a business instance (its first task's repeats).
             models.Index(fields=["repeats"], condition=Q(repeats__isnull=False), name="task_repeats_idx"),
+            # instance_to_run_again: the runs of an order's instances made new (new_instance_of).
+            models.Index(fields=["new_instance_of"], condition=Q(new_instance_of__isnull=False),
+                         name="task_new_instance_of_idx"),
             # The failed-first batch tick: is a waiting task's retry meant for this resource?
             models.Index(fields=["pinned_resource"], condition=Q(state__in=WAITING_STATES),
                          name="task_waiting_pinned_idx"),

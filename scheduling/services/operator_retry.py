@@ -76,21 +76,25 @@ def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = Fals
     another resource): a dead task is the last one on every resource it failed on, and each of
     those retried or probed would run it once more. With `as_new_instance` (the operator's
     explicit choice) a succeeded instance is run again as a new one: None, the new task repeats
-    nothing and has an idempotency key of its own; it is still refused while a task runs the same
-    flow and payload (a new instance made from this one earlier, which nothing else links to it),
-    so two such choices at once never make two live runs. An instance that never succeeded runs as
+    nothing and has an idempotency key of its own, and records the order it is a new instance of
+    (order_of): the runs of every instance of one order count here, so two such choices at once,
+    or a retry of an older instance beside a newer one, never make two live runs. An instance that never succeeded runs as
     a run of itself either way: its upstream may have applied part of it under its key. Its first
     task's row is locked, so two copies at once cannot both be made; call it in the copy's
     transaction."""
     first = Task.objects.select_for_update(of=("self",)).get(pk=last.repeats_id or last.pk)
-    run = Task.objects.filter(Q(pk=first.pk) | Q(repeats=first)).exclude(
-        state__in=(TaskState.DEAD, TaskState.CANCELLED)).order_by("-id").first()
-    if run is not None and run.state == TaskState.SUCCEEDED:
+    order = order_of(first)
+    if order != first.pk:
+        # Every instance of one order locks the order's first task (after its own: one lock
+        # order), so two requests from two of its instances cannot both see "no live run".
+        Task.objects.select_for_update(of=("self",)).filter(pk=order).first()
+    runs = Task.objects.filter(Q(pk=order) | Q(repeats_id=order) | Q(new_instance_of_id=order))
+    live = runs.filter(state__in=LIVE_STATES).order_by("-id").first()
+    if live is not None:
+        raise _live(live, None, name, last=last)
+    run = runs.filter(state=TaskState.SUCCEEDED).order_by("-id").first()
+    if run is not None:
         if as_new_instance:
-            again = Task.objects.filter(state__in=LIVE_STATES, flow=last.flow, payload=last.payload).order_by(
-                "-id").first()
-            if again is not None:
-                raise _live(again, None, name, last=last)
             return None
         names = {"task": run.pk, "flow": run.flow, "last": last.pk, "resource": name}
         message = _("task %(task)s (%(flow)s), the last task on %(resource)s, succeeded already: its payload again "
@@ -98,9 +102,13 @@ def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = Fals
             "task %(task)s (%(flow)s), a run of the payload of task %(last)s, the last task on %(resource)s, "
             "succeeded already: its payload again would run it a second time")
         raise InstanceSucceeded(message % names, task_id=run.pk)
-    if run is not None:
-        raise _live(run, None, name, last=last)
     return first
+
+
+def order_of(task: Task) -> int:
+    """The first task of the first instance of the order `task` runs: what a new instance of it
+    records (Task.new_instance_of), so that every run of the order is one query away."""
+    return task.new_instance_of_id or task.repeats_id or task.pk
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
@@ -156,14 +164,14 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
         if again is not None:
             repeats = instance_to_run_again(again, name, as_new_instance=as_new_instance)
         # A succeeded instance run again as a new one, at the operator's word: its first task.
-        new_instance_of = (again.repeats_id or again.pk) if again is not None and repeats is None else None
+        new_instance_of = order_of(again) if again is not None and repeats is None else None
         previous = current.state
         # One operator action, one audit entry: the reset and the start inside it record none.
         if current.state in (ResourceState.FAILED, ResourceState.DONE):
             pool.reset(resource=current, actor=actor, reason="retry this resource", audit=False)
         task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
                           resource=current, strict=True, reserve=True, audit=False, repeats=repeats,
-                          idempotency_key=idempotency_key)
+                          new_instance_of=new_instance_of, idempotency_key=idempotency_key)
         if audit:
             noted, why = new_instance_audit(new_instance_of)
             record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
@@ -210,7 +218,7 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
         repeats = new_instance_of = None
         if source is not None and (flow, parse_payload(payload)) == (source.flow, source.payload):
             repeats = instance_to_run_again(source, name, as_new_instance=as_new_instance)
-            new_instance_of = (source.repeats_id or source.pk) if repeats is None else None
+            new_instance_of = order_of(source) if repeats is None else None
         return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, resource=current,
                           strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats,
                           new_instance_of=new_instance_of)

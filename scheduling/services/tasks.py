@@ -145,8 +145,9 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     The caller says so rather than the audit channel, because run_batches and dispatch_tasks
     start the system's tasks from a command, and an operator's retry comes through any channel.
     `repeats` is the first task of the business instance this one runs again (retry_resource);
-    `new_instance_of` that of a succeeded instance whose flow and payload it runs again as a new
-    instance (an operator's as_new_instance), which its audit entry names."""
+    `new_instance_of` the first task of the order (operator_retry.order_of) whose succeeded
+    instance it runs again as a new one (an operator's as_new_instance), which the task records
+    (a run of such an instance inherits it) and its audit entry names."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -195,6 +196,7 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
             next_run_at=max(run_at or now, now), deadline_at=deadline, repeats=repeats,
+            new_instance_of_id=new_instance_of or (repeats.new_instance_of_id if repeats is not None else None),
         )
         # A lease taken now must last until the first attempt is due, and then some.
         lease_seconds = math.ceil((task.next_run_at - now).total_seconds()) + target_pool.lease_seconds

@@ -14,9 +14,10 @@ from resources import services as pool_services
 from resources.models import Resource
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
-from scheduling.models import Attempt
-from scheduling.services import claims
+from scheduling.models import Attempt, Task
+from scheduling.services import claims, operator_retry
 from tests.factories import RetryPolicyFactory
+from tests.scheduling.helpers import died_on, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -134,3 +135,41 @@ def test_the_workers_renewal_racing_its_attempts_failure_leaves_the_hold_for_the
     assert task.state == TaskState.RETRYING and task.held_lease_token == res.lease_token
     assert out["keep"].state == "lost"  # the attempt's use of the lease is over: not renewed
     assert res.leased_until > task.next_run_at  # the hold lasts until the retry is due (and a lease more)
+
+
+def test_two_new_instances_of_one_order_asked_at_once_from_two_instances_make_one_live_run(
+        redis_conn, alice, bob, default_policy, monkeypatch):
+    # Order 42 succeeded on alice, and so did a new instance of it on bob: the two requests lock
+    # different first tasks, so only a lock on the order itself keeps them from both starting.
+    order = died_on(alice, default_policy)
+    Task.objects.filter(pk__in=[order.pk, died_on(bob, default_policy, new_instance_of=order).pk]).update(
+        state=TaskState.SUCCEEDED)
+    created, go_on, outcomes = threading.Event(), threading.Event(), {}
+    real_start = operator_retry.start_task
+
+    def start_then_wait(**kwargs):
+        task = real_start(**kwargs)
+        if kwargs["resource"].pk == alice.pk:
+            created.set()
+            go_on.wait(10)  # written, not yet committed
+        return task
+
+    def ask(resource, actor):
+        def request():
+            try:
+                outcomes[actor] = services.retry_resource(resource=resource.pk, actor=actor, as_new_instance=True).pk
+            except Exception as exc:
+                outcomes[actor] = getattr(exc, "code", repr(exc))
+        return request
+
+    monkeypatch.setattr(operator_retry, "start_task", start_then_wait)
+    first = in_thread(ask(alice, "ops:carol"))
+    assert created.wait(10)
+    second = in_thread(ask(bob, "ops:dave"))
+    waited = wait_for_lock_wait(5)
+    go_on.set()
+    first.join(10)
+    second.join(10)
+    assert waited
+    assert outcomes["ops:dave"] == "task_live"
+    assert Task.objects.filter(state__in=operator_retry.LIVE_STATES, payload={"order": 42}).count() == 1

@@ -182,3 +182,20 @@ def test_as_new_instance_must_be_true_or_false(alice, bob, default_policy, value
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=alice, actor="ops:carol", as_new_instance=value)
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "as_new_instance")
+
+
+def test_a_run_of_an_earlier_new_instance_is_refused_while_a_newer_one_of_the_same_order_is_live(
+        alice, bob, default_policy):
+    # Order 42 succeeded on alice; an earlier new instance of it (a business instance of its own)
+    # died on bob. Run again as a new instance from alice, then retried from bob, it would run twice.
+    order = died_on(alice, default_policy)
+    Task.objects.filter(pk=order.pk).update(state=TaskState.SUCCEEDED)
+    died_on(bob, default_policy, new_instance_of=order)
+    newer = services.retry_resource(resource=alice, actor="ops:carol", as_new_instance=True)
+    before = written()
+
+    with pytest.raises(DomainError) as refused:
+        services.retry_resource(resource=bob, actor="ops:dave")
+
+    assert (refused.value.code, refused.value.details["task_id"]) == ("task_live", newer.pk)
+    assert written() == before
