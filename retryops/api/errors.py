@@ -30,6 +30,7 @@ STATUS_BY_CODE = {
     "resource_unavailable": 409, "pool_exhausted": 409, "lease_mismatch": 409, "illegal_transition": 409,
     "task_live": 409, "replay_refused": 409, "bulk_replay_running": 409, "approval_required": 409,
     "token_reused": 409, "bad_runbook": 409, "idempotency_key_in_progress": 409, "instance_succeeded": 409,
+    "name_taken": 409, "key_taken": 409,
     # the Idempotency-Key names another request
     "idempotency_key_reused": 422,
     # the If-Match names a version the row is no longer at

@@ -50,8 +50,9 @@ ERRORS = {
     403: "The client's service user lacks the permission this needs (`message` names it).",
     404: "No such object (or an unknown pool or resource named in the body).",
     409: "The state does not allow it now: resource_unavailable (reason, holder, until), pool_exhausted (counts), "
-         "lease_mismatch (why), illegal_transition, task_live; or idempotency_key_in_progress (the first request "
-         "with this Idempotency-Key is still being processed).",
+         "lease_mismatch (why), illegal_transition, task_live, name_taken and key_taken (a pool's name, a key in its "
+         "pool); or idempotency_key_in_progress (the first request with this Idempotency-Key is still being "
+         "processed).",
     411: "length_required: a body must be sent with a Content-Length header; one sent with Transfer-Encoding "
          "(chunked) alone is not read.",
     413: lambda: f"request_too_large: the body is longer than the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes the "
