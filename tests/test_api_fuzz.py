@@ -174,9 +174,9 @@ def aim(case, known) -> None:
 # Refusals of a request the schema calls valid that no schema can foresee: a name that is the
 # server's data (a flow registered in its code, a policy in its database, a runbook or one of its
 # actions on its disk), a time bound by the server's clock (a task's first run at most a year
-# ahead), and a default the server takes from a resource's history (a retry without a flow, of a
-# resource no task ran on yet). A limit, a format or a rule between fields refused as bad input is
-# a finding.
+# ahead), a default the server takes from a resource's history (a retry without a flow, of a
+# resource no task ran on yet), and a precondition on a row's current version (412 for an If-Match
+# it no longer has). A limit, a format or a rule between fields refused as bad input is a finding.
 UNKNOWN_NAME_CODES = {"unknown_flow", "unknown_policy", "unknown_runbook", "unknown_runbook_action"}
 CLOCK_BOUND_FIELDS = {"run_at"}
 HISTORY_DEFAULTS = {"/retry/": {"flow"}}
@@ -184,6 +184,8 @@ HISTORY_DEFAULTS = {"/retry/": {"flow"}}
 
 def foreseen_by_no_schema(case, response) -> bool:
     """Whether a refusal is one of those above."""
+    if response.status_code == 412:
+        return True
     try:
         error = response.json()["error"]
     except (ValueError, KeyError, TypeError):
