@@ -45,7 +45,8 @@ def _rates() -> str:
 
 
 ERRORS = {
-    400: "Bad input: `details.fields` names each bad field (body, query or header) with what is wrong.",
+    400: lambda: "Bad input: `details.fields` names each bad field (body, query or header) with what is wrong; "
+                 f"too_many_parameters: more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} query parameters.",
     401: "No API key (`Authorization: Bearer <key>` or `X-API-Key`), or an unknown or revoked one.",
     403: "The client's service user lacks the permission this needs (`message` names it).",
     404: "No such object (or an unknown pool or resource named in the body).",

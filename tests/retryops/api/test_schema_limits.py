@@ -147,3 +147,14 @@ def test_a_bulk_replays_times_are_documented_as_date_times_or_empty(schema):
 
 def test_a_work_order_patch_documents_its_409(schema):
     assert "409" in schema["paths"]["/api/ops/workorders/{id}/"]["patch"]["responses"]
+
+
+def test_more_query_parameters_than_the_server_reads_answer_400_as_the_schema_says(schema, api, settings):
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    response = api.get("/api/tasks/?" + "&".join(f"p{n}=1" for n in range(limit + 1)))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"] == {
+        "code": "too_many_parameters", "details": {"limit": limit},
+        "message": f"the request has more than the {limit} query parameters the server reads"}
+    assert f"more than {limit} query parameters" in schema["paths"]["/api/tasks/"]["get"]["responses"]["400"][
+        "description"]
