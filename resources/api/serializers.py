@@ -8,6 +8,7 @@ from rest_framework import serializers
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
+from retryops.api.schema import NOT_BLANK
 
 
 def _seconds(help_text: str) -> serializers.IntegerField:
@@ -109,6 +110,10 @@ class ReleaseSerializer(Input):
     error = Text(required=False, allow_blank=True, help_text="What failed (needed with outcome failure): its "
                                                               "class and message, e.g. TimeoutError: read timed out.")
     details = JsonObject(required=False, help_text="Kept with the release in the resource's timeline.")
+
+    # The service refuses a failure without its error.
+    body_rules = {"if": {"required": ["outcome"], "properties": {"outcome": {"const": Outcome.FAILURE}}},
+                  "then": {"required": ["error"], "properties": {"error": {"pattern": NOT_BLANK}}}}
 
 
 class HeartbeatSerializer(Input):

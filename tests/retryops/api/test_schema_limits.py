@@ -158,3 +158,12 @@ def test_more_query_parameters_than_the_server_reads_answer_400_as_the_schema_sa
         "message": f"the request has more than the {limit} query parameters the server reads"}
     assert f"more than {limit} query parameters" in schema["paths"]["/api/tasks/"]["get"]["responses"]["400"][
         "description"]
+
+
+@pytest.mark.parametrize("body, ok", [({"outcome": "failure", "error": "TimeoutError: late"}, True),
+                                      ({"outcome": "success"}, True), ({"outcome": "failure"}, False),
+                                      ({"outcome": "failure", "error": " "}, False)])
+def test_a_failure_is_documented_as_needing_its_error(schema, api, claimed_alice, body, ok):
+    body = {"lease_token": str(uuid.uuid4()), **body}  # a token of the right form that holds nothing: 409
+    assert valid(schema, "ReleaseRequest", body) is ok
+    assert (api.post(f"/api/resources/{claimed_alice.pk}/release", body, format="json").status_code != 400) is ok
