@@ -348,5 +348,9 @@ def suggest_for_work_order(work_order) -> list[Runbook]:
                             named=work_order.runbook)
 
 
+# A runbook run's token: what request_runbook_action takes (and the API's schema states).
+TOKEN = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,100}\Z")
+
+
 def is_token(value: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z0-9._:@/+=-]{1,100}", value))
+    return bool(TOKEN.match(value))

@@ -14,8 +14,14 @@ read_settings_or_exit()
 from django.conf import settings  # noqa: E402 - read once read_settings_or_exit has checked them
 
 # Threads, not more processes: a request mostly waits on PostgreSQL, and each thread holds its own
-# database connection (see the README's sizing).
-worker_class = "gthread"
+# database connection (see the README's sizing). gunicorn's gthread worker, answering a request it
+# refuses by the limits below (414, 431) in the API's JSON error shape rather than as an HTML page.
+worker_class = "retryops.gunicorn_worker.Worker"
+from retryops.gunicorn_worker import HEADER_FIELD_BYTES, HEADER_FIELDS, REQUEST_LINE_BYTES  # noqa: E402
+
+limit_request_line = REQUEST_LINE_BYTES
+limit_request_fields = HEADER_FIELDS
+limit_request_field_size = HEADER_FIELD_BYTES
 with refuse_bad_configuration():
     # WEB_CONCURRENCY is the name Heroku-style platforms (and gunicorn itself) use for the process count.
     workers = env_int("WEB_CONCURRENCY", 2, minimum=1, maximum=256)

@@ -17,6 +17,19 @@ class InvalidInput(ResourceError, BadInput):
     code = "bad_input"
 
 
+class NameTaken(InvalidInput):
+    """Another pool has this name: the request is well formed and the state refuses it (409). Still
+    InvalidInput, so a form names the field."""
+
+    code = "name_taken"
+
+
+class KeyTaken(InvalidInput):
+    """The pool has a resource with this key already (`taken`); as NameTaken."""
+
+    code = "key_taken"
+
+
 class PoolNotFound(ResourceError):
     code = "pool_not_found"
 

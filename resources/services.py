@@ -38,7 +38,9 @@ from resources.classification import Classification, classify, error_text
 from resources.errors import (
     IllegalTransition,
     InvalidInput,
+    KeyTaken,
     LeaseMismatch,
+    NameTaken,
     ResourceChanged,
     ResourceNotFound,
     ResourceUnavailable,
@@ -710,8 +712,8 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
     return {field: value for field, value in fields.items() if value is not None}
 
 
-def _name_taken(name: str) -> InvalidInput:
-    return InvalidInput(gettext("a resource pool named %(name)s exists already") % {"name": repr(name)}, field="name")
+def _name_taken(name: str) -> NameTaken:
+    return NameTaken(gettext("a resource pool named %(name)s exists already") % {"name": repr(name)}, field="name")
 
 
 def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
@@ -840,7 +842,9 @@ def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> I
         [gettext("keys given twice: %(keys)s") % {"keys": ", ".join(repeated)}] if repeated else [])
     if not problems:
         return None
-    return InvalidInput(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated)
+    # A key given twice is the request's fault; one the pool has already, the state's.
+    error = InvalidInput if repeated else KeyTaken
+    return error(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated)
 
 
 def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
@@ -872,6 +876,6 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
         if _unique_violation(exc) != "resource_key_unique_in_pool":
             raise
         # Another add committed one of these keys while this one waited for it.
-        raise _keys_taken(target, keys, []) or InvalidInput(
+        raise _keys_taken(target, keys, []) or KeyTaken(
             gettext("a key of these was added to pool %(pool)s meanwhile") % {"pool": target.name},
             field="key") from None

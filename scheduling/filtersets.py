@@ -3,6 +3,7 @@ filters tasks by the same things; a filter that a selector already answers runs 
 
 import django_filters
 from django import forms
+from drf_spectacular.utils import extend_schema_field
 
 from retryops.inputs import MAX_ID
 from scheduling.choices import TaskState
@@ -10,6 +11,7 @@ from scheduling.models import Task
 from scheduling.selectors import changed_since, tasks_of_resource
 
 
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_ID})
 class IdFilter(django_filters.NumberFilter):
     """A row's id: a whole number from 1 to bigint's largest (a larger one would reach PostgreSQL)."""
 

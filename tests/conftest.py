@@ -128,7 +128,13 @@ def _empty_tables(self) -> None:
     append-only audit table with TRUNCATE. Django's flush truncates every table at once, which costs
     PostgreSQL new files for each table and index, and then makes the content types and permissions
     again through post_migrate: ten times as long, after each of some 250 transactional tests."""
-    for alias in self._databases_names(include_mirrors=False):
+    empty_tables(self._databases_names(include_mirrors=False))
+
+
+def empty_tables(aliases=("default",)) -> None:
+    """The tables of the databases `aliases` emptied, as after a transactional test (_empty_tables):
+    for fixtures that commit rows for a whole module."""
+    for alias in aliases:
         connection = connections[alias]
         tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
         with transaction.atomic(using=alias), connection.cursor() as cursor:

@@ -27,8 +27,10 @@ def free_port() -> int:
 def running(command: list[str], *, ready_url: str, wait: float = 60, **popen):
     """Start `command` (a server), wait until `ready_url` answers 200, and stop it on exit (SIGTERM,
     SIGKILL after 15 s). A server that exits or is not ready within `wait` seconds raises
-    RuntimeError with what it wrote on stderr."""
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+    RuntimeError with what it wrote on stderr (a pipe unless `stderr` names a file: a server that
+    logs every request fills a pipe nobody reads, and then waits)."""
+    popen.setdefault("stderr", subprocess.PIPE)
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, text=True, **popen)
     try:
         deadline = time.monotonic() + wait
         while True:
@@ -39,7 +41,7 @@ def running(command: list[str], *, ready_url: str, wait: float = 60, **popen):
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                raise RuntimeError(f"{Path(command[0]).name} did not start: {server.communicate()[1]}")
+                raise RuntimeError(f"{Path(command[0]).name} did not start: {server.communicate()[1] or 'see its log'}")
             time.sleep(0.2)
         yield server
     finally:
@@ -52,16 +54,17 @@ def running(command: list[str], *, ready_url: str, wait: float = 60, **popen):
 
 
 @contextmanager
-def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None):
-    """Serve the app with `workers` processes of `threads` threads each; yields its base URL."""
+def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None, stderr=subprocess.PIPE):
+    """Serve the app as deploy/ does (deploy/gunicorn.conf.py: its worker, limits and logging) with
+    `workers` processes of `threads` threads each, its log on `stderr`; yields its base URL."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
                    # Each request's thread closes its connection: 50 threads never keep 50 idle ones.
-                   "DB_CONN_MAX_AGE": "0", **(env or {})}
+                   "DB_CONN_MAX_AGE": "0", "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
+                   "GUNICORN_THREADS": str(threads), **(env or {})}
     base = f"http://127.0.0.1:{port}"
     with running(
-        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--timeout", "60",
+        [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application",
          "--graceful-timeout", "5", "--log-level", "warning"],
-            ready_url=f"{base}/api/health/", cwd=ROOT, env=environment):
+            ready_url=f"{base}/api/health/", cwd=ROOT, env=environment, stderr=stderr):
         yield base

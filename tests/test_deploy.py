@@ -178,7 +178,7 @@ def test_the_procfiles_web_command_serves_the_app_with_gthread_and_the_workers_i
     finally:
         server.terminate()
         _out, err = server.communicate(timeout=30)
-    assert "Using worker: gthread" in err
+    assert "Using worker: retryops.gunicorn_worker.Worker" in err  # gthread, its refusals in JSON
     assert "Booting worker" in err and err.count("Booting worker") == 1
 
 

@@ -1,12 +1,15 @@
 """What the compensation endpoints take and answer. Input serializers only parse (types, lengths,
 which fields may be sent); what a value may do is the services' decision."""
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.runbook_models import RunbookRun
+from compensation.runbooks import TOKEN
 from compensation.services.bulk_replay import MAX_RATE, MIN_RATE
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
+from retryops.api.schema import NOT_BLANK
 from retryops.inputs import MAX_ID
 
 # Free text an operator types: the services' limits.
@@ -73,6 +76,11 @@ class BulkFilterSerializer(Input):
     def unknown_field(self, name):
         return f"not a filter: use {', '.join(self.fields)}"
 
+    # The times are parsed by the service (compensation.services.bulk_replay.parse_filter); empty
+    # is no bound.
+    body_rules = {"properties": {name: {"anyOf": [{"format": "date-time"}, {"maxLength": 0}]}
+                                 for name in ("died_after", "died_before")}}
+
 
 class BulkReplayRequestSerializer(Input):
     filter = BulkFilterSerializer(required=False, default=dict)
@@ -84,6 +92,15 @@ class BulkReplayRequestSerializer(Input):
     any_resource = Flag(default=False, help_text="Replay each on any resource of its pool, not strictly on its own.")
     all = Flag(default=False, help_text="true: an empty filter replays every open dead letter; without it an empty "
                                         "filter is refused (400 on filter). A dry run counts them either way.")
+
+    # An empty filter (no field, or only empty ones) is taken in a dry run, or with all (the service's rule).
+    body_rules = {"anyOf": [
+        {"properties": {"dry_run": {"const": True}}},
+        {"required": ["all"], "properties": {"all": {"const": True}}},
+        {"required": ["filter"], "properties": {"filter": {"anyOf": [
+            {"required": [name], "properties": {name: {"pattern": NOT_BLANK}}} if name != "resource" else
+            {"required": [name]} for name in BulkFilterSerializer().fields]}}},
+    ]}
 
 
 class BulkReplayCountSerializer(serializers.Serializer):
@@ -199,6 +216,6 @@ class RunbookRequestSerializer(Input):
     runbook = Text(max_length=100, help_text="The runbook, by name.")
     action = Text(max_length=100, help_text="One of its actions, by name.")
     input = JsonObject(required=False, default=dict, help_text="The action's input, checked against its schema.")
-    token = Text(required=False, max_length=100, help_text="Names this request: the same token again answers the "
-                                                           "first run with 200, creating nothing (1 to 100 letters, "
-                                                           "digits or ._:@/+=-); default: a new one.")
+    token = Text(required=False, max_length=100, validators=[RegexValidator(TOKEN)],
+                 help_text="Names this request: the same token again answers the first run with 200, creating "
+                           "nothing (1 to 100 letters, digits or ._:@/+=-); default: a new one.")

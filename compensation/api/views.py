@@ -51,6 +51,7 @@ from compensation.selectors import (
 from compensation.services import runbooks
 from resources.api.views import LOCATION
 from retryops.api.authentication import actor_of
+from retryops.api.schema import error_response
 from retryops.api.views import ApiView, parsed
 
 P = "compensation."
@@ -240,7 +241,10 @@ class WorkOrderDetail(ApiView):
     def get(self, request, id):
         return Response(WorkOrderDetailSerializer(work_order_detail(int(id))).data)
 
-    @extend_schema(request=WorkOrderPatchSerializer, responses={200: WorkOrderSerializer})
+    @extend_schema(request=WorkOrderPatchSerializer, responses={
+        200: WorkOrderSerializer,
+        409: error_response(409, "illegal_transition: the work order is closed, compensated or cancelled, and "
+                                 "no longer changes.")})
     def patch(self, request, id):
         order = services.change_work_order(work_order=int(id), actor=actor_of(request),
                                            **parsed(WorkOrderPatchSerializer, request))

@@ -1,16 +1,20 @@
 """What the resource endpoints take and answer. Input serializers only parse (types, lengths, which
 fields may be sent); what a value may do is the services' decision."""
 
+from django.conf import settings
+from django.core.validators import validate_slug
 from rest_framework import serializers
 
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
-from retryops.inputs import MAX_INTEGER
+from retryops.api.schema import NOT_BLANK
 
 
 def _seconds(help_text: str) -> serializers.IntegerField:
-    return serializers.IntegerField(min_value=1, max_value=MAX_INTEGER, required=False, help_text=help_text)
+    """A lease's length, as long as the services let one be (RETRYOPS_MAX_LEASE_SECONDS)."""
+    return serializers.IntegerField(min_value=1, max_value=settings.RETRYOPS_MAX_LEASE_SECONDS, required=False,
+                                    help_text=help_text)
 
 
 class PoolSerializer(serializers.ModelSerializer):
@@ -21,7 +25,8 @@ class PoolSerializer(serializers.ModelSerializer):
 
 
 class PoolCreateSerializer(Input):
-    name = Text(max_length=100, help_text="Letters, digits, hyphens and underscores; unique.")
+    name = Text(max_length=100, validators=[validate_slug], help_text="Letters, digits, hyphens and underscores; "
+                                                                      "unique.")
     description = Text(required=False, allow_blank=True)
     resource_noun = Text(max_length=40, required=False, help_text="What one resource is called: account, number.")
     lease_seconds = _seconds("How long a claim lasts without a heartbeat (default 300).")
@@ -105,6 +110,10 @@ class ReleaseSerializer(Input):
     error = Text(required=False, allow_blank=True, help_text="What failed (needed with outcome failure): its "
                                                               "class and message, e.g. TimeoutError: read timed out.")
     details = JsonObject(required=False, help_text="Kept with the release in the resource's timeline.")
+
+    # The service refuses a failure without its error.
+    body_rules = {"if": {"required": ["outcome"], "properties": {"outcome": {"const": Outcome.FAILURE}}},
+                  "then": {"required": ["error"], "properties": {"error": {"pattern": NOT_BLANK}}}}
 
 
 class HeartbeatSerializer(Input):

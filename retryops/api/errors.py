@@ -10,7 +10,7 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -30,6 +30,7 @@ STATUS_BY_CODE = {
     "resource_unavailable": 409, "pool_exhausted": 409, "lease_mismatch": 409, "illegal_transition": 409,
     "task_live": 409, "replay_refused": 409, "bulk_replay_running": 409, "approval_required": 409,
     "token_reused": 409, "bad_runbook": 409, "idempotency_key_in_progress": 409, "instance_succeeded": 409,
+    "name_taken": 409, "key_taken": 409,
     # the Idempotency-Key names another request
     "idempotency_key_reused": 422,
     # the If-Match names a version the row is no longer at
@@ -132,6 +133,11 @@ def exception_handler(exc, context) -> Response:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(error_body("request_too_large", f"the request's body is larger than the {limit} bytes this API "
                                    "takes", {"limit_bytes": limit}), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, TooManyFieldsSent):
+        # Django raises it when the query string is parsed (the filters read it), DRF lets it through.
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return Response(error_body("too_many_parameters", f"the request has more than the {limit} query parameters "
+                                   "the server reads", {"limit": limit}), status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

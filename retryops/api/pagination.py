@@ -16,6 +16,16 @@ class CursorPage(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
+    def page_size_schema(self) -> dict:
+        return {"type": "integer", "minimum": 1, "maximum": self.max_page_size}
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = self.page_size_schema()
+        return parameters
+
     def get_page_size(self, request):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:

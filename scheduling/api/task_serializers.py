@@ -76,6 +76,10 @@ class TaskRetryRequestSerializer(Input):
                                   help_text=f"Up to {MAX_TASKS} task ids, each once; retried in this order.")
     as_new_instance = Flag(default=False, help_text=AS_NEW_INSTANCE)
 
+    body_rules = {"oneOf": [{"required": ["task"]}, {"required": ["tasks"]}],
+                  # The service refuses a task named twice.
+                  "properties": {"tasks": {"uniqueItems": True}}}
+
     def validate(self, data):
         if ("task" in data) == ("tasks" in data):
             raise serializers.ValidationError({"task": ["send task (one id) or tasks (a list of ids), not both"]})

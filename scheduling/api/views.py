@@ -98,7 +98,7 @@ class RetryHistory(AddressedResource, ApiView):
 
     @extend_schema(parameters=[
         OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From a `next` link."),
-        OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY,
+        OpenApiParameter("page_size", CursorPage().page_size_schema(), OpenApiParameter.QUERY,
                          description=f"Entries per page, 1 to {CursorPage.max_page_size} (default "
                                      f"{settings.RETRYOPS_API_PAGE_SIZE}).")])
     def get(self, request, **kwargs):

@@ -584,9 +584,10 @@ def test_attributes_nested_deeper_than_can_be_checked_are_bad_input(pool):
         services.add_resources(pool=pool, resources=[{"key": "k", "attributes": {"deep": deep}}])
 
 
-def test_a_taken_pool_name_is_bad_input(pool):
-    with bad_input("name"):
+def test_a_taken_pool_name_is_refused_as_name_taken(pool):
+    with pytest.raises(DomainError) as refused:
         services.create_pool(name="accounts")
+    assert (refused.value.code, refused.value.details["field"]) == ("name_taken", "name")
 
 
 def test_a_pool_lease_past_the_column_range_is_bad_input(db):
@@ -658,7 +659,7 @@ def test_two_creates_of_one_pool_at_once_give_the_loser_a_clear_error():
     raised = _second_creator_while_the_first_is_uncommitted(
         lambda: services.create_pool(name="twins"), lambda: services.create_pool(name="twins"))
     assert [(getattr(e, "code", repr(e)), getattr(e, "details", {}).get("field")) for e in raised] == [
-        ("bad_input", "name")]
+        ("name_taken", "name")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -668,7 +669,7 @@ def test_two_adds_of_one_key_at_once_give_the_loser_a_clear_error():
         lambda: services.add_resources(pool=pool, resources=[{"key": "k1"}]),
         lambda: services.add_resources(pool=pool, resources=[{"key": "k1"}]))
     assert [(getattr(e, "code", repr(e)), getattr(e, "details", {}).get("field")) for e in raised] == [
-        ("bad_input", "key")]
+        ("key_taken", "key")]
     assert Resource.objects.filter(pool=pool).count() == 1
 
 
@@ -698,11 +699,11 @@ def test_a_pool_change_leaves_the_fields_it_was_not_given(pool):
     assert (row.lease_seconds, row.description) == (900, "EU accounts") == (changed.lease_seconds, changed.description)
 
 
-def test_a_pool_change_to_a_taken_name_is_bad_input_naming_the_field(pool):
+def test_a_pool_change_to_a_taken_name_is_refused_as_name_taken_naming_the_field(pool):
     services.create_pool(name="keys")
     with pytest.raises(DomainError) as refused:
         services.change_pool(pool=pool, actor="carol", name="keys")
-    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "name")
+    assert (refused.value.code, refused.value.details["field"]) == ("name_taken", "name")
     assert ResourcePool.objects.get(pk=pool.pk).name == "accounts"
 
 

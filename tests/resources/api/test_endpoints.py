@@ -34,10 +34,11 @@ def test_a_pool_is_created_and_answered_with_its_location(api):
     assert AuditEntry.objects.get(action="pool.create").actor == "api:billing"
 
 
-def test_a_taken_pool_name_is_bad_input_naming_the_field(api, pool):
-    error = error_of(post(api, "/api/pools/", {"name": "accounts"}), 400)
+def test_a_taken_pool_name_is_409_name_taken_naming_the_field(api, pool):
+    # The request is well formed (the schema calls it valid); the state refuses it.
+    error = error_of(post(api, "/api/pools/", {"name": "accounts"}), 409)
     assert (error["code"], error["details"]["field"], list(error["details"]["fields"])) == (
-        "bad_input", "name", ["name"])
+        "name_taken", "name", ["name"])
 
 
 def test_pools_are_listed_newest_first_and_filtered_by_name(api, pool):
@@ -65,9 +66,9 @@ def test_adding_to_an_unknown_pool_is_404(api, db):
     assert error_of(post(api, "/api/resources/", {"pool": "nope", "key": "k"}), 404)["code"] == "pool_not_found"
 
 
-def test_a_taken_key_is_bad_input(api, alice):
-    error = error_of(post(api, "/api/resources/", {"pool": "accounts", "key": "alice@x"}), 400)
-    assert error["details"]["field"] == "key"
+def test_a_taken_key_is_409_key_taken_naming_the_field(api, alice):
+    error = error_of(post(api, "/api/resources/", {"pool": "accounts", "key": "alice@x"}), 409)
+    assert (error["code"], error["details"]["field"], error["details"]["taken"]) == ("key_taken", "key", ["alice@x"])
 
 
 def test_a_resource_is_read_by_id_and_by_pool_and_key_without_its_lease_token(api, claimed_alice):

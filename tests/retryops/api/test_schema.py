@@ -74,6 +74,24 @@ def test_every_request_body_says_that_fields_it_does_not_name_are_refused(schema
     assert open_bodies == []
 
 
+def test_every_operation_documents_the_web_servers_414_and_431(schema):
+    for path, method, operation in operations(schema):
+        assert {"414", "431"} <= set(operation["responses"]), (path, method)
+
+
+def test_every_operation_that_takes_a_body_documents_411(schema):
+    for path, method, operation in operations(schema):
+        if method in ("post", "patch"):
+            assert "411" in operation["responses"], (path, method)
+
+
+def test_the_413_and_429_state_the_body_size_and_the_rates_the_server_keeps(schema, settings):
+    responses = next(operation["responses"] for _path, method, operation in operations(schema) if method == "post")
+    assert f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes" in responses["413"]["description"]
+    assert all(rate in responses["429"]["description"] for rate in (
+        settings.RETRYOPS_API_READ_RATE, settings.RETRYOPS_API_WRITE_RATE, settings.RETRYOPS_API_ANON_RATE))
+
+
 def test_the_error_shape_names_code_message_and_details(probe_schema):
     detail = probe_schema["components"]["schemas"]["ErrorDetail"]
     assert set(detail["required"]) == {"code", "message", "details"}
