@@ -1,8 +1,8 @@
 """Audit entries for changes to who may do what: users, groups (the console's roles) and
 permissions. Django's auth models have no service of ours that every path goes through — the
-admin's user and group pages, createsuperuser and changepassword, api_client, the shell all write
-them directly — so these receivers record what changed, whichever path changed it through the
-models (a QuerySet.update() or raw SQL sends no signal, and is not seen).
+admin's user and group pages, createsuperuser and changepassword, loaddata, api_client, the shell
+all write them directly — so these receivers record what changed, whichever path changed it through
+the models (a QuerySet.update() or raw SQL sends no signal, and is not seen).
 
 Each entry is written in the transaction of its change: Django runs m2m changes and deletes in one,
 and so does the admin. A bare save() in autocommit (the shell, createsuperuser) has committed
@@ -58,7 +58,10 @@ def user_snapshot(user) -> dict:
 
 def _before_user_save(sender, instance, update_fields=None, **kwargs):
     instance.__dict__.pop("_audit_before", None)
-    if instance._state.adding or (update_fields is not None and set(update_fields) <= QUIET_FIELDS):
+    # Whenever the pk is set, not only for an instance read from the database: one constructed with
+    # a stored pk (User(pk=7, is_superuser=True).save()) or loaded by loaddata (raw) is `adding`,
+    # and its save still updates that row. No row: post_save says created.
+    if instance.pk is None or (update_fields is not None and set(update_fields) <= QUIET_FIELDS):
         return
     old = _locked(sender.objects.filter(pk=instance.pk)).first()
     if old is not None:
@@ -97,7 +100,7 @@ def _after_user_delete(sender, instance, **kwargs):
 
 def _before_group_save(sender, instance, **kwargs):
     instance.__dict__.pop("_audit_before", None)
-    if not instance._state.adding:
+    if instance.pk is not None:  # as for users: a constructed or loaded group with a stored pk too
         instance.__dict__["_audit_before"] = _locked(Group.objects.filter(pk=instance.pk)).values("name").first()
 
 

@@ -144,18 +144,28 @@ class TaskConsole:
                     source = last_task_on(resource)
         except DomainError as exc:
             raise Http404(str(exc)) from None
+        pool = source.pool if source else None
+        form = None
+        if request.method == "POST":
+            form = RetryResourceForm(request.POST, resource=resource,
+                                     initial=retry_initial(resource=resource, source=source, pool=pool))
+            valid = form.is_valid()
+            # The task whose payload the submitted page left out, as it carries it: what an empty
+            # payload means, and what the page shown again is about, whatever the state is now.
+            source = form.cleaned_data.get("left_out") or source
+            if valid:
+                task = self._start(request, form, source)
+                if task is not None:
+                    return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
         # What a strict retry would meet, asked of the services before the page offers anything:
         # whether the resource can be had, then whether the source's payload would be refused.
         preview = services.preview_retry(resource=resource, source=source) if resource is not None else None
-        left_out = preview.instance_refused if preview is not None else None
-        initial = retry_initial(resource=resource, source=source, pool=source.pool if source else None,
-                                with_payload=left_out is None)
-        form = RetryResourceForm(request.POST if request.method == "POST" else None, resource=resource,
-                                 initial=initial, payload_left_out=left_out is not None)
-        if request.method == "POST" and form.is_valid():
-            task = self._start(request, form, source)
-            if task is not None:
-                return HttpResponseRedirect(reverse("admin:scheduling_task_change", args=[task.pk]))
+        refused = preview.instance_refused if preview is not None else None
+        if form is None:
+            form = RetryResourceForm(resource=resource, initial=retry_initial(resource=resource, source=source,
+                                                                              pool=pool, with_payload=refused is None))
+        left_out = (refused or gettext("a run of it was live or had succeeded when the page was opened")) \
+            if form.payload_left_out and source is not None else None
         unavailable = preview.unavailable if preview is not None else None
         context = self._context(
             request, gettext("Retry this resource") if resource else gettext("Run a flow with a specified resource"),
@@ -174,8 +184,9 @@ class TaskConsole:
         policy = data["policy"].name if data["policy"] else None
         try:
             if source is not None and data["payload"] is None:
-                # Left empty where the page left the source's payload out, "run it again as a new
-                # instance" ticked (RetryResourceForm.clean): that payload, once more.
+                # Left empty where the page left the source's payload out (its marker names the
+                # source), "run it again as a new instance" ticked (RetryResourceForm.clean): that
+                # payload, once more, as the guard allows now.
                 data["payload"] = source.payload
             elif source is not None:  # the form showed the source's payload masked
                 data["payload"] = keep_masked_secrets(data["payload"], source.payload, field="payload", error=BadInput)

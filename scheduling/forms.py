@@ -59,14 +59,18 @@ class RetryResourceForm(forms.Form):
                     "does it again; unchecked, such a retry is refused. A run that is still live is never doubled."))
     token = forms.CharField(widget=forms.HiddenInput)
 
-    def __init__(self, *args, resource: Resource | None = None, payload_left_out: bool = False, **kwargs):
+    # The task whose payload the page left out (the retry would have refused it when the page was
+    # rendered), or empty: what an empty payload means is what the page said, not what the state
+    # says now (a live run that ended meanwhile would make it {}).
+    left_out = forms.ModelChoiceField(
+        queryset=Task.objects.all(), required=False, widget=forms.HiddenInput,
+        error_messages={"invalid_choice": _("the form's record of the payload it left out is damaged: reload the "
+                                            "page")})
+
+    def __init__(self, *args, resource: Resource | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.resource = resource
-        # The page says why the source's payload is not filled in (the retry would refuse it). Left
-        # empty, the payload is that one, run again only with "run it again as a new instance"
-        # ticked; without, empty would start the flow with {} instead of the run the operator meant.
-        self.payload_left_out = payload_left_out
-        if payload_left_out:
+        if self.payload_left_out:
             self.fields["payload"].help_text = _("A JSON object: the payload of a new run. Left empty with “%(choice)s” "
                                                  "ticked: the one left out, once more.") % {
                 "choice": self.fields["as_new_instance"].label}
@@ -83,11 +87,17 @@ class RetryResourceForm(forms.Form):
             if isinstance(validator, ProhibitNullCharactersValidator):
                 validator.message = _NUL_IN_PAYLOAD
 
+    @property
+    def payload_left_out(self) -> bool:
+        """Whether the page, as rendered, left the source's payload out: the posted marker once
+        submitted."""
+        return bool(self["left_out"].value())
+
     def clean_payload(self) -> dict | None:
-        """The payload typed; None when left empty where the source's was left out (see clean)."""
+        """The payload typed; None when left empty (clean says whether that is {} or the one left out)."""
         text = self.cleaned_data.get("payload") or ""
         if not text.strip():
-            return None if self.payload_left_out else {}
+            return None
         try:
             return parse_payload(text)
         except BadPayload as exc:
@@ -101,10 +111,16 @@ class RetryResourceForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if "payload" in data and data["payload"] is None and not data.get("as_new_instance"):
-            self.add_error("payload", _("type the payload to run, or tick “%(choice)s” to run the one left out once "
-                                        "more (see above why it is left out)") % {
-                "choice": self.fields["as_new_instance"].label})
+        if "payload" in data and data["payload"] is None:
+            # Left empty: {} where the page showed a payload (it said "empty means {}"); the one it
+            # left out where it carries one, whatever the retry would refuse now, so a live run
+            # that ended meanwhile never turns it into {}. A damaged marker is an error of its own.
+            if "left_out" in data and data["left_out"] is None:
+                data["payload"] = {}
+            elif data.get("left_out") is not None and not data.get("as_new_instance"):
+                self.add_error("payload", _("type the payload to run, or tick “%(choice)s” to run the one left out "
+                                            "once more (see above why it is left out)") % {
+                    "choice": self.fields["as_new_instance"].label})
         if self.resource is None and data.get("pool") is not None and data.get("key"):
             try:
                 self.resource = get_resource(pool=data["pool"], key=data["key"])
@@ -130,7 +146,8 @@ def retry_initial(*, resource: Resource | None, source: Task | None, pool: Resou
                   with_payload: bool = True) -> dict:
     """What the form starts with: the resource's pool and key, and the flow, payload and policy of
     `source` (the task the page was opened from, or the last one that ran on the resource); its
-    payload only `with_payload` (not when the retry would refuse it: the page says why instead)."""
+    payload only `with_payload` (not when the retry would refuse it: the page says why instead, and
+    carries the source as the one it left out)."""
     initial = {"strict": True, "token": new_token(), "payload": "{}"}
     if resource is not None:
         initial.update(pool=resource.pool_id, key=resource.key)
@@ -139,7 +156,7 @@ def retry_initial(*, resource: Resource | None, source: Task | None, pool: Resou
     if source is not None:
         # Masked: the page never holds a secret; the view puts the source's back (keep_masked_secrets).
         initial.update(flow=source.flow, payload=shown_payload(mask_secrets(source.payload)) if with_payload else "",
-                       policy=source.policy.name)
+                       policy=source.policy.name, left_out=None if with_payload else source.pk)
     return initial
 
 

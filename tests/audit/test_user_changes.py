@@ -133,6 +133,31 @@ def test_a_user_entry_is_part_of_its_change_and_rolls_back_with_it(alice):
     assert entries(AuditAction.USER_CHANGE) == []
 
 
+def test_a_user_constructed_with_an_existing_pk_and_saved_as_superuser_is_audited(alice):
+    User(pk=alice.pk, username="alice", password=alice.password, is_superuser=True).save()
+    entry = the_entry(AuditAction.USER_CHANGE)
+    assert (entry.target_id, entry.before["is_superuser"], entry.after["is_superuser"]) == (
+        str(alice.pk), False, True)
+
+
+def test_a_user_constructed_with_a_new_pk_is_audited_as_created(db):
+    User(pk=4242, username="bob", is_staff=True).save()
+    entry = the_entry(AuditAction.USER_CREATE)
+    assert (entry.target_id, entry.before, entry.after["is_staff"]) == ("4242", None, True)
+    assert entries(AuditAction.USER_CHANGE) == []
+
+
+def test_loaddata_making_an_existing_user_superuser_is_audited_on_the_command_channel(alice, tmp_path):
+    fixture = tmp_path / "root.json"
+    fixture.write_text(json.dumps([{"model": "auth.user", "pk": alice.pk, "fields": {
+        "username": "alice", "password": alice.password, "is_superuser": True, "is_staff": True}}]))
+    call_command("loaddata", str(fixture), stdout=StringIO())
+    entry = the_entry(AuditAction.USER_CHANGE)
+    assert (entry.before["is_superuser"], entry.after["is_superuser"]) == (False, True)
+    assert (entry.before["is_staff"], entry.after["is_staff"], entry.after["sign_in"]) == (False, True, "password")
+    assert (entry.actor, entry.channel) == (os_user(), "command")
+
+
 # groups of a user
 
 
@@ -207,6 +232,12 @@ def test_a_group_created_renamed_and_deleted_is_audited_with_what_it_had(alice):
     deleted = the_entry(AuditAction.GROUP_DELETE)
     assert (deleted.before, deleted.after) == (
         {"name": "late shift", "permissions": ["resources.reset_resource"], "members": ["alice"]}, None)
+
+
+def test_a_group_constructed_with_an_existing_pk_and_renamed_is_audited(ops):
+    Group(pk=ops.pk, name="late shift").save()
+    entry = the_entry(AuditAction.GROUP_CHANGE)
+    assert (entry.before, entry.after) == ({"name": "night shift"}, {"name": "late shift"})
 
 
 # the admin

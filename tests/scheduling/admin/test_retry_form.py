@@ -358,3 +358,71 @@ def test_the_form_for_a_resource_its_waiting_task_holds_names_that_task_first_an
     assert f"Not available now: account alice@x is in use by {waiting_order} (demo) until {when(alice.leased_until)}" \
         in page
     assert "moved on to another resource" not in page
+
+
+# a page that left the payload out while a run of the order was live, submitted after that run ended
+
+
+@pytest.fixture
+def replay_then_page(carol, dead_order, bob):
+    """Order 42's dead letter replayed (waiting elsewhere), the retry form opened for the dead
+    task meanwhile (its payload left out: that run is live), then the replay cancelled: returns
+    the page as the operator saw it."""
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    replay = Task.objects.get(repeats=dead_order)
+    page = carol.get(f"{RETRY}?task={dead_order.pk}")
+    assert not form_of(page)["payload"].value() and "Type the payload of a new run below." in page.content.decode()
+    services.cancel_task(task=replay.pk, actor="ops", reason="wrong warehouse")
+    return page
+
+
+def test_a_payload_left_out_while_a_run_was_live_and_left_empty_is_refused_after_that_run_ended_not_run_as_empty(
+        carol, dead_order, replay_then_page):
+    tasks = Task.objects.count()
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(replay_then_page)))
+    started = Task.objects.filter(pk__gt=dead_order.pk).order_by("id").values_list("payload", flat=True)
+    assert list(started) == [{"order": 42}]  # the cancelled replay only
+    assert Task.objects.count() == tasks
+    assert "type the payload to run" in field_errors(response, "payload")
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_payload_left_out_while_a_run_was_live_runs_the_order_once_more_when_ticked_after_that_run_ended(
+        carol, dead_order, replay_then_page, strict):
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(replay_then_page), strict=strict,
+                                                                  as_new_instance=True))
+    task = Task.objects.order_by("-id").first()
+    assert response.status_code == 302 and response.url == reverse("admin:scheduling_task_change", args=[task.pk])
+    # The order never succeeded: the guard runs it as a run of itself, not as a new instance.
+    assert (task.payload, task.strict, task.repeats_id) == ({"order": 42}, strict, dead_order.pk)
+
+
+def test_the_page_refusing_an_empty_payload_after_the_live_run_ended_says_what_it_left_out_and_why(
+        carol, dead_order, replay_then_page):
+    response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(replay_then_page)))
+    content = response.content.decode()
+    assert f"task {dead_order.pk}" in content and "its payload is not filled in" in content
+    assert "a run of it was live or had succeeded when the page was opened" in content
+    assert "tick “Run it again as a new instance” to run" in content
+
+
+def test_a_damaged_record_of_the_payload_left_out_is_refused_asking_to_reload_and_starts_nothing(
+        carol, externally_failed_alice, succeeded_order):
+    response = submit(carol, externally_failed_alice, left_out="999999", as_new_instance=True)
+    assert "the form&#x27;s record of the payload it left out is damaged: reload the page" in response.content.decode()
+    assert Task.objects.count() == 1
+
+
+def test_a_payload_emptied_on_a_page_that_showed_it_starts_an_empty_object_as_the_page_said_after_the_order_succeeded(
+        carol, failed_alice, dead_order, bob):
+    page = retry_page(carol, failed_alice)
+    assert "empty means {}" in page.content.decode()
+    [letter] = compensation.collect_dead_letters()
+    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+
+    carol.post(f"{RETRY}?resource={failed_alice.pk}", posted(form_of(page), payload=""))
+
+    task = Task.objects.order_by("-id").first()
+    assert (task.payload, task.repeats_id) == ({}, None)
