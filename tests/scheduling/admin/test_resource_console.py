@@ -13,6 +13,7 @@ from resources.choices import ResourceState
 from resources.models import Resource
 from scheduling.models import Task
 from tests.scheduling.admin.conftest import order_42, run
+from tests.scheduling.helpers import failed_there
 
 RESOURCES = reverse("admin:resources_resource_changelist")
 
@@ -168,3 +169,14 @@ def test_retry_selected_without_the_permission_starts_nothing(dave, failed_alice
     choose(dave, [failed_alice], confirmed=True)
     assert Task.objects.count() == 1 and AuditEntry.objects.count() == entries
     assert Resource.objects.get(pk=failed_alice.pk).state == ResourceState.FAILED
+
+
+def test_retry_selected_of_two_resources_one_order_failed_on_promises_one_start(carol, failed_alice, dead_order, bob):
+    # Order 42 died after failing on alice and then on bob: the last task on both. Retried from
+    # both, it would run twice: the service starts it once and refuses the other, as promised.
+    failed_there(dead_order, bob, number=2)
+    page = choose(carol, [failed_alice, bob], confirmed=False).content.decode()
+    assert "1 will start, 1 will be refused." in page
+    assert f"Will be refused: task {dead_order.pk} (demo) starts again above, on account alice@x" in confirmation_row(
+        page, "bob@x")
+    assert "1 of 2 started" in choose(carol, [failed_alice, bob], confirmed=True).content.decode()
