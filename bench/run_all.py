@@ -1,13 +1,13 @@
-"""Rerun every benchmark the README cites and regenerate its benchmark table.
+"""Rerun every benchmark docs/benchmarks.md cites and regenerate its benchmark table.
 
-    .venv/bin/python bench/run_all.py [--quick] [--only claim,api] [--no-readme] [--logs DIR]
+    .venv/bin/python bench/run_all.py [--quick] [--only claim,api] [--no-write] [--logs DIR]
 
 Runs each script of SCRIPTS in turn with its own default sizes (--quick: the smaller run given
 beside it, for a check of the pipeline, not for figures), each with `--json PATH`, and reads the
 figures each wrote (bench/common.py's figure(): a value beside the baseline measured in the same
 run, and their ratio) — never their printed text. Then it writes one table, with the machine it
 ran on (cores, RAM, CPU model, PostgreSQL and Redis versions, the date, the commit) and the load
-average when each script started, into README.md between the `<!-- bench:begin -->` and
+average when each script started, into docs/benchmarks.md between the `<!-- bench:begin -->` and
 `<!-- bench:end -->` markers, and prints it. A script that fails or times out gets a row saying
 so; the others run all the same. With --only, the table is printed, not written.
 
@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from common import RedisServer  # noqa: E402
 
-README = ROOT / "README.md"
+# The README only summarises the figures; the generated table lives with the benchmarks' sections.
+TABLE_PAGE = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # (script, --quick arguments): each runs with its own defaults unless --quick.
 SCRIPTS = (
@@ -138,20 +139,22 @@ def table(about: dict, runs: list[dict], quick: bool) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
-    readme = README.read_text()
-    if readme.count(BEGIN) != 1 or readme.count(END) != 1 or readme.index(BEGIN) > readme.index(END):
-        raise SystemExit(f"README.md needs one {BEGIN} line followed by one {END} line: the table goes between them")
-    head, rest = readme.split(BEGIN)
+def write_table_page(text: str) -> None:
+    page = TABLE_PAGE.read_text()
+    if page.count(BEGIN) != 1 or page.count(END) != 1 or page.index(BEGIN) > page.index(END):
+        raise SystemExit(f"{TABLE_PAGE.relative_to(ROOT)} needs one {BEGIN} line followed by one {END} line: "
+                         "the table goes between them")
+    head, rest = page.split(BEGIN)
     _, tail = rest.split(END)
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    TABLE_PAGE.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="Smaller sizes: checks the pipeline, not the figures.")
     parser.add_argument("--only", default="", help="Comma-separated script names (claim,api): print, don't write.")
-    parser.add_argument("--no-readme", action="store_true", help="Print the table only.")
+    parser.add_argument("--no-write", "--no-readme", dest="no_write", action="store_true",
+                        help="Print the table only.")
     parser.add_argument("--logs", help="Folder for each script's output and figures (default: a temporary one).")
     args = parser.parse_args()
     only = {name.strip().removesuffix(".py") for name in args.only.split(",") if name.strip()}
@@ -175,9 +178,9 @@ def main() -> None:
     text = table(about, runs, args.quick)
     (logs / "table.md").write_text(text + "\n")
     print("\n" + text)
-    if not only and not args.no_readme:
-        write_readme(text)
-        print(f"\nREADME.md: the table between {BEGIN} and {END} regenerated")
+    if not only and not args.no_write:
+        write_table_page(text)
+        print(f"\n{TABLE_PAGE.relative_to(ROOT)}: the table between {BEGIN} and {END} regenerated")
     sys.exit(1 if any("error" in done for done in runs) else 0)
 
 

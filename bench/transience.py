@@ -258,7 +258,7 @@ def main() -> None:
     print(f"baseline, {BASELINE}: " + ", ".join(
         f"{size:,} attempts p50 {rows[BASELINE]['p50']:.1f} ms" for size, rows in results.items()))
     largest = results[sizes[-1]]
-    # Beside the times, what they were times of: the README compares windows by their failures.
+    # Beside the times, what they were times of: docs/benchmarks.md compares windows by their failures.
     for window in WINDOWS:
         figure(f"failures in the {window}' window at {sizes[-1]:,} attempts", largest[FAILURES][window], "failures",
                baseline=results[sizes[0]][FAILURES][window], baseline_name=f"{sizes[0]:,} attempts")

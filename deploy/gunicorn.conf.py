@@ -14,7 +14,7 @@ read_settings_or_exit()
 from django.conf import settings  # noqa: E402 - read once read_settings_or_exit has checked them
 
 # Threads, not more processes: a request mostly waits on PostgreSQL, and each thread holds its own
-# database connection (see the README's sizing). gunicorn's gthread worker, answering a request it
+# database connection (see docs/deployment.md, "Database connections"). gunicorn's gthread worker, answering a request it
 # refuses by the limits below (414, 431) in the API's JSON error shape rather than as an HTML page.
 worker_class = "retryops.gunicorn_worker.Worker"
 from retryops.gunicorn_worker import HEADER_FIELD_BYTES, HEADER_FIELDS, REQUEST_LINE_BYTES  # noqa: E402

@@ -332,7 +332,7 @@ RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
 # its own and keeps the attempt's lease from the worker process, where neither the flow's GIL nor a
 # paused horse can stop it. "rq.worker.SimpleWorker" runs about five times more jobs per second by
 # sharing one process between jobs, and renews leases from a thread beside the flow, which a flow
-# holding the GIL or a paused process stops (see README).
+# holding the GIL or a paused process stops (see docs/concepts.md, "Workers").
 RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 # Through django-rq's own setting, so every `manage.py rqworker` uses it (up's, the Procfile's and
 # the compose file's), with no --worker-class on a command line that would then differ between them.

@@ -6,7 +6,7 @@ What each one leaves (rq 2.12):
 - a worker: its hash `rq:worker:<name>` (its queues, `last_heartbeat`), listed in `rq:workers`. An
   idle worker heartbeats each time its blocking pop times out, every worker_ttl - 15 s: 405 s with
   RQ's default TTL, far past "seen in the last minute". Ours are started with `--worker-ttl
-  WORKER_TTL` (`manage.py up`, the README's deploy commands), so an idle one heartbeats every
+  WORKER_TTL` (`manage.py up`, docs/deployment.md's deploy commands), so an idle one heartbeats every
   30 s; a busy forking worker heartbeats every 30 s while it watches its work horse. A
   SimpleWorker (RETRYOPS_WORKER_CLASS) does not heartbeat while it runs a job: one flow longer
   than a minute makes it look silent.

@@ -20,7 +20,7 @@ from tests import servers
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-# What an operator behind a TLS-terminating proxy sets (the README's production settings).
+# What an operator behind a TLS-terminating proxy sets (docs/deployment.md's production settings).
 PRODUCTION_ENV = {
     "RETRYOPS_REQUIRE_CONFIG": "true",
     "DEBUG": "false",

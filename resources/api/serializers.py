@@ -56,7 +56,7 @@ class ResourceSerializer(serializers.ModelSerializer):
 class LeaseSerializer(ResourceSerializer):
     """A claimed resource, with the lease token that releases it and extends its lease, and the
     lease's fencing token: one more at every grant of the resource, for the holder to send with
-    its side effects (README, "Exactly-once side effects")."""
+    its side effects (docs/concepts.md, "Exactly-once side effects")."""
 
     class Meta(ResourceSerializer.Meta):
         fields = [*ResourceSerializer.Meta.fields, "lease_token", "fencing_token"]

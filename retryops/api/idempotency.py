@@ -42,7 +42,7 @@ def replayed(record: IdempotencyKey) -> Response:
 
 def endpoint_of(request) -> str:
     """The request's path and query as the endpoint it names: without its trailing slash, which
-    every route takes or leaves (README), so /claim and /claim/ with one key are one request."""
+    every route takes or leaves (docs/api.md), so /claim and /claim/ with one key are one request."""
     path, mark, query = request.get_full_path().partition("?")
     return path.rstrip("/") + mark + query
 

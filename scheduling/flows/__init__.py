@@ -20,7 +20,7 @@ class UnknownFlow(LookupError):
 class FlowContext:
     """What a flow gets: the payload, the resource it runs with, and who it is.
 
-    For side effects outside RetryOps (README, "Exactly-once side effects"): call `check_lease()`
+    For side effects outside RetryOps (docs/concepts.md, "Exactly-once side effects"): call `check_lease()`
     just before each one (it raises LeaseMismatch once the lease is gone or has run out), and
     send the upstream `idempotency_key` (the business instance's: the same for every attempt and
     every rerun of it) and `fencing_token` (one more at every grant of this resource, so an

@@ -95,7 +95,7 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
 # task's copy of its latest error (an earlier attempt's); the attempts keep their own.
 #
 # The start's commit does not wait for its WAL flush (synchronous_commit off for this one
-# transaction; about a fifth of a task's time, see README). What that risks: a PostgreSQL crash
+# transaction; about a fifth of a task's time, see docs/benchmarks.md). What that risks: a PostgreSQL crash
 # within a fraction of a second of a start forgets it, and the dispatcher runs that attempt again,
 # which is what a worker crash does anyway (delivery is at least once). Nothing else is at risk:
 # outcomes commit synchronously, and a flushed outcome implies its start was flushed before it.

@@ -1,4 +1,5 @@
-"""bench/run_all.py's table and README markers, and the figures the benchmarks write (bench/common.py)."""
+"""bench/run_all.py's table and its markers in docs/benchmarks.md, and the figures the benchmarks write
+(bench/common.py)."""
 
 import sys
 from pathlib import Path
@@ -65,21 +66,35 @@ def test_a_failed_benchmark_gets_a_row_saying_why():
         ABOUT, runs, quick=False)
 
 
-def test_readme_table_is_replaced_between_the_markers_only(monkeypatch, tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{run_all.BEGIN}\nold table\n{run_all.END}\nafter\n")
-    monkeypatch.setattr(run_all, "README", readme)
+def test_the_table_is_replaced_between_the_markers_only(monkeypatch, tmp_path):
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.parent.mkdir()
+    page.write_text(f"intro\n{run_all.BEGIN}\nold table\n{run_all.END}\nafter\n")
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    monkeypatch.setattr(run_all, "TABLE_PAGE", page)
 
-    run_all.write_readme("new table")
+    run_all.write_table_page("new table")
 
-    assert readme.read_text() == f"intro\n{run_all.BEGIN}\nnew table\n{run_all.END}\nafter\n"
+    assert page.read_text() == f"intro\n{run_all.BEGIN}\nnew table\n{run_all.END}\nafter\n"
 
 
-def test_readme_without_the_markers_is_refused_and_left_alone(monkeypatch, tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("no markers here\n")
-    monkeypatch.setattr(run_all, "README", readme)
+def test_a_page_without_the_markers_is_refused_and_left_alone(monkeypatch, tmp_path):
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.parent.mkdir()
+    page.write_text("no markers here\n")
+    monkeypatch.setattr(run_all, "ROOT", tmp_path)
+    monkeypatch.setattr(run_all, "TABLE_PAGE", page)
 
-    with pytest.raises(SystemExit, match="bench:begin"):
-        run_all.write_readme("new table")
-    assert readme.read_text() == "no markers here\n"
+    with pytest.raises(SystemExit, match="docs/benchmarks.md needs one <!-- bench:begin -->"):
+        run_all.write_table_page("new table")
+    assert page.read_text() == "no markers here\n"
+
+
+def test_the_table_is_written_into_the_benchmarks_page_which_holds_the_markers_once():
+    page = run_all.ROOT / "docs" / "benchmarks.md"
+    text = page.read_text()
+
+    assert run_all.TABLE_PAGE == page
+    assert text.count(run_all.BEGIN) == text.count(run_all.END) == 1
+    assert text.index(run_all.BEGIN) < text.index(run_all.END)
+    assert run_all.BEGIN not in (run_all.ROOT / "README.md").read_text()

@@ -1,6 +1,6 @@
 """Four eyes in a real browser (issue 22), in English and in Chinese: an operator requests a refund
 for a work order and cannot approve it herself; a superuser gives a second person the approver
-role exactly as the README says (Admin -> Users -> Add user, then the role under Groups); that
+role exactly as docs/console.md says (Admin -> Users -> Add user, then the role under Groups); that
 person signs in through the login page and approves it. Screenshots in artifacts/e2e/<test>/."""
 
 from urllib.parse import urlsplit
@@ -52,7 +52,7 @@ def root(console_groups):
 @pytest.fixture
 def carol(console_groups):
     """An operator who also approves: only four eyes stops her approving her own request. Given her
-    roles from the shell, as the README's other way says; the roles make her staff."""
+    roles from the shell, as docs/console.md's other way says; the roles make her staff."""
     user = User.objects.create_user("carol", password=PASSWORDS["carol"])
     user.groups.add(*Group.objects.filter(name__in=[roles.OPERATORS, roles.APPROVERS]))
     return user
@@ -82,7 +82,7 @@ def approve_form(page, run: RunbookRun):
 
 
 @pytest.mark.parametrize("locale, language", [("en-US", "en"), ("zh-CN", "zh-hans")])
-def test_a_second_person_given_the_approver_role_as_the_readme_says_approves_another_operators_refund(
+def test_a_second_person_given_the_approver_role_as_the_console_docs_say_approves_another_operators_refund(
         screens, locale, language, root, carol, refused_charge):
     order_page = reverse("admin:compensation_workorder_change", args=[refused_charge.pk])
 
@@ -115,7 +115,7 @@ def test_a_second_person_given_the_approver_role_as_the_readme_says_approves_ano
     run.refresh_from_db()
     assert run.state == "requested"
 
-    # A superuser gives Erin the approver role as the README says: Users -> Add user, then Groups.
+    # A superuser gives Erin the approver role as docs/console.md says: Users -> Add user, then Groups.
     admin = screens.open(locale=locale)
     log_in(admin, "root", PASSWORDS["root"])
     admin.locator("tr.model-user th a").click()

@@ -129,7 +129,7 @@ def test_a_member_of_a_group_has_its_permissions_and_no_other(console_groups):
 # A role grants entry: the console's sign-in needs staff status, which a role gives its member,
 # whatever gives the role (the admin's user page, the shell, a command).
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CONSOLE_DOCS = Path(__file__).resolve().parents[2] / "docs" / "console.md"
 PASSWORD = "Newcomer-pw-7731"
 NEW_USER = {"username": "alice", "email": "", "first_name": "", "last_name": "", "is_active": True, "is_staff": False,
             "is_superuser": False}
@@ -187,9 +187,9 @@ def test_a_role_ticked_on_the_admins_user_page_makes_the_user_staff_and_lets_the
     assert staff(erin) and signs_in("erin")
 
 
-def test_the_readmes_steps_to_give_someone_a_role_let_them_sign_in(console_groups):
-    """The README's shell command, run as it is written, then `manage.py changepassword` as it says."""
-    text = README.read_text()
+def test_the_console_docs_steps_to_give_someone_a_role_let_them_sign_in(console_groups):
+    """docs/console.md's shell command, run as it is written, then `manage.py changepassword` as it says."""
+    text = CONSOLE_DOCS.read_text()
     steps = text[text.index("Give someone a role"):]
     command = re.search(r'`manage\.py shell -c "(.+?)"`', steps).group(1)
     assert "changepassword alice" in steps[:steps.index("\n\n")]
