@@ -118,9 +118,14 @@ class Paused:
 
     def resume(self) -> None:
         try:
+            if self.horse.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(self.horse.pid)
             self.horse.send_signal(signal.SIGCONT)
         except psutil.NoSuchProcess:
-            pass  # killed while stopped
+            # Killed while stopped, maybe since the watcher last looked (its worker reaps it and
+            # gives its attempt up at once): it died no later than now.
+            if self.died_at is None:
+                self.died_at = timezone.now()
 
     def forget(self) -> None:
         """Resume it if it is still stopped (a test that failed meanwhile), and stop watching."""
