@@ -2,18 +2,11 @@
 (values PostgreSQL cannot store are repaired, so an audit row never fails a business action);
 and refusals of its API clients' services and of requests sent with an Idempotency-Key."""
 
-from retryops.errors import BadInput, DomainError
+from retryops.errors import BadInput, DomainError  # noqa: F401 (BadInput: the one bad-input error, for the app)
 
 
 class AuditError(DomainError):
     code = "audit_error"
-
-
-class InvalidInput(AuditError, BadInput):
-    """A value the audit app's services cannot take (an API client's name, an Idempotency-Key);
-    details: `field`."""
-
-    code = "bad_input"
 
 
 class ApiClientError(AuditError):

@@ -26,7 +26,7 @@ from audit.errors import (
     AuditError,
     IdempotencyKeyInProgress,
     IdempotencyKeyReused,
-    InvalidInput,
+    BadInput,
 )
 from audit.models import ApiClient, AuditEntry, IdempotencyKey
 from audit.streaming import delete_in_batches, stream_audit_entry
@@ -130,15 +130,15 @@ def hash_key(key: str) -> str:
 
 def _client_name(name) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise InvalidInput("name must name the external system", field="name")
+        raise BadInput("name must name the external system", field="name")
     name = name.strip()
     limit = ApiClient._meta.get_field("name").max_length
     try:
         validate_slug(name)
     except ValidationError:
-        raise InvalidInput(f"name {name!r} must be letters, digits, hyphens or underscores", field="name") from None
+        raise BadInput(f"name {name!r} must be letters, digits, hyphens or underscores", field="name") from None
     if len(name) > limit:
-        raise InvalidInput(f"name is {len(name)} characters long; at most {limit} fit", field="name")
+        raise BadInput(f"name is {len(name)} characters long; at most {limit} fit", field="name")
     return name
 
 
@@ -148,13 +148,13 @@ def _service_user(user):
         return user
     if isinstance(user, str):
         if check_text(user):
-            raise InvalidInput(f"user {check_text(user)}", field="user")
+            raise BadInput(f"user {check_text(user)}", field="user")
         lookup = {users.USERNAME_FIELD: user}
     else:
-        lookup = {"pk": record_id(user, field="user", error=InvalidInput)}
+        lookup = {"pk": record_id(user, field="user", error=BadInput)}
     found = users.objects.filter(**lookup).first()
     if found is None:
-        raise InvalidInput(f"no user {user!r}: create the service user first", field="user")
+        raise BadInput(f"no user {user!r}: create the service user first", field="user")
     return found
 
 
@@ -177,11 +177,11 @@ def create_api_client(*, name: str, user, actor: str | None = None) -> tuple[Api
         except IntegrityError as exc:
             constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
             if constraint == "api_client_active_name_unique":
-                raise InvalidInput(f"an active API client named {name!r} exists already: revoke it first, or "
+                raise BadInput(f"an active API client named {name!r} exists already: revoke it first, or "
                                    "choose another name", field="name") from None
             if constraint != "audit_apiclient_key_prefix_key":
                 raise
-    raise InvalidInput("three new key prefixes in a row were taken; try again", field="name")
+    raise BadInput("three new key prefixes in a row were taken; try again", field="name")
 
 
 def _client(client: ApiClient | int | str) -> ApiClient:
@@ -191,10 +191,10 @@ def _client(client: ApiClient | int | str) -> ApiClient:
         found = queryset.filter(pk=client.pk).first()
     elif isinstance(client, str):
         if check_text(client):
-            raise InvalidInput(f"client {check_text(client)}", field="client")
+            raise BadInput(f"client {check_text(client)}", field="client")
         found = queryset.filter(name=client, revoked_at__isnull=True).first()
     else:
-        found = queryset.filter(pk=record_id(client, field="client", error=InvalidInput)).first()
+        found = queryset.filter(pk=record_id(client, field="client", error=BadInput)).first()
     if found is None:
         raise ApiClientNotFound(f"no active API client {client!r}" if isinstance(client, str)
                                 else f"no API client {client!r}", client=str(client))
@@ -246,7 +246,7 @@ def idempotency_key(raw) -> str:
     if len(key) >= 2 and key[0] == key[-1] == '"':
         key = key[1:-1]
     if not key or len(key) > IDEMPOTENCY_KEY_LENGTH or not all("!" <= ch <= "~" for ch in key) or '"' in key:
-        raise InvalidInput(f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_LENGTH} visible ASCII characters (a UUID "
+        raise BadInput(f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_LENGTH} visible ASCII characters (a UUID "
                            f"is best), got {str(raw)[:300]!r}", field="Idempotency-Key")
     return key
 
@@ -268,7 +268,7 @@ def begin_idempotent_request(*, key: str, method: str, path: str, body: bytes, c
     repeat of an answered one, whose stored answer the caller replays. Raises
     IdempotencyKeyReused (another request had the key) or IdempotencyKeyInProgress."""
     if (client is None) == (user is None):
-        raise InvalidInput("an idempotency key belongs to an API client or to a user", field="client")
+        raise BadInput("an idempotency key belongs to an API client or to a user", field="client")
     key = idempotency_key(key)
     fingerprint = request_fingerprint(method=method, path=path, body=body)
     owner = {"client": client, "user": None} if client is not None else {"client": None, "user": user}

@@ -63,17 +63,14 @@ def counts(root: Path) -> dict[str, int]:
 
 
 def _error_classes(texts) -> int:
-    bases = {}
-    for text in texts:
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ClassDef):
-                bases[node.name] = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
-                                    for b in node.bases]
+    """Class definitions (two of one name in two modules are two) whose bases lead to an exception."""
+    classes = [(node.name, [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases])
+               for text in texts for node in ast.walk(ast.parse(text)) if isinstance(node, ast.ClassDef)]
     errors, grew = set(), True
     while grew:  # a class is an error when one of its bases is, ours or a library's
-        found = {name for name, of in bases.items() if any(b in errors or b in BUILTIN_ERRORS for b in of)}
+        found = {name for name, bases in classes if any(b in errors or b in BUILTIN_ERRORS for b in bases)}
         grew, errors = found != errors, found
-    return len(errors)
+    return sum(1 for name, _ in classes if name in errors)
 
 
 def baseline_tree(rev: str, into: Path) -> Path:

@@ -1,23 +1,13 @@
 """Domain errors of dead letters, work orders and replays. Each has a stable `code`, a sentence
 for people and `details` naming what was wrong (the field, the state, the reason)."""
 
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError  # noqa: F401 (BadInput: the one bad-input error, for the app)
 
 
 class CompensationError(DomainError):
     """Base class of the compensation app's errors."""
 
     code = "compensation_error"
-
-
-class BadInput(CompensationError, ValueError):
-    """A value no service can act on; details: `field`."""
-
-    code = "bad_input"
-
-    def __init__(self, message: str, *, field: str, **details):
-        super().__init__(message, field=field, **details)
-        self.field = field
 
 
 class NotFound(CompensationError):

@@ -10,21 +10,14 @@ class ResourceError(DomainError):
     code = "resource_error"
 
 
-class InvalidInput(ResourceError, BadInput):
-    """A value a service cannot take (empty, out of range, unstorable); `field` names the argument.
-    Also a ValueError, so form validation and older callers that catch ValueError keep working."""
-
-    code = "bad_input"
-
-
-class NameTaken(InvalidInput):
+class NameTaken(BadInput):
     """Another pool has this name: the request is well formed and the state refuses it (409). Still
-    InvalidInput, so a form names the field."""
+    BadInput, so a form names the field."""
 
     code = "name_taken"
 
 
-class KeyTaken(InvalidInput):
+class KeyTaken(BadInput):
     """The pool has a resource with this key already (`taken`); as NameTaken."""
 
     code = "key_taken"

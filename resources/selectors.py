@@ -33,7 +33,7 @@ from django.utils.translation import gettext, ngettext, pgettext
 
 from resources.choices import Diagnosis, EventKind, FailureCategory, ResourceState
 from resources.errors import (
-    InvalidInput,
+    BadInput,
     LeaseMismatch,
     PoolExhausted,
     PoolNotFound,
@@ -46,8 +46,8 @@ from retryops.jsonsafe import check_text
 
 
 def record_id(value, *, field: str) -> int:
-    """`value` as a primary key, else InvalidInput naming `field` (retryops.inputs.record_id)."""
-    return inputs.record_id(value, field=field, error=InvalidInput)
+    """`value` as a primary key, else BadInput naming `field` (retryops.inputs.record_id)."""
+    return inputs.record_id(value, field=field, error=BadInput)
 
 
 def _lookup_text(value, *, field: str) -> str:
@@ -55,7 +55,7 @@ def _lookup_text(value, *, field: str) -> str:
     # fails the query (psycopg refuses to send it) instead of finding nothing.
     problem = check_text(value)
     if problem:
-        raise InvalidInput(gettext("%(field)s %(problem)s: %(value)s") % {
+        raise BadInput(gettext("%(field)s %(problem)s: %(value)s") % {
             "field": field, "problem": problem, "value": repr(value)}, field=field)
     return value
 
@@ -118,10 +118,10 @@ def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | s
         except Resource.DoesNotExist:
             raise no_such_resource(resource_id) from None
     if pool is None or key is None:
-        raise InvalidInput(gettext("name a resource by resource_id, or by pool and key"), field="resource_id")
+        raise BadInput(gettext("name a resource by resource_id, or by pool and key"), field="resource_id")
     pool = get_pool(pool)
     if not isinstance(key, str):
-        raise InvalidInput(gettext("%(field)s must be text, got %(type)s") % {
+        raise BadInput(gettext("%(field)s must be text, got %(type)s") % {
             "field": "key", "type": type(key).__name__}, field="key")
     try:
         return queryset.get(pool=pool, key=_lookup_text(key, field="key"))
@@ -265,7 +265,7 @@ def recently_failed(*, pool: ResourcePool | int | str, since: datetime) -> Query
 def due_for_probe(*, now: datetime | None = None, limit: int = 100) -> list[Resource]:
     """Quarantined resources whose probation cooldown is over, longest due first, with their pools."""
     now = now or timezone.now()
-    limit = inputs.whole_number(limit, field="limit", error=InvalidInput)
+    limit = inputs.whole_number(limit, field="limit", error=BadInput)
     return list(Resource.objects.select_related("pool").filter(
         state=ResourceState.QUARANTINED, probe_after__lte=now).order_by("probe_after")[:limit])
 
@@ -288,7 +288,7 @@ def timeline_page(*, resource: Resource | int, page, per_page: int = 50) -> Page
     gives the last or the first page, as a link an operator edited by hand deserves."""
     resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
     events = newest_first_of(ResourceEvent.objects, resource_id=resource_id)
-    return Paginator(events, inputs.whole_number(per_page, field="per_page", error=InvalidInput)).get_page(page)
+    return Paginator(events, inputs.whole_number(per_page, field="per_page", error=BadInput)).get_page(page)
 
 
 def estimated_row_count(model) -> int | None:
@@ -306,7 +306,7 @@ def timeline(*, resource: Resource | int, limit: int | None = None) -> list[Reso
     events = newest_first_of(ResourceEvent.objects, resource_id=resource_id)
     if limit is None:
         return list(events)
-    return list(events[:inputs.whole_number(limit, field="limit", error=InvalidInput)])
+    return list(events[:inputs.whole_number(limit, field="limit", error=BadInput)])
 
 
 # The console's diagnosis: is a failing resource itself bad, or is its environment?
@@ -397,7 +397,7 @@ def filter_diagnosis(queryset: QuerySet[Resource], diagnosis: str, rule: Diagnos
         return failing.filter(~environment, succeeds, consecutive_failures__gte=rule.min_failures)
     if diagnosis == Diagnosis.UNCLEAR:
         return failing.filter(~environment).filter(Q(consecutive_failures__lt=rule.min_failures) | ~succeeds)
-    raise InvalidInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
+    raise BadInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
         "field": "diagnosis", "values": ", ".join(Diagnosis.values), "value": repr(diagnosis)}, field="diagnosis")
 
 

@@ -37,7 +37,7 @@ from resources.choices import (
 from resources.classification import Classification, classify, error_text
 from resources.errors import (
     IllegalTransition,
-    InvalidInput,
+    BadInput,
     KeyTaken,
     LeaseMismatch,
     NameTaken,
@@ -86,41 +86,41 @@ class ExpiredLease:
     used: bool = True
 
 
-# Input checks: every service answers bad input with InvalidInput naming the argument, before it
+# Input checks: every service answers bad input with BadInput naming the argument, before it
 # writes anything, instead of letting PostgreSQL refuse the value halfway through a transaction.
 
 
 def _text(value, *, field: str, max_length: int | None = None, required: bool = False) -> str:
     if not isinstance(value, str):
-        raise InvalidInput(gettext("%(field)s must be text, got %(type)s") % {
+        raise BadInput(gettext("%(field)s must be text, got %(type)s") % {
             "field": field, "type": type(value).__name__}, field=field)
     value = value.strip()
     if required and not value:
-        raise InvalidInput(gettext("%(field)s must not be empty") % {"field": field}, field=field)
+        raise BadInput(gettext("%(field)s must not be empty") % {"field": field}, field=field)
     problem = check_text(value)
     if problem:
-        raise InvalidInput(gettext("%(field)s %(problem)s") % {"field": field, "problem": problem}, field=field)
+        raise BadInput(gettext("%(field)s %(problem)s") % {"field": field, "problem": problem}, field=field)
     if max_length is not None and len(value) > max_length:
-        raise InvalidInput(gettext("%(field)s is %(length)d characters long; at most %(max)d fit") % {
+        raise BadInput(gettext("%(field)s is %(length)d characters long; at most %(max)d fit") % {
             "field": field, "length": len(value), "max": max_length}, field=field)
     return value
 
 
 def _whole(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTEGER) -> int:
-    return inputs.whole_number(value, field=field, minimum=minimum, maximum=maximum, error=InvalidInput)
+    return inputs.whole_number(value, field=field, minimum=minimum, maximum=maximum, error=BadInput)
 
 
 def _json(value: dict | None, *, field: str) -> str:
     if value is not None and not isinstance(value, dict):
-        raise InvalidInput(gettext("%(field)s must be a JSON object, got %(type)s") % {
+        raise BadInput(gettext("%(field)s must be a JSON object, got %(type)s") % {
             "field": field, "type": type(value).__name__}, field=field)
     try:
         refuse_unstorable(value or {}, name=field)
         return json.dumps(value or {}, cls=DjangoJSONEncoder)
     except UnstorableValue as exc:
-        raise InvalidInput(str(exc), field=field, path=exc.path) from None
+        raise BadInput(str(exc), field=field, path=exc.path) from None
     except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
-        raise InvalidInput(gettext("%(field)s is nested too deeply to store") % {"field": field},
+        raise BadInput(gettext("%(field)s is nested too deeply to store") % {"field": field},
                            field=field) from None
 
 
@@ -325,7 +325,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
     if outcome not in Outcome.values:
-        raise InvalidInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
+        raise BadInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
             "field": "outcome", "values": ", ".join(Outcome.values), "value": repr(outcome)}, field="outcome")
     params = {"resource_id": resource_id, "token": token, "actor": _actor(actor) if actor else "",
               "details": _details(details)}
@@ -334,7 +334,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     else:
         if classification is None:
             if error is None:
-                raise InvalidInput(gettext("a failure needs the error that caused it"), field="error")
+                raise BadInput(gettext("a failure needs the error that caused it"), field="error")
             classification = classify(error)
         if probation_seconds:
             _whole(probation_seconds, field="probation_seconds", maximum=MAX_PROBATION_SECONDS)
@@ -691,7 +691,7 @@ def _pool_name(name) -> str:
     try:
         validate_slug(name)
     except ValidationError:
-        raise InvalidInput(gettext("pool name %(name)s must be letters, digits, hyphens or underscores") % {
+        raise BadInput(gettext("pool name %(name)s must be letters, digits, hyphens or underscores") % {
             "name": repr(name)}, field="name") from None
     return name
 
@@ -706,7 +706,7 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
             max_length=ResourcePool._meta.get_field("resource_noun").max_length),
         "lease_seconds": _lease_seconds(lease_seconds),
         "consume_on_success": None if consume_on_success is None else inputs.flag(
-            consume_on_success, field="consume_on_success", error=InvalidInput),
+            consume_on_success, field="consume_on_success", error=BadInput),
         "description": None if description is None else _text(description, field="description"),
     }
     return {field: value for field, value in fields.items() if value is not None}
@@ -796,7 +796,7 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
             # keeps the stored value, one typed over the mask replaces it, a mask with no stored
             # secret behind it is refused.
             changes["attributes"] = keep_masked_secrets(attributes, current.attributes, field="attributes",
-                                                        error=InvalidInput)
+                                                        error=BadInput)
         _write_changes(current, changes, action=AuditAction.RESOURCE_CHANGE, actor=actor)
         current.version = resource_version(current.pk)
     return current
@@ -823,7 +823,7 @@ def change_pool(*, pool: ResourcePool | int | str, actor: str, name: str | None 
 
 def _resource_fields(item, n: int) -> dict:
     if not isinstance(item, dict):
-        raise InvalidInput(gettext("resource %(n)d must be an object with a key, got %(type)s") % {
+        raise BadInput(gettext("resource %(n)d must be an object with a key, got %(type)s") % {
             "n": n, "type": type(item).__name__}, field="resources")
     attributes = item.get("attributes") or {}
     _json(attributes, field="attributes")
@@ -835,7 +835,7 @@ def _resource_fields(item, n: int) -> dict:
     }
 
 
-def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> InvalidInput | None:
+def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> BadInput | None:
     taken = sorted(Resource.objects.filter(pool=target, key__in=keys).values_list("key", flat=True))
     problems = ([gettext("pool %(pool)s already has %(keys)s") % {"pool": target.name, "keys": ", ".join(taken)}]
                 if taken else []) + (
@@ -843,7 +843,7 @@ def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> I
     if not problems:
         return None
     # A key given twice is the request's fault; one the pool has already, the state's.
-    error = InvalidInput if repeated else KeyTaken
+    error = BadInput if repeated else KeyTaken
     return error(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated)
 
 
@@ -855,7 +855,7 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
     actor = actor and _actor(actor)
     target = get_pool(pool)
     if not isinstance(resources, (list, tuple)):
-        raise InvalidInput(gettext("resources must be a list of objects"), field="resources")
+        raise BadInput(gettext("resources must be a list of objects"), field="resources")
     rows = [_resource_fields(item, n) for n, item in enumerate(resources)]
     if not rows:
         return []

@@ -3,8 +3,7 @@ and `details` naming what was wrong (the field, the path in a payload, the task 
 
 from django.utils.translation import ngettext
 
-from retryops import errors
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError  # noqa: F401 (BadInput: the one bad-input error, for the app)
 
 
 def too_long(field: str, length: int, limit: int) -> str:
@@ -24,12 +23,6 @@ class TaskError(SchedulingError, ValueError):
     """Bad input for a task; the subclasses say which kind."""
 
     code = "bad_task"
-
-
-class BadInput(TaskError, errors.BadInput):
-    """A value no column can hold or no one can act on; details: `field`."""
-
-    code = "bad_input"
 
 
 class FlowNotFound(TaskError):

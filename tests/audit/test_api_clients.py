@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from audit.errors import ApiClientError, InvalidInput
+from audit.errors import ApiClientError, BadInput
 from audit.models import ApiClient, AuditEntry
 from audit.selectors import api_client_for_key
 from audit.services import create_api_client, hash_key, revoke_api_client
@@ -53,14 +53,14 @@ def test_creating_a_client_is_audited_with_its_prefix_not_its_key(svc):
 
 def test_two_active_clients_cannot_share_a_name(svc):
     create_api_client(name="billing", user=svc)
-    with pytest.raises(InvalidInput) as refused:
+    with pytest.raises(BadInput) as refused:
         create_api_client(name="billing", user=svc)
     assert refused.value.field == "name"
 
 
 @pytest.mark.parametrize("name", ["", "two words", "x" * 101, None])
 def test_a_name_that_is_not_a_slug_is_refused(svc, name):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(BadInput):
         create_api_client(name=name, user=svc)
 
 

@@ -5,7 +5,7 @@ import pytest
 from django.utils import translation
 
 from resources import selectors, services
-from resources.errors import IllegalTransition, InvalidInput, ResourceUnavailable
+from resources.errors import IllegalTransition, BadInput, ResourceUnavailable
 from resources.models import ResourceEvent
 
 
@@ -31,7 +31,7 @@ def test_a_refused_transition_lists_the_allowed_states_in_chinese(alice):
 
 
 def test_bad_input_names_the_field_in_chinese(alice):
-    with translation.override("zh-hans"), pytest.raises(InvalidInput) as refused:
+    with translation.override("zh-hans"), pytest.raises(BadInput) as refused:
         services.quarantine(resource=alice, actor="olga", reason="  ")
 
     assert str(refused.value) == "reason 不能为空" and refused.value.field == "reason"

@@ -165,8 +165,8 @@ def test_a_patch_adding_a_key_with_the_mask_as_its_secret_is_refused_and_nothing
 def test_the_mask_refusal_is_in_chinese_for_a_chinese_operator(carol):
     from django.utils import translation
 
-    from resources.errors import InvalidInput
+    from resources.errors import BadInput
 
-    with translation.override("zh-hans"), pytest.raises(InvalidInput) as refused:
+    with translation.override("zh-hans"), pytest.raises(BadInput) as refused:
         services.change_resource(resource=carol.pk, actor="alice", attributes={"db_password": MASK})
     assert str(refused.value) == f"attributes.db_password 显示为掩码 {MASK}，但没有为它保存的密钥：请输入密钥"

@@ -6,7 +6,7 @@ from django.utils import timezone
 from resources import selectors, services
 from resources.choices import EventKind, ResourceState
 from resources.classification import classify
-from resources.errors import InvalidInput, PoolNotFound, ResourceNotFound
+from resources.errors import BadInput, PoolNotFound, ResourceNotFound
 from resources.models import Resource
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
@@ -39,13 +39,13 @@ def test_get_resource_of_an_unknown_key_names_pool_and_key(pool):
 
 
 def test_get_resource_without_a_name_is_bad_input(db):
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(BadInput) as caught:
         selectors.get_resource(pool="accounts")
     assert caught.value.details["field"] == "resource_id"
 
 
 def test_get_resource_with_an_id_past_bigint_is_bad_input(db):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(BadInput):
         selectors.get_resource(resource_id=2**63)
 
 
@@ -121,13 +121,13 @@ def test_the_available_bounds_read_uses_the_available_index(pool):
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5])
 def test_a_timeline_limit_that_is_not_a_positive_whole_number_is_bad_input(alice, limit):
-    with pytest.raises(InvalidInput) as refused:
+    with pytest.raises(BadInput) as refused:
         selectors.timeline(resource=alice, limit=limit)
     assert refused.value.details["field"] == "limit"
 
 
 def test_a_probe_limit_below_one_is_bad_input(db):
-    with pytest.raises(InvalidInput):
+    with pytest.raises(BadInput):
         selectors.due_for_probe(limit=-1)
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from resources import selectors, services
 from resources.choices import Diagnosis
-from resources.errors import InvalidInput
+from resources.errors import BadInput
 from resources.models import Resource
 from resources.signatures import text_signature
 from scheduling.signatures import error_signature
@@ -168,7 +168,7 @@ def test_filtering_by_a_diagnosis_finds_exactly_the_resources_diagnosed_so(pool,
 
 
 def test_filtering_by_an_unknown_diagnosis_names_the_field(db):
-    with pytest.raises(InvalidInput) as caught:
+    with pytest.raises(BadInput) as caught:
         selectors.filter_diagnosis(Resource.objects.all(), "weather", RULE)
     assert caught.value.details["field"] == "diagnosis"
 

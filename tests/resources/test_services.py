@@ -10,7 +10,7 @@ from resources import services
 from resources.choices import EventKind, FailureCategory, ResourceState
 from resources.errors import (
     IllegalTransition,
-    InvalidInput,
+    BadInput,
     LeaseMismatch,
     PoolExhausted,
     PoolNotFound,
@@ -784,7 +784,7 @@ def test_consume_on_success_sent_as_text_is_bad_input(db):
     lambda pool, alice: services.create_pool(name="numbers", lease_seconds=86_401, actor="carol"),
 ], ids=["claim_next", "claim_by_id", "create_pool"])
 def test_a_lease_longer_than_the_longest_allowed_is_bad_input(pool, alice, ask):
-    with pytest.raises(InvalidInput) as refused:
+    with pytest.raises(BadInput) as refused:
         ask(pool, alice)
     assert refused.value.field == "lease_seconds"
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
@@ -793,7 +793,7 @@ def test_a_lease_longer_than_the_longest_allowed_is_bad_input(pool, alice, ask):
 def test_a_heartbeat_cannot_push_a_lease_past_the_longest_allowed(alice, settings):
     settings.RETRYOPS_MAX_LEASE_SECONDS = 600
     lease = services.claim_by_id(resource_id=alice.pk, holder="w")
-    with pytest.raises(InvalidInput) as refused:
+    with pytest.raises(BadInput) as refused:
         services.extend_lease(resource=alice.pk, lease_token=lease.lease_token, seconds=601)
     assert refused.value.field == "seconds"
     assert services.extend_lease(resource=alice.pk, lease_token=lease.lease_token, seconds=600).leased_until

@@ -10,9 +10,9 @@ from tqdm import tqdm
 
 from audit.management.base import AuditedCommand
 from compensation import services
-from compensation.errors import CompensationError
 from compensation.flags import command_requires_dlq_inspector
 from compensation.services.cleanup import DEFAULT_BATCH
+from retryops.errors import DomainError
 
 
 class Command(AuditedCommand):
@@ -59,7 +59,7 @@ class Command(AuditedCommand):
                     older_than_days=options["older_than_days"], states=states, actor=self._actor(),
                     archive=archive, purge=options["purge"], replay_retryable=options["replay_retryable"],
                     dry_run=options["dry_run"], batch_size=options["batch_size"], progress=progress)
-        except CompensationError as exc:
+        except DomainError as exc:
             field = exc.details.get("field", "")
             raise CommandError(f"--{field.replace('_', '-')}: {exc}" if field else str(exc)) from None
         except KeyboardInterrupt:

@@ -6,9 +6,9 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
-from compensation.errors import CompensationError
 from compensation.services import escalate
 from compensation.services.escalation import STEPS
+from retryops.errors import DomainError
 
 
 class Command(AuditedCommand):
@@ -31,7 +31,7 @@ class Command(AuditedCommand):
     def handle(self, *args, **options):
         try:
             result = escalate(steps=options["steps"], dry_run=options["dry_run"])
-        except CompensationError as exc:
+        except DomainError as exc:
             field = exc.details.get("field", "")
             raise CommandError(f"--{field.replace('_', '-')}: {exc}" if field else str(exc)) from None
         would = "would " if result.dry_run else ""

@@ -11,7 +11,7 @@ from resources.choices import EventKind, ResourceState
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource, ResourceEvent
 from resources.selectors import when
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from scheduling import services
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, Task
@@ -341,7 +341,7 @@ def test_retry_resource_of_a_resource_an_external_worker_holds_names_the_holder_
 
 
 def test_retry_resource_without_history_needs_a_flow(redis_conn, alice, instant_policy):
-    with pytest.raises(services.TaskError, match="no task has run on account alice@x yet: name the flow"):
+    with pytest.raises(BadInput, match="no task has run on account alice@x yet: name the flow"):
         services.retry_resource(resource=alice, actor="ops")
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from resources import services as pool_services
 from resources.models import Resource
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.models import Task
@@ -255,7 +255,7 @@ def test_a_task_id_that_names_no_row_is_bad_input(value):
 def test_a_resource_id_that_names_no_row_is_bad_input_on_start(pool, instant_policy, value):
     error = refused(lambda: start(pool, resource=value))
     assert error.code == "bad_input" and error.details["field"] == "resource"
-    assert isinstance(error, services.TaskError)
+    assert isinstance(error, BadInput)
 
 
 @pytest.mark.django_db
@@ -298,7 +298,7 @@ def test_a_resource_of_another_pool_is_refused(alice, instant_policy):
     from tests.factories import ResourceFactory
 
     stranger = ResourceFactory(key="carol@y")
-    with pytest.raises(services.TaskError, match=f"resource carol@y belongs to pool {stranger.pool.name}, not accounts"):
+    with pytest.raises(BadInput, match=f"resource carol@y belongs to pool {stranger.pool.name}, not accounts"):
         services.start_task(flow="demo", pool_name=alice.pool, resource=stranger, created_by="t", policy="instant")
 
 
