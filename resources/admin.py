@@ -58,6 +58,18 @@ DIAGNOSIS_HINTS = {
 TIMELINE_PAGE_SIZE = 50
 
 
+def merge_patch_between(before, after):
+    """The JSON merge patch (RFC 7396) that turns `before` into `after`: the keys changed or added,
+    a key removed as None; objects within compared the same way, anything else replaced."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return after
+    patch = {key: None for key in before if key not in after}
+    for key, value in after.items():
+        if key not in before or before[key] != value:
+            patch[key] = merge_patch_between(before.get(key), value) if isinstance(before.get(key), dict) else value
+    return patch
+
+
 def edited_fields(form) -> dict:
     """Only what the operator typed in, for a service that writes just those fields: the row may
     have changed since the admin read it (a claim, a release, a sweep, a tick, another operator),
@@ -194,7 +206,13 @@ class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActi
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()
         if change:
-            services.change_resource(resource=obj.pk, actor=actor, **edited_fields(form))
+            fields = edited_fields(form)
+            if "attributes" in fields:
+                # What the operator changed of what the page showed, merged into the attributes as
+                # they are now: a key another system set meanwhile (the API's PATCH) is kept.
+                shown = form.fields["attributes"].to_python(form.data.get(form["attributes"].html_initial_name))
+                fields.update(attributes=merge_patch_between(shown, fields["attributes"]), merge_attributes=True)
+            services.change_resource(resource=obj.pk, actor=actor, **fields)
             return
         [created] = services.add_resources(pool=obj.pool, actor=actor, resources=[
             {"key": obj.key, "label": obj.label, "attributes": obj.attributes}])

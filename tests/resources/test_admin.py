@@ -66,6 +66,18 @@ def disconnect_claims():
 # editing a resource never undoes what the services did
 
 
+def test_an_attribute_an_api_client_set_while_the_edit_page_was_open_survives_the_operators_edit(staff, alice):
+    services.change_resource(resource=alice.pk, actor="test", attributes={"region": "eu", "tier": "gold"})
+    page = staff.get(change_url(alice))
+    # An external system merges a key of its own meanwhile (the API's PATCH).
+    services.change_resource(resource=alice.pk, actor="api:crm", attributes={"owner": "crm"}, merge_attributes=True)
+
+    response = staff.post(change_url(alice), submitted(page, attributes='{"region": "us"}'))
+
+    assert response.status_code == 302
+    assert Resource.objects.get(pk=alice.pk).attributes == {"region": "us", "owner": "crm"}
+
+
 def test_a_claim_made_while_the_edit_page_is_open_survives_the_save(staff, alice):
     page = staff.get(change_url(alice))
     lease = services.claim_by_id(resource_id=alice.pk, holder="task 812")
