@@ -33,7 +33,6 @@ from resources.selectors import get_resource, when
 from retryops.errors import DomainError
 from retryops.masking import keep_masked_secrets, mask_secrets
 from scheduling import services
-from scheduling.services.operator_retry import order_of
 from scheduling.choices import WAITING_STATES, TaskState
 from scheduling.errors import BadInput, TaskLive
 from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial, shown_payload
@@ -378,22 +377,10 @@ class ResourceConsoleAdmin(ResourceAdmin):
         if request.POST.get("post") != "yes":
             # Per resource, what the retry would do now, as the services would answer (availability
             # first, then the last task's payload): the confirmation promises nothing they refuse.
-            rows, starting_orders = [], {}
-            for resource in resources:
-                preview = services.preview_retry(resource=resource)
-                refusal = preview.refusal
-                order = order_of(preview.source) if preview.source is not None else None
-                if refusal is None and order in starting_orders:
-                    # One order failed on several of them (a dead task is the last one on each): the
-                    # first starts it; the retry of the next is refused, as the service will.
-                    refusal = gettext("task %(task)s (%(flow)s) starts again above, on %(resource)s: a second run "
-                                      "beside it would run it twice") % {
-                        "task": preview.source.pk, "flow": preview.source.flow, "resource": starting_orders[order]}
-                elif refusal is None and order is not None:
-                    starting_orders[order] = f"{resource.pool.resource_noun} {resource.key}"
-                rows.append({"resource": resource, "last": preview.source, "refusal": str(refusal or ""),
-                             "advice": unavailable_advice(preview.unavailable),
-                             "starts": preview.source is not None and refusal is None})
+            rows = [{"resource": preview.resource, "last": preview.source, "refusal": str(preview.refusal or ""),
+                     "advice": unavailable_advice(preview.unavailable),
+                     "starts": preview.source is not None and preview.refusal is None}
+                    for preview in services.preview_retries(resources=list(resources))]
             starting = sum(row["starts"] for row in rows)
             title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
                 "count": len(rows)}

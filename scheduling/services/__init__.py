@@ -31,7 +31,7 @@ from scheduling.services.policies import (
     save_retry_policy,
 )
 from scheduling.services.probes import start_probes
-from scheduling.services.retry_preview import RetryPreview, preview_retry
+from scheduling.services.retry_preview import RetryPreview, preview_retries, preview_retry
 from scheduling.services.recovery import (
     abandon_stopped_attempt,
     dispatch_waiting,
@@ -52,5 +52,5 @@ __all__ = [
     "PolicyLoad", "preview_retry_policies",
     "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
     "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
-    "TaskRetry", "retry_task", "retry_tasks", "RetryPreview", "preview_retry",
+    "TaskRetry", "retry_task", "retry_tasks", "RetryPreview", "preview_retry", "preview_retries",
 ]

@@ -2,9 +2,10 @@
 console's retry form and "retry selected"). It asks the retry's own checks, check_available and
 instance_to_run_again, rather than a copy of their rules, and writes nothing."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from resources.models import Resource
 from resources.selectors import get_resource
@@ -12,7 +13,7 @@ from retryops.errors import DomainError
 from scheduling.errors import TaskLive
 from scheduling.models import Task
 from scheduling.selectors import last_task_on
-from scheduling.services.operator_retry import check_available, instance_to_run_again
+from scheduling.services.operator_retry import check_available, instance_to_run_again, order_of
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,22 @@ def preview_retry(*, resource: Resource | int, source: Task | None = None) -> Re
             said = isinstance(unavailable, TaskLive) and exc.details.get("task_id") == unavailable.details["task_id"]
             refused = None if said else exc
     return RetryPreview(resource=current, source=source, unavailable=unavailable, instance_refused=refused)
+
+
+def preview_retries(*, resources: list[Resource]) -> list[RetryPreview]:
+    """preview_retry for each of `resources` retried one after another, as "retry selected" does:
+    a dead task is the last one on every resource it failed on, so once the first of them starts
+    its order, the retry of the next one is refused (task_live), and said so here."""
+    previews, starting = [], {}
+    for resource in resources:
+        preview = preview_retry(resource=resource)
+        order = order_of(preview.source) if preview.source is not None else None
+        if preview.refusal is None and order in starting:
+            preview = replace(preview, instance_refused=TaskLive(
+                _("task %(task)s (%(flow)s) starts again above, on %(resource)s: a second run beside it would run "
+                  "it twice") % {"task": preview.source.pk, "flow": preview.source.flow,
+                                 "resource": starting[order]}, task_id=preview.source.pk))
+        elif preview.refusal is None and order is not None:
+            starting[order] = f"{resource.pool.resource_noun} {resource.key}"
+        previews.append(preview)
+    return previews

@@ -9,6 +9,7 @@ from scheduling import services
 from scheduling.models import Task
 from tests.factories import RetryPolicyFactory
 from tests.scheduling.admin.conftest import order_42, run
+from tests.scheduling.helpers import failed_there
 
 pytestmark = pytest.mark.django_db
 
@@ -44,3 +45,14 @@ def test_the_preview_of_a_failed_resource_whose_last_task_died_promises_the_retr
     dead = run(order_42(alice), error=TimeoutError("upstream slow"))
     preview = services.preview_retry(resource=alice.pk)
     assert (preview.source, preview.refusal) == (dead, None)
+
+
+def test_retries_of_two_resources_one_dead_order_is_last_on_preview_one_start_and_one_task_live(
+        alice, bob, instant_policy):
+    RetryPolicyFactory(name="once", max_attempts=1)
+    dead = run(order_42(alice, policy="once"), error=TimeoutError("upstream slow"))
+    failed_there(dead, bob, number=2)
+
+    first, second = services.preview_retries(resources=[alice, bob])
+
+    assert (first.refusal, second.refusal.code, second.refusal.details["task_id"]) == (None, "task_live", dead.pk)
