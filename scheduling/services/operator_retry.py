@@ -13,7 +13,7 @@ from resources.models import Resource
 from resources.selectors import when
 from retryops.inputs import flag
 from retryops.masking import keep_masked_secrets
-from scheduling.choices import WAITING_STATES, TaskState
+from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.errors import BadInput, InstanceSucceeded, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
@@ -63,10 +63,6 @@ def check_available(current: Resource, name: str) -> None:
         raise pool.describe_unavailability(current)
 
 
-# The states of a run that has not finished (task_state_idx serves a query by them).
-LIVE_STATES = (*WAITING_STATES, TaskState.RUNNING)
-
-
 def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = False) -> Task | None:
     """The one guard of every start that runs the business instance `last` ran again (an
     operator's retry, strict or not, by resource or by task; a dead letter's replay, single, bulk or
@@ -89,7 +85,7 @@ def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = Fals
         # order), so two requests from two of its instances cannot both see "no live run".
         Task.objects.select_for_update(of=("self",)).filter(pk=order).first()
     runs = Task.objects.filter(Q(pk=order) | Q(repeats_id=order) | Q(new_instance_of_id=order))
-    live = runs.filter(state__in=LIVE_STATES).order_by("-id").first()
+    live = runs.exclude(state__in=TERMINAL_STATES).order_by("-id").first()
     if live is not None:
         raise _live(live, None, name, last=last)
     run = runs.filter(state=TaskState.SUCCEEDED).order_by("-id").first()
