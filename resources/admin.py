@@ -1,9 +1,8 @@
 """The console's pool and resource pages. Every write goes through resources.services (which also
 writes its audit entry), so every state and statistics field is read-only here.
 
-ResourceAdmin is meant to be extended from above (scheduling adds "retry this resource"):
-`list_display` and `actions` are plain attributes to add to, `get_object_buttons()` returns the
-change page's buttons, and its change form template has a `resource_attempts` block."""
+The resource page is defined here once. An app above resources adds to it through
+ResourcePageExtension (scheduling adds "retry this resource"): resources may import none of them."""
 
 import json
 
@@ -164,6 +163,28 @@ class ResourcePoolAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
         obj.pk, obj.created_at = created.pk, created.created_at
 
 
+class ResourcePageExtension:
+    """What an app above resources adds to the resource pages, registered with
+    ResourceAdmin.extend() from that app's admin module. Each hook is given the request, so it
+    shows only what the operator may do."""
+
+    def columns(self, request) -> list:
+        """List columns (admin display callables), placed right after the state."""
+        return []
+
+    def actions(self, request) -> list:
+        """Admin actions (modeladmin, request, queryset) for the list's action menu."""
+        return []
+
+    def buttons(self, request, resource) -> list[dict]:
+        """The change page's buttons, [{"url", "label"}], before the resource's own operations."""
+        return []
+
+    def panel(self, request, resource) -> str:
+        """HTML shown under the resource's timeline."""
+        return ""
+
+
 @admin.register(Resource)
 class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActions, admin.ModelAdmin):
     form = ResourceForm
@@ -185,6 +206,26 @@ class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActi
     show_facets = admin.ShowFacets.NEVER  # a count per filter option, the diagnosis's included, on every view
     paginator = EstimatedCountPaginator
     actions = ["reset_selected", "quarantine_selected", "unquarantine_selected"]
+    extensions: list[ResourcePageExtension] = []
+
+    @classmethod
+    def extend(cls, extension: ResourcePageExtension) -> None:
+        cls.extensions.append(extension)
+
+    def get_list_display(self, request):
+        shown = list(super().get_list_display(request))
+        at = shown.index("state_badge") + 1  # beside the state: the end of a wide list is off screen
+        added = [column for extension in self.extensions for column in extension.columns(request)]
+        return [*shown[:at], *added, *shown[at:]]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if actions or self.actions:  # none in a popup
+            for extension in self.extensions:
+                for action in extension.actions(request):
+                    func, name, description = self.get_action(action)
+                    actions[name] = (func, name, description)
+        return actions
 
     def get_changelist(self, request, **kwargs):
         return ResourceChangeList
@@ -288,11 +329,13 @@ class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActi
 
     def get_object_buttons(self, request, resource) -> list[dict]:
         """The change page's buttons, [{"url", "label"}]: the operations this operator may apply to
-        the resource in its state. A subclass adds its own to the list."""
+        the resource in its state, after what the extensions add."""
         return [
-            {"url": reverse("admin:resources_resource_operation", args=[resource.pk, name]), "label": operation.verb}
-            for name, operation in OPERATIONS.items()
-            if resource.state in operation.states and self.has_operation_permission(request, operation)
+            *(button for extension in self.extensions for button in extension.buttons(request, resource)),
+            *({"url": reverse("admin:resources_resource_operation", args=[resource.pk, name]),
+               "label": operation.verb}
+              for name, operation in OPERATIONS.items()
+              if resource.state in operation.states and self.has_operation_permission(request, operation)),
         ]
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
@@ -309,5 +352,6 @@ class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActi
             page = timeline_page(resource=obj, page=request.GET.get("timeline"), per_page=TIMELINE_PAGE_SIZE)
             for event in page:  # shown, never saved: rows written before masking may hold a secret
                 event.details = mask_secrets(event.details)
-            context.update(timeline=page, timeline_pages=page.paginator.get_elided_page_range(page.number))
+            context.update(timeline=page, timeline_pages=page.paginator.get_elided_page_range(page.number),
+                           extension_panels=[extension.panel(request, obj) for extension in self.extensions])
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)

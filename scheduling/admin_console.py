@@ -2,9 +2,9 @@
 specified resource", cancel and run now, and the retry buttons on the resource pages.
 
 TaskConsole is mixed into the task's ModelAdmin (scheduling.admin) and mounts its views through
-get_urls. ResourceConsoleAdmin extends resources.admin.ResourceAdmin with the retry column, the
-"retry selected" action, the retry button and the resource's attempts, and replaces it in the
-admin site: scheduling may import resources, never the reverse, so the buttons live here.
+get_urls. RetryOnResourcePage adds the retry column, the "retry selected" action, the retry button
+and the resource's attempts to the resource pages through their extension point: scheduling may
+import resources, never the reverse, so the buttons live here.
 
 Every view checks its permission itself (scheduling.retry_resource, cancel_task, run_task_now);
 every write is one service call; a refusal is the service's own sentence."""
@@ -19,14 +19,14 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
-from django.template.loader import select_template
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext, pgettext
 from django.utils.translation import gettext_lazy as _
 
-from resources.admin import ResourceAdmin
+from resources.admin import ResourceAdmin, ResourcePageExtension
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import get_resource, when
@@ -321,97 +321,81 @@ class TaskConsole:
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
 
-class ResourceConsoleAdmin(ResourceAdmin):
-    """The resource admin with the console's retry column, action, button and attempts panel."""
+class RetryOnResourcePage(ResourcePageExtension):
+    """The resource pages' retry column, action, button and attempts panel."""
 
-    change_form_template = "admin/scheduling/resource/change_form.html"
-    actions = [*(ResourceAdmin.actions or ()), "retry_selected"]
+    def columns(self, request) -> list:
+        return [retry_button] if _has(request, "retry_resource") else []
 
-    def has_retry_resource_permission(self, request, obj=None) -> bool:
-        return _has(request, "retry_resource")
+    def actions(self, request) -> list:
+        return [retry_selected] if _has(request, "retry_resource") else []
 
-    def get_list_display(self, request):
-        shown = list(super().get_list_display(request))
-        if not self.has_retry_resource_permission(request):
-            return shown
-        # Beside the state that calls for it: the end of a wide list is off screen.
-        at = next((n + 1 for n, name in enumerate(shown) if name in ("state", "state_badge")), len(shown))
-        return [*shown[:at], "retry_button", *shown[at:]]
+    def buttons(self, request, resource) -> list[dict]:
+        if not _has(request, "retry_resource"):
+            return []
+        return [{"url": retry_url(resource=resource.pk), "label": gettext("Retry this resource")}]
 
-    @admin.display(description=_("retry"))
-    def retry_button(self, resource):
-        if resource.state not in RETRYABLE_ROWS:
-            return ""
-        if resource.state == ResourceState.QUARANTINED:
-            return format_html('<a href="{}" title="{}">{} &#9888;</a>', retry_url(resource=resource.pk),
-                               gettext("Quarantined: the form says why a strict retry is refused"),
-                               gettext("Retry"))
-        return format_html('<a href="{}">{}</a>', retry_url(resource=resource.pk), gettext("Retry"))
+    def panel(self, request, resource) -> str:
+        return render_to_string("admin/scheduling/resource/attempts.html", {
+            "attempts": attempts_on(resource, limit=RESOURCE_PAGE_ATTEMPTS), "limit": RESOURCE_PAGE_ATTEMPTS,
+            "all_attempts_url": f"{reverse('admin:scheduling_attempt_changelist')}?resource__id__exact={resource.pk}",
+        }, request=request)
 
-    def _resource_change_form(self):
-        """The template this page had before the console: what ResourceAdmin names, else the
-        admin's usual lookup. Ours extends it, so changes to the resource page keep showing."""
-        if ResourceAdmin.change_form_template:
-            return ResourceAdmin.change_form_template
-        opts = self.model._meta
-        return select_template([f"admin/{opts.app_label}/{opts.model_name}/change_form.html",
-                                f"admin/{opts.app_label}/change_form.html", "admin/change_form.html"])
 
-    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
-        context["console_base_template"] = self._resource_change_form()
-        if obj is not None and obj.pk is not None:
-            context.update(
-                console_retry_url=retry_url(resource=obj.pk) if self.has_retry_resource_permission(request) else "",
-                console_attempts=attempts_on(obj, limit=RESOURCE_PAGE_ATTEMPTS),
-                console_attempts_limit=RESOURCE_PAGE_ATTEMPTS,
-                console_all_attempts_url=(f"{reverse('admin:scheduling_attempt_changelist')}"
-                                          f"?resource__id__exact={obj.pk}"),
-            )
-        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+@admin.display(description=_("retry"))
+def retry_button(resource):
+    if resource.state not in RETRYABLE_ROWS:
+        return ""
+    if resource.state == ResourceState.QUARANTINED:
+        return format_html('<a href="{}" title="{}">{} &#9888;</a>', retry_url(resource=resource.pk),
+                           gettext("Quarantined: the form says why a strict retry is refused"),
+                           gettext("Retry"))
+    return format_html('<a href="{}">{}</a>', retry_url(resource=resource.pk), gettext("Retry"))
 
-    @admin.action(description=_("Retry selected resources (strict)"), permissions=["retry_resource"])
-    def retry_selected(self, request, queryset):
-        resources = self.bulk_selection(request, queryset)
-        if resources is None:
-            return None
-        if request.POST.get("post") != "yes":
-            # Per resource, what the retry would do now, as the services would answer (availability
-            # first, then the last task's payload): the confirmation promises nothing they refuse.
-            rows = [{"resource": preview.resource, "last": preview.source, "refusal": str(preview.refusal or ""),
-                     "advice": unavailable_advice(preview.unavailable),
-                     "starts": preview.source is not None and preview.refusal is None}
-                    for preview in services.preview_retries(resources=list(resources))]
-            starting = sum(row["starts"] for row in rows)
-            title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
-                "count": len(rows)}
-            # Confirmed to the list without its filters, as the other bulk actions are: a resource
-            # that left the filtered list meanwhile is still retried, or refused with its reason,
-            # instead of dropping out of the selection unsaid.
-            context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
-                       "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-                       "outlook": gettext("%(start)d will start, %(refused)d will be refused.") % {
-                           "start": starting, "refused": len(rows) - starting},
-                       "none_starts": starting == 0,
-                       "changelist_url": reverse("admin:resources_resource_changelist")}
-            return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
-        started, refused, actor = [], [], _actor(request)
-        for resource in resources:
-            try:
-                started.append((resource, services.retry_resource(resource=resource.pk, actor=actor)))
-            except DomainError as exc:
-                refused.append((resource, str(exc)))
-            except Exception as exc:  # one surprise must not stop the other retries
-                log.exception("retry of resource %s failed", resource.pk)
-                refused.append((resource, gettext("unexpected error: %(error)s") % {
-                    "error": f"{type(exc).__name__}: {exc}"}))
-        # A page of its own, as reset and quarantine answer: which started as which task, and why
-        # each other one was refused, one row each, instead of a sentence per refusal.
-        title = gettext("Retry selected resources: %(done)d of %(count)d started") % {
-            "done": len(started), "count": len(resources)}
-        context = {**self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
-                   "started": started, "refused": refused,
+
+@admin.action(description=_("Retry selected resources (strict)"))
+def retry_selected(modeladmin, request, queryset):
+    resources = modeladmin.bulk_selection(request, queryset)
+    if resources is None:
+        return None
+    if request.POST.get("post") != "yes":
+        # Per resource, what the retry would do now, as the services would answer (availability
+        # first, then the last task's payload): the confirmation promises nothing they refuse.
+        rows = [{"resource": preview.resource, "last": preview.source, "refusal": str(preview.refusal or ""),
+                 "advice": unavailable_advice(preview.unavailable),
+                 "starts": preview.source is not None and preview.refusal is None}
+                for preview in services.preview_retries(resources=list(resources))]
+        starting = sum(row["starts"] for row in rows)
+        title = ngettext("Retry %(count)d resource?", "Retry %(count)d resources?", len(rows)) % {
+            "count": len(rows)}
+        # Confirmed to the list without its filters, as the other bulk actions are: a resource
+        # that left the filtered list meanwhile is still retried, or refused with its reason,
+        # instead of dropping out of the selection unsaid.
+        context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.model._meta, "title": title,
+                   "rows": rows, "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                   "outlook": gettext("%(start)d will start, %(refused)d will be refused.") % {
+                       "start": starting, "refused": len(rows) - starting},
+                   "none_starts": starting == 0,
                    "changelist_url": reverse("admin:resources_resource_changelist")}
-        return TemplateResponse(request, "admin/scheduling/resource/retry_selected_result.html", context)
+        return TemplateResponse(request, "admin/scheduling/resource/retry_selected_confirmation.html", context)
+    started, refused, actor = [], [], _actor(request)
+    for resource in resources:
+        try:
+            started.append((resource, services.retry_resource(resource=resource.pk, actor=actor)))
+        except DomainError as exc:
+            refused.append((resource, str(exc)))
+        except Exception as exc:  # one surprise must not stop the other retries
+            log.exception("retry of resource %s failed", resource.pk)
+            refused.append((resource, gettext("unexpected error: %(error)s") % {
+                "error": f"{type(exc).__name__}: {exc}"}))
+    # A page of its own, as reset and quarantine answer: which started as which task, and why
+    # each other one was refused, one row each, instead of a sentence per refusal.
+    title = gettext("Retry selected resources: %(done)d of %(count)d started") % {
+        "done": len(started), "count": len(resources)}
+    context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.model._meta, "title": title,
+               "started": started, "refused": refused,
+               "changelist_url": reverse("admin:resources_resource_changelist")}
+    return TemplateResponse(request, "admin/scheduling/resource/retry_selected_result.html", context)
 
-admin.site.unregister(Resource)
-admin.site.register(Resource, ResourceConsoleAdmin)
+
+ResourceAdmin.extend(RetryOnResourcePage())
