@@ -8,7 +8,7 @@ threshold comes from the settings; telemetry.alerts decides when an alert fires 
 rule that cannot judge (too few retries) reads no value.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -24,9 +24,11 @@ from compensation.models import DeadLetter
 from compensation.notifications_models import Notification, NotificationState
 from compensation.services.dead_letters import CONSUMER as DEAD_LETTER_CONSUMER
 from compensation.services.escalation import orphaned_dead_letters
-from scheduling.choices import TaskEventKind
+from scheduling.choices import TaskEventKind, TaskState
 from scheduling.selectors import retry_outcomes, undelivered_task_events
 from telemetry import heartbeats
+from telemetry.figures import COMPLETION_TARGET, RETRY_SUCCESS_TARGET, Figure, latest_snapshot
+from telemetry.metrics_gauges import overdue_retries, rollup_age
 from telemetry.metrics_watermark import watermark_lag
 
 # The silent components an alert names (and how much of each name); it counts them all.
@@ -304,7 +306,93 @@ class MetricsWatermarkStuck(Rule):
         return reverse("admin:telemetry_alert_changelist")  # this alert's detail names the transaction
 
 
+class RetriesOverdue(AnyRule):
+    """Waiting tasks due more than five minutes ago: the flow workers are too few for the load,
+    stuck on long attempts, or missing."""
+
+    name = "retries_overdue"
+    title = "Retries overdue"
+    label = _("Retries overdue")
+    severity = "warning"
+    after = timedelta(minutes=5)
+
+    def read(self, *, now: datetime) -> Reading:
+        overdue = overdue_retries(due_before=now - self.after)
+        return Reading(overdue, {"overdue": overdue, "after": int(self.after.total_seconds())})
+
+    def describe(self, facts):
+        return ngettext("%(overdue)d waiting task due more than %(after)s ago",
+                        "%(overdue)d waiting tasks due more than %(after)s ago", facts["overdue"]) % {
+                            **facts, "after": seconds_words(facts["after"])}
+
+    def rows_url(self) -> str:
+        return reverse("admin:scheduling_task_changelist") + f"?state__exact={TaskState.RETRYING}"
+
+
+class MetricsRollupStale(Rule):
+    """The metrics rollup's last pass longer ago than two minutes: the gauges it counts (waiting
+    tasks, running attempts, dead-letter queue, resources) stay frozen. Before its first pass it
+    cannot judge."""
+
+    name = "metrics_rollup_stale"
+    title = "Metrics rollup stale"
+    label = _("Metrics rollup stale")
+    unit = "seconds"
+    severity = "warning"
+
+    def threshold(self) -> float:
+        return 120
+
+    def read(self, *, now: datetime) -> Reading:
+        age = rollup_age(now)
+        return Reading(age, {"age": None if age is None else int(age)})
+
+    def describe(self, facts):
+        if facts["age"] is None:
+            return gettext("the metrics rollup has not run yet")
+        return gettext("the metrics rollup last ran %(age)s ago") % {"age": age_words(facts["age"])}
+
+    def rows_url(self) -> str:
+        return reverse("django_rq:home")
+
+
+class FiguresBelowTarget(AnyRule):
+    """Acceptance figures of the last window missing their targets: automatic retry success, manual
+    compensation completion, and the slowest 1% of dead letters to their work order. A warning, not
+    a page: they move slowly over a day's window."""
+
+    name = "figures_below_target"
+    title = "Acceptance figures below target"
+    label = _("Acceptance figures below target")
+    severity = "warning"
+
+    def targets(self) -> dict[str, Figure]:
+        return {"retry_success_ratio": Figure("retry_success_ratio", None, RETRY_SUCCESS_TARGET, "at_least"),
+                "compensation_completion_ratio": Figure("compensation_completion_ratio", None, COMPLETION_TARGET,
+                                                        "at_least"),
+                "dead_letter_to_work_order_p99": Figure("dead_letter_to_work_order_p99", None,
+                                                        float(settings.RETRYOPS_SLA_NOTICE_SECONDS), "at_most")}
+
+    def read(self, *, now: datetime) -> Reading:
+        snapshot = latest_snapshot()
+        if snapshot is None:
+            return Reading(None, {"missed": []})
+        figures = [replace(target, value=snapshot.figures.get(key)) for key, target in self.targets().items()]
+        missed = [{"figure": f.key, "value": f.value, "target": f.target} for f in figures if f.met is False]
+        return Reading(len(missed), {"missed": missed})
+
+    def describe(self, facts):
+        if not facts["missed"]:
+            return gettext("every watched acceptance figure meets its target, or has no data")
+        return gettext("below target: %(figures)s") % {"figures": ", ".join(
+            f"{m['figure']} {m['value']:g} ({gettext('target')} {m['target']:g})" for m in facts["missed"])}
+
+    def rows_url(self) -> str:
+        return reverse("admin:index")  # the ops dashboard shows the figures beside their targets
+
+
 # Every rule, by name, in the order the admin lists them.
 RULES: dict[str, Rule] = {rule.name: rule for rule in (RetryFailureRate(), DeadLetterQueueLength(),
                                                        WorkOrderCreationFailed(), NotificationFailed(),
-                                                       ComponentSilent(), MetricsWatermarkStuck())}
+                                                       ComponentSilent(), MetricsWatermarkStuck(), RetriesOverdue(),
+                                                       MetricsRollupStale(), FiguresBelowTarget())}

@@ -9,6 +9,8 @@ bench/metrics.py). The others are small indexed reads made at each scrape: overd
 notifications (notification_failed_idx). retryops_metrics_rollup_age_seconds says how old the
 counted ones are, so a stopped rollup is seen rather than read as a steady state."""
 
+from datetime import datetime
+
 from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
@@ -46,6 +48,18 @@ def pool_names() -> dict[int, str]:
 def pool_label(names: dict[int, str], pool_id: int) -> str:
     """A pool's name, or a stand-in for one removed since its rows were counted."""
     return names.get(pool_id) or f"removed-pool-{pool_id}"
+
+
+def overdue_retries(*, due_before: datetime) -> int:
+    """Waiting tasks due before `due_before` (task_waiting_due_idx): /metrics and the retries_overdue alert."""
+    return Task.objects.filter(state__in=WAITING_STATES, next_run_at__lt=due_before).count()
+
+
+def rollup_age(now: datetime) -> float | None:
+    """Seconds since the metrics rollup's last pass (None: no pass yet): /metrics and the
+    metrics_rollup_stale alert."""
+    passed = MetricWatermark.objects.filter(pk=1).values_list("advanced_at", flat=True).first()
+    return None if passed is None else max(0.0, (now - passed).total_seconds())
 
 
 def counted_gauges() -> list[MetricGauge]:
@@ -90,13 +104,13 @@ class StateCollector:
         yield from families.values()
         age = GaugeMetricFamily("retryops_metrics_rollup_age_seconds",
                                 "Seconds since the metrics rollup last counted the gauges above (no pass yet: absent).")
-        passed = MetricWatermark.objects.filter(pk=1).values_list("advanced_at", flat=True).first()
-        if passed is not None:
-            age.add_metric([], max(0.0, (now - passed).total_seconds()))
+        seconds = rollup_age(now)
+        if seconds is not None:
+            age.add_metric([], seconds)
         yield age
 
     def _overdue(self, now):
-        overdue = Task.objects.filter(state__in=WAITING_STATES, next_run_at__lt=now - OVERDUE_GRACE).count()
+        overdue = overdue_retries(due_before=now - OVERDUE_GRACE)
         return GaugeMetricFamily(
             "retryops_retries_overdue",
             f"Waiting tasks due more than {OVERDUE_GRACE.total_seconds():g} s ago (the dispatcher's grace): "

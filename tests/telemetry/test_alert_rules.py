@@ -11,7 +11,10 @@ from compensation.models import DeadLetter
 from compensation.notifications_models import NotificationState
 from scheduling.selectors import retry_outcomes
 from telemetry.alerts_rules import RULES
+from telemetry.figures_models import AcceptanceSnapshot
+from telemetry.metrics_rollup import roll_up_metrics
 from tests.compensation.conftest import dead_tasks
+from tests.factories import TaskFactory
 from tests.compensation.notify_fixtures import page
 from tests.telemetry.conftest import open_dead_letters, retries
 
@@ -155,6 +158,54 @@ def test_many_silent_workers_are_counted_and_the_first_named(heartbeats):
     reading = read("component_silent")
 
     assert reading.value == 25 and reading.detail.endswith("worker 19 and 5 more")
+
+
+# retries overdue
+
+
+def test_waiting_tasks_due_more_than_five_minutes_ago_are_overdue(pool):
+    now = timezone.now()
+    TaskFactory(pool=pool, state="retrying", next_run_at=now - timedelta(minutes=6))
+    TaskFactory(pool=pool, state="scheduled", next_run_at=now - timedelta(minutes=6))
+    TaskFactory(pool=pool, state="retrying", next_run_at=now - timedelta(minutes=4))
+    TaskFactory(pool=pool, state="succeeded", next_run_at=None, finished_at=now)
+
+    assert read("retries_overdue", now=now) == Said(2, "2 waiting tasks due more than 5 min ago")
+
+
+# metrics rollup stale
+
+
+def test_the_rollup_is_stale_by_the_age_of_its_last_pass(pool):
+    assert read("metrics_rollup_stale") == Said(None, "the metrics rollup has not run yet")
+    roll_up_metrics()
+
+    reading = read("metrics_rollup_stale", now=timezone.now() + timedelta(minutes=3))
+
+    assert reading.value > RULES["metrics_rollup_stale"].threshold()
+    assert reading.detail == "the metrics rollup last ran 3 min ago"
+
+
+# acceptance figures below target
+
+
+def test_figures_below_their_targets_are_counted_and_named(settings):
+    settings.RETRYOPS_SLA_NOTICE_SECONDS = 300
+    AcceptanceSnapshot.objects.create(
+        window_seconds=settings.RETRYOPS_FIGURES_WINDOW_SECONDS, computed_at=timezone.now(),
+        figures={"retry_success_ratio": 0.85, "compensation_completion_ratio": 0.99,
+                 "dead_letter_to_work_order_p99": 420.0, "retry_within_sla_ratio": 0.5})
+
+    assert read("figures_below_target") == Said(2, "below target: retry_success_ratio 0.85 (target 0.9), "
+                                                   "dead_letter_to_work_order_p99 420 (target 300)")
+
+
+def test_figures_without_data_or_a_fresh_snapshot_miss_nothing(settings):
+    assert read("figures_below_target").value is None
+    AcceptanceSnapshot.objects.create(window_seconds=settings.RETRYOPS_FIGURES_WINDOW_SECONDS,
+                                      computed_at=timezone.now(), figures={"retry_success_ratio": None})
+
+    assert read("figures_below_target") == Said(0, "every watched acceptance figure meets its target, or has no data")
 
 
 def test_rules_speak_the_readers_language():

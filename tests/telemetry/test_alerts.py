@@ -225,12 +225,20 @@ def test_the_collector_says_which_alerts_fire_and_which_do_not(levels, no_channe
     open_dead_letters(11)
     evaluate_alert(rule="dlq_length")  # the others have no row yet
 
-    [family] = AlertCollector().collect()
+    family, age = AlertCollector().collect()
 
     assert family.name == "retryops_alert_firing"
     assert {sample.labels["alert"]: sample.value for sample in family.samples} == {
         "retry_failure_rate": 0, "dlq_length": 1, "work_order_creation_failed": 0, "notification_failed": 0,
-        "component_silent": 0, "metrics_watermark_stuck": 0}
+        "component_silent": 0, "metrics_watermark_stuck": 0, "retries_overdue": 0, "metrics_rollup_stale": 0,
+        "figures_below_target": 0}
+    assert age.name == "retryops_alert_evaluation_age_seconds" and 0 <= age.samples[0].value < 60
+
+
+def test_the_collector_says_nothing_of_the_evaluations_age_before_the_first_one(db):
+    _firing, age = AlertCollector().collect()
+
+    assert age.samples == []
 
 
 def test_metrics_export_the_firing_alerts(levels, no_channels):

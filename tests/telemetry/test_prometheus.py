@@ -11,16 +11,21 @@ import shutil
 import subprocess
 import time
 from contextlib import contextmanager
+from io import StringIO
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from django.core.management import call_command
 
 from scheduling import services
 from scheduling.flows import flow
 from tests.http_server import free_port, running
 from tests.required import missing
+from telemetry.alerts_prometheus import SEVERITIES, alert_name
+from telemetry.alerts_rules import RULES
+from telemetry.figures import COMPLETION_TARGET, RETRY_SUCCESS_TARGET
 from tests.scheduling.helpers import work
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +89,6 @@ def as_promql(expr: str) -> str:
             .replace("$flow", ".*").replace("$pool", ".*"))
 
 
-def alert_rule(name: str) -> dict:
-    rules = [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
-    return next(rule for rule in rules if rule.get("alert") == name)
-
-
 def threshold_of(panel_title: str) -> float:
     panel = next(p for p in panels() if p["title"] == panel_title)
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
@@ -103,24 +103,59 @@ def test_alert_rules_pass_promtool_check_rules():
     assert "SUCCESS" in result.stdout
 
 
-def test_alert_rules_pass_their_promtool_unit_tests():
-    result = promtool("test", "rules", "alerts_test.yml")
+def test_the_shipped_rules_are_what_the_command_writes():
+    written = StringIO()
+    call_command("prometheus_rules", "--public-url", "http://localhost:8000", stdout=written)
+    assert ALERTS.read_text() == written.getvalue(), \
+        "run: manage.py prometheus_rules --public-url http://localhost:8000 > deploy/prometheus/alerts.yml"
+
+
+def shipped_alerts() -> dict[str, dict]:
+    return {rule["alert"]: rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]}
+
+
+def rule_test(series: dict[str, str], alert: str, fired: dict | None, *, interval: str = "1m") -> dict:
+    """A promtool test case: `alert` at 10 minutes of `series` fires with the labels `fired` (None: not at all)."""
+    expected = [{"exp_labels": fired, "exp_annotations": shipped_alerts()[alert]["annotations"]}] if fired else []
+    return {"interval": interval, "input_series": [{"series": s, "values": v} for s, v in series.items()],
+            "alert_rule_test": [{"eval_time": "10m", "alertname": alert, "exp_alerts": expected}]}
+
+
+def run_rule_tests(folder: Path, cases: list[dict]) -> subprocess.CompletedProcess:
+    tests = folder / "alerts_test.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [str(ALERTS)], "evaluation_interval": "30s", "tests": cases}))
+    return promtool("test", "rules", str(tests))
+
+
+def test_every_alert_fires_exactly_while_the_app_says_its_rule_fires(tmp_path):
+    cases = [rule_test({f'retryops_alert_firing{{alert="{name}"}}': f"{firing}x20"}, alert_name(rule),
+                       {"severity": SEVERITIES[rule.severity]} if firing else None)
+             for name, rule in RULES.items() for firing in (0, 1)]
+    result = run_rule_tests(tmp_path, cases)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(shipped_alerts()) == {alert_name(rule) for rule in RULES.values()} | {
+        "RetryOpsDown", "RetryOpsAlertsNotEvaluated"}
+
+
+def test_prometheus_says_when_the_app_is_down_or_its_evaluator_stopped(tmp_path):
+    up, age = 'up{job="retryops",instance="app:8000"}', "retryops_alert_evaluation_age_seconds"
+    stopped = {"severity": "critical"}
+    cases = [rule_test({up: "0x10"}, "RetryOpsDown", {**stopped, "job": "retryops", "instance": "app:8000"}),
+             rule_test({up: "1x10"}, "RetryOpsDown", None),
+             rule_test({up: "1x10", age: "30+60x10"}, "RetryOpsAlertsNotEvaluated", stopped),
+             rule_test({up: "1x10", age: "30x10"}, "RetryOpsAlertsNotEvaluated", None),
+             rule_test({up: "1x10"}, "RetryOpsAlertsNotEvaluated", stopped),
+             rule_test({up: "0x10"}, "RetryOpsAlertsNotEvaluated", None)]
+    result = run_rule_tests(tmp_path, cases)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook():
-    rules = [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]
-             if "alert" in rule]
+    rules = list(shipped_alerts().values())
     incomplete = [rule["alert"] for rule in rules
                   if rule.get("labels", {}).get("severity") not in ("critical", "warning")
                   or not {"summary", "description", "runbook_url"} <= set(rule.get("annotations", {}))]
     assert rules and incomplete == []
-
-
-def test_the_unit_tests_test_every_alert():
-    tested = set(re.findall(r"alertname: (\w+)", (PROMETHEUS_DIR / "alerts_test.yml").read_text()))
-    alerts = set(re.findall(r"- alert: (\w+)", ALERTS.read_text()))
-    assert alerts - tested == set()
 
 
 def test_prometheus_config_passes_promtool_check_config_with_its_token_file(tmp_path):
@@ -181,19 +216,12 @@ def test_histograms_are_drawn_as_heatmaps_of_their_buckets():
                      "dead_letter_to_work_order_seconds"}
 
 
-def test_the_watermark_lag_panel_draws_the_stuck_watermark_alerts_threshold():
-    stuck = float(re.search(r"watermark_age_seconds\) > (\d+)", alert_rule("RetryOpsMetricsWatermarkStuck")["expr"])[1])
-    assert threshold_of("Metrics watermark lag") == stuck == 900
-
-
-def test_dashboard_thresholds_are_the_alerts_thresholds():
-    failure_rate = float(re.search(r"failure_ratio:10m > ([\d.]+)", alert_rule("RetryOpsRetryFailureRateHigh")["expr"])[1])
-    dlq = float(re.search(r"sum\(retryops_dlq_length\) > (\d+)", alert_rule("RetryOpsDeadLetterQueueLong")["expr"])[1])
-    success = float(alert_rule("RetryOpsRetrySuccessBelowTarget")["expr"].rsplit("<", 1)[1])
-    completion = float(alert_rule("RetryOpsCompensationCompletionBelowTarget")["expr"].rsplit("<", 1)[1])
+def test_dashboard_thresholds_are_the_alert_rules_thresholds():
     assert (threshold_of("Retry failure rate (10 min)"), threshold_of("Dead-letter queue length, by flow"),
-            threshold_of("Automatic retry success"), threshold_of("Manual compensation completion")) == \
-        (failure_rate, dlq, success, completion) == (0.15, 100, 0.9, 0.95)
+            threshold_of("Metrics watermark lag"), threshold_of("Automatic retry success"),
+            threshold_of("Manual compensation completion")) == \
+        (RULES["retry_failure_rate"].threshold(), RULES["dlq_length"].threshold(),
+         RULES["metrics_watermark_stuck"].threshold(), RETRY_SUCCESS_TARGET, COMPLETION_TARGET)
 
 
 # --- a real Prometheus scraping a live server of the app -----------------------------------------------

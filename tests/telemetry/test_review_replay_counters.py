@@ -1,7 +1,7 @@
 """A replay that dies counts in task_retry_dlq_total (its task.dead event) but not in
 task_retry_escalated_total: it makes no new dead letter (follow_replays reopens the old one, which
 was escalated once). So deaths and escalations are not comparable, and Prometheus'
-RetryOpsWorkOrderCreationFailing reads the app's own rule (retryops_alert_firing) instead of
+RetryOpsWorkOrderCreationFailed reads the app's own rule (retryops_alert_firing) instead of
 comparing them, which paged for work orders that were never missing."""
 
 import pytest
@@ -36,6 +36,6 @@ def test_the_prometheus_work_order_rule_reads_the_apps_alert_not_the_counters():
 
     rules = yaml.safe_load((Path(__file__).parents[2] / "deploy/prometheus/alerts.yml").read_text())
     [rule] = [rule for group in rules["groups"] for rule in group["rules"]
-              if rule.get("alert") == "RetryOpsWorkOrderCreationFailing"]
+              if rule.get("alert") == "RetryOpsWorkOrderCreationFailed"]
     assert 'retryops_alert_firing{alert="work_order_creation_failed"}' in rule["expr"]
     assert "task_retry_dlq_total" not in rule["expr"]
