@@ -49,8 +49,8 @@ ENRICH = """
 def measure(repeat: int) -> list[dict]:
     from django.urls import reverse
 
-    from telemetry.figures import AcceptanceCollector
-    from telemetry.figures_services import refresh_acceptance_snapshot
+    from telemetry.figures.selectors import AcceptanceCollector
+    from telemetry.figures.services import refresh_acceptance_snapshot
 
     refresh_acceptance_snapshot(seconds=86400)
     rows = [timed("scrape: AcceptanceCollector", lambda: list(AcceptanceCollector().collect()), repeat),

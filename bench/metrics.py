@@ -115,7 +115,7 @@ def pass_covering(xid: int) -> float:
     """Seconds the rollup passes took to take in the rows of transaction `xid`. A pass stops below
     the oldest transaction running on the server, which other sessions may hold back a while:
     passes are repeated until one covers it, and the time of every pass until then is summed."""
-    from telemetry.metrics_rollup import roll_up_metrics
+    from telemetry.metrics.rollup import roll_up_metrics
 
     deadline, seconds = time.monotonic() + 300, 0.0
     while True:
@@ -136,7 +136,7 @@ def child(size: int, repeat: int, new_events: int) -> None:
     from django.db import connection
     from django.test import Client
 
-    from telemetry.metrics_models import MetricRollup, MetricWatermark
+    from telemetry.metrics.models import MetricRollup, MetricWatermark
 
     settings.DEBUG = False
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]

@@ -1,4 +1,4 @@
-"""The work order list's filters that the acceptance figures' links set (telemetry.figures):
+"""The work order list's filters that the acceptance figures' links set (telemetry.figures.selectors):
 each selects the rows compensation.selectors gives the figure, and shows only while it is set."""
 
 from django.db.models import Exists

@@ -34,7 +34,7 @@ def parse_moment(raw: str, *, name: str) -> datetime:
 
 
 class FigureFilter(admin.SimpleListFilter):
-    """A filter the acceptance figures' links set (telemetry.figures): offered in the sidebar only
+    """A filter the acceptance figures' links set (telemetry.figures.selectors): offered in the sidebar only
     while it is set, so the lists keep their usual filters, and dropped with "All"."""
 
     def has_output(self):

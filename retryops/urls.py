@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation import dashboard
 from retryops import rq_dashboard
-from telemetry import admin_figures
+from telemetry.figures import admin as admin_figures
 
 admin.site.site_header = _("RetryOps console")
 admin.site.site_title = _("RetryOps")

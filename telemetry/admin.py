@@ -1,3 +1,3 @@
 """The telemetry app's admin pages, each in a module of its own (imported here for autodiscovery)."""
 
-from telemetry import alerts_admin  # noqa: F401
+from telemetry.alerts import admin  # noqa: F401

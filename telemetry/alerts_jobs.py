@@ -1,11 +1,3 @@
-"""The RQ job that evaluates the alert rules (rq cron, every RETRYOPS_ALERT_INTERVAL seconds)."""
+"""Where telemetry/cron.py and telemetry/urls.py import evaluate_alerts_job from; see telemetry.alerts.jobs."""
 
-from retryops.language import in_stored_language
-from telemetry.alerts import evaluate_alerts
-
-
-@in_stored_language
-def evaluate_alerts_job() -> dict:
-    """Periodic: evaluate every alert rule; a rule that fails is in the result and the log, not
-    raised (the next run tries again)."""
-    return evaluate_alerts().as_dict()
+from telemetry.alerts.jobs import evaluate_alerts_job  # noqa: F401

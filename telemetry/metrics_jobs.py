@@ -1,10 +1,3 @@
-"""The metrics rollup's RQ job: thin, it calls the service and returns what it did."""
+"""Where telemetry/cron.py and telemetry/urls.py import roll_up_metrics_job from; see telemetry.metrics.jobs."""
 
-
-def roll_up_metrics_job() -> dict:
-    """Periodic: one pass of the metrics rollup (telemetry.metrics_rollup.roll_up_metrics)."""
-    from telemetry.metrics_rollup import roll_up_metrics
-
-    done = roll_up_metrics()
-    return {"skipped": done.skipped, "below_xid": done.to_xid, "series": done.series,
-            "ms": round(done.seconds * 1000, 1)}
+from telemetry.metrics.jobs import roll_up_metrics_job  # noqa: F401

@@ -20,8 +20,8 @@ from resources import services as resources
 from resources.models import Resource, ResourcePool
 from scheduling import services as scheduling
 from scheduling.models import Attempt, BatchConfig, RetryPolicy, Task, TaskEvent
-from telemetry.alerts import evaluate_alert
-from telemetry.alerts_models import Alert, AlertEvent
+from telemetry.alerts.services import evaluate_alert
+from telemetry.alerts.models import Alert, AlertEvent
 from tests.compensation.conftest import dead_tasks
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.scheduling.admin.conftest import order_42, run

@@ -8,8 +8,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from compensation.notifications_models import Notification
-from telemetry.alerts import evaluate_alert
-from telemetry.alerts_models import Alert
+from telemetry.alerts.services import evaluate_alert
+from telemetry.alerts.models import Alert
 from tests.retryops.conftest import logged_in, member
 from tests.telemetry.conftest import open_dead_letters, settle_dead_letters
 

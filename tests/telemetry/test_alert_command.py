@@ -5,8 +5,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from telemetry.alerts_models import Alert, AlertEvent
-from telemetry.alerts_rules import RULES
+from telemetry.alerts.models import Alert, AlertEvent
+from telemetry.alerts.rules import RULES
 from tests.telemetry.conftest import open_dead_letters
 
 pytestmark = pytest.mark.django_db

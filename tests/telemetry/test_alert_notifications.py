@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from compensation.notifications import send_due_notifications
 from compensation.notifications_models import Notification
-from telemetry.alerts import evaluate_alert
-from telemetry.alerts_models import Alert
+from telemetry.alerts.services import evaluate_alert
+from telemetry.alerts.models import Alert
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
     SLACK_PATH,

@@ -10,9 +10,9 @@ from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.notifications_models import NotificationState
 from scheduling.selectors import retry_outcomes
-from telemetry.alerts_rules import RULES
-from telemetry.figures_models import AcceptanceSnapshot
-from telemetry.metrics_rollup import roll_up_metrics
+from telemetry.alerts.rules import RULES
+from telemetry.figures.models import AcceptanceSnapshot
+from telemetry.metrics.rollup import roll_up_metrics
 from tests.compensation.conftest import dead_tasks
 from tests.factories import TaskFactory
 from tests.compensation.notify_fixtures import page

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from compensation.notifications_models import Notification
 from retryops.errors import BadInput
-from telemetry import alerts
-from telemetry.alerts import (
+from telemetry.alerts import services as alerts
+from telemetry.alerts.services import (
     BUSY,
     CLEARING,
     FAILED,
@@ -24,10 +24,10 @@ from telemetry.alerts import (
     evaluate_alert,
     evaluate_alerts,
 )
-from telemetry.alerts_collector import AlertCollector
-from telemetry.alerts_jobs import evaluate_alerts_job
-from telemetry.alerts_models import Alert, AlertEvent
-from telemetry.alerts_rules import RULES, Reading
+from telemetry.alerts.collector import AlertCollector
+from telemetry.alerts.jobs import evaluate_alerts_job
+from telemetry.alerts.models import Alert, AlertEvent
+from telemetry.alerts.rules import RULES, Reading
 from tests.telemetry.conftest import open_dead_letters, retries, settle_dead_letters
 
 pytestmark = pytest.mark.django_db
@@ -242,7 +242,7 @@ def test_the_collector_says_nothing_of_the_evaluations_age_before_the_first_one(
 
 
 def test_metrics_export_the_firing_alerts(levels, no_channels):
-    from telemetry.metrics import exposition
+    from telemetry.metrics.registry import exposition
 
     open_dead_letters(11)
     evaluate_alert(rule="dlq_length")

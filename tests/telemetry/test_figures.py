@@ -4,7 +4,7 @@ calculations are in tests/telemetry/history.py), and an empty window gives no da
 import pytest
 from django.utils import timezone
 
-from telemetry.figures import acceptance_figures
+from telemetry.figures.selectors import acceptance_figures
 from tests.telemetry import history
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from telemetry import admin_figures
+from telemetry.figures import admin as admin_figures
 from tests.telemetry import history
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]

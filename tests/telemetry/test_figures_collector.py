@@ -10,9 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
-from telemetry.figures import AcceptanceCollector
-from telemetry.figures_models import AcceptanceSnapshot
-from telemetry.figures_services import refresh_acceptance_snapshot, refresh_figures_job
+from telemetry.figures.selectors import AcceptanceCollector
+from telemetry.figures.models import AcceptanceSnapshot
+from telemetry.figures.services import refresh_acceptance_snapshot, refresh_figures_job
 from tests.telemetry import history
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]

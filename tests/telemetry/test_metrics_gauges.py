@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from compensation.notifications_models import Notification
-from telemetry.metrics_rollup import roll_up_metrics
+from telemetry.metrics.rollup import roll_up_metrics
 from tests.factories import (
     AttemptFactory,
     DeadLetterFactory,

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from scheduling import services
-from telemetry.metrics_rollup import roll_up_metrics
+from telemetry.metrics.rollup import roll_up_metrics
 from tests.factories import ResourceFactory
 from tests.scheduling.helpers import work
 from tests.telemetry.metrics_helpers import scrape

@@ -13,8 +13,8 @@ from django.db import transaction
 from django.db.models import Sum
 
 from scheduling.models import Task
-from telemetry.metrics_models import MetricRollup
-from telemetry.metrics_rollup import roll_up_metrics
+from telemetry.metrics.models import MetricRollup
+from telemetry.metrics.rollup import roll_up_metrics
 from tests import servers
 from tests.factories import (
     ResourceFactory,

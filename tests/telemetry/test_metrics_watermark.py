@@ -14,11 +14,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from telemetry.alerts import FIRED, OK, RESOLVED, evaluate_alert
-from telemetry.alerts_models import Alert
-from telemetry.alerts_rules import RULES
-from telemetry.metrics_rollup import ATTEMPTS, DEAD_LETTERS, EVENTS, MARK, roll_up_metrics
-from telemetry.metrics_watermark import WatermarkCollector, watermark_lag
+from telemetry.alerts.services import FIRED, OK, RESOLVED, evaluate_alert
+from telemetry.alerts.models import Alert
+from telemetry.alerts.rules import RULES
+from telemetry.metrics.rollup import ATTEMPTS, DEAD_LETTERS, EVENTS, MARK, roll_up_metrics
+from telemetry.metrics.watermark import WatermarkCollector, watermark_lag
 from tests.factories import ResourcePoolFactory, TaskEventFactory, TaskFactory
 from tests.telemetry.metrics_helpers import scrape, value
 

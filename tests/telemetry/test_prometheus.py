@@ -23,9 +23,9 @@ from scheduling import services
 from scheduling.flows import flow
 from tests.http_server import free_port, running
 from tests.required import missing
-from telemetry.alerts_prometheus import SEVERITIES, alert_name
-from telemetry.alerts_rules import RULES
-from telemetry.figures import COMPLETION_TARGET, RETRY_SUCCESS_TARGET
+from telemetry.alerts.prometheus import SEVERITIES, alert_name
+from telemetry.alerts.rules import RULES
+from telemetry.figures.selectors import COMPLETION_TARGET, RETRY_SUCCESS_TARGET
 from tests.scheduling.helpers import work
 
 ROOT = Path(__file__).resolve().parents[2]

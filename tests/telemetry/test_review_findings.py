@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from compensation.notifications import send_due_notifications
 from compensation.notifications_models import Notification, NotificationState
-from telemetry.alerts import FIRED, RESOLVED, evaluate_alert
+from telemetry.alerts.services import FIRED, RESOLVED, evaluate_alert
 from tests.compensation.notify_fixtures import PAGERDUTY_PATH, SLACK_PATH, page
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +65,7 @@ def test_a_dead_letter_stamped_before_its_task_died_by_another_hosts_clock_keeps
 def test_an_alerts_page_does_not_count_as_the_page_of_the_work_order_with_its_id(both_channels):
     from compensation.notifications import queue_notification
     from compensation.notifications_models import NotificationSubject
-    from telemetry.figures import acceptance_figures
+    from telemetry.figures.selectors import acceptance_figures
     from tests.factories import WorkOrderFactory
 
     both_channels.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)

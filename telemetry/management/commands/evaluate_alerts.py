@@ -1,12 +1,12 @@
-"""One evaluation of the alert rules from the shell; see telemetry.alerts."""
+"""One evaluation of the alert rules from the shell; see telemetry.alerts.services."""
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from telemetry.alerts import evaluate_alerts, read_alerts
-from telemetry.alerts_models import Alert
-from telemetry.alerts_rules import RULES
+from telemetry.alerts.services import evaluate_alerts, read_alerts
+from telemetry.alerts.models import Alert
+from telemetry.alerts.rules import RULES
 
 
 class Command(BaseCommand):

@@ -1,9 +1,9 @@
-"""Print deploy/prometheus/alerts.yml as the alert rules make it; see telemetry.alerts_prometheus."""
+"""Print deploy/prometheus/alerts.yml as the alert rules make it; see telemetry.alerts.prometheus."""
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from telemetry.alerts_prometheus import prometheus_rules
+from telemetry.alerts.prometheus import prometheus_rules
 
 
 class Command(BaseCommand):

@@ -29,8 +29,8 @@ from django.db import connection, transaction
 from compensation.models import DeadLetter
 from scheduling.choices import AttemptOutcome, TaskEventKind
 from scheduling.models import Attempt, Task, TaskEvent
-from telemetry.metrics_gauges import counted_gauges
-from telemetry.metrics_models import MetricGauge, MetricRollup, MetricWatermark
+from telemetry.metrics.gauges import counted_gauges
+from telemetry.metrics.models import MetricGauge, MetricRollup, MetricWatermark
 
 # The counters: which task event each counts, from which attempt number on. A retry is an attempt
 # numbered 2 or more, so a failed retry is a task.retry.scheduled or task.dead written for such an
@@ -201,7 +201,7 @@ def roll_up_metrics() -> RollupPass:
             series = cursor.rowcount
         cursor.execute(f"UPDATE {MARK} SET below_xid = %(hi)s::xid8, advanced_at = now() WHERE id = 1",
                        {"hi": str(max(lo, hi))})
-        # The gauges too slow to group at each scrape, replaced whole (telemetry.metrics_gauges).
+        # The gauges too slow to group at each scrape, replaced whole (telemetry.metrics.gauges).
         gauges = counted_gauges()
         MetricGauge.objects.all().delete()
         MetricGauge.objects.bulk_create(gauges)

@@ -5,12 +5,12 @@ say that it stopped, which the app cannot)."""
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
-from telemetry.alerts_models import Alert, AlertState
-from telemetry.alerts_rules import RULES
+from telemetry.alerts.models import Alert, AlertState
+from telemetry.alerts.rules import RULES
 
 
 class AlertCollector:
-    """A collector for telemetry.metrics' registry: one query of the alerts' few rows per scrape."""
+    """A collector for the /metrics registry (telemetry.metrics.registry): one query of the alerts' few rows per scrape."""
 
     def collect(self):
         rows = list(Alert.objects.values_list("rule", "state", "evaluated_at"))

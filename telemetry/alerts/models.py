@@ -1,4 +1,4 @@
-"""Alerts: one row per rule (telemetry.alerts_rules.RULES) with its state and its last reading, and
+"""Alerts: one row per rule (telemetry.alerts.rules.RULES) with its state and its last reading, and
 the history of its firings and resolutions. Written only by telemetry.alerts.evaluate_alert."""
 
 from django.db import models

@@ -13,11 +13,11 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.utils import floatToGoString
 
-from telemetry.alerts_collector import AlertCollector
-from telemetry.figures import AcceptanceCollector
+from telemetry.alerts.collector import AlertCollector
+from telemetry.figures.selectors import AcceptanceCollector
 from telemetry.heartbeats import HeartbeatCollector
-from telemetry.metrics_gauges import StateCollector, pool_label, pool_names
-from telemetry.metrics_rollup import (
+from telemetry.metrics.gauges import StateCollector, pool_label, pool_names
+from telemetry.metrics.rollup import (
     ATTEMPT_DURATION,
     COUNTERS,
     DEAD_LETTER_TO_WORK_ORDER,
@@ -25,7 +25,7 @@ from telemetry.metrics_rollup import (
     RETRY_LATENESS,
     counted_series,
 )
-from telemetry.metrics_watermark import WatermarkCollector
+from telemetry.metrics.watermark import WatermarkCollector
 from telemetry.readiness import InvariantCollector, ReplicaCollector
 
 COUNTER_HELP = {
@@ -50,7 +50,7 @@ HISTOGRAM_LABELS = {
 
 class CountedCollector:
     """The counters (task_retry_*_total) and histograms counted from the database's rows: the
-    rollup plus the rows since it (telemetry.metrics_rollup), in one query."""
+    rollup plus the rows since it (telemetry.metrics.rollup), in one query."""
 
     def collect(self):
         names = pool_names()

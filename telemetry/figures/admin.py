@@ -1,6 +1,6 @@
 """The acceptance figures in the console: a page (1 h, 24 h or 7 d) and a panel on the admin index,
 each figure with its target, coloured when it misses it, and linked to the rows behind it (the
-lists' filters that select exactly the rows the figure counted). Reads only: telemetry.figures
+lists' filters that select exactly the rows the figure counted). Reads only: telemetry.figures.selectors
 computes, this arranges and links."""
 
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from django.views.decorators.http import require_safe
 
 from retryops.replica import from_replica
 from scheduling.selectors import retry_sla_grace
-from telemetry.figures import WINDOWS, Figure, Window, acceptance_figures
+from telemetry.figures.selectors import WINDOWS, Figure, Window, acceptance_figures
 
 # As the ops dashboard: the figures count retries and work orders, which every console group may view.
 PERMISSION = "scheduling.view_task"

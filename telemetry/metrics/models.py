@@ -11,7 +11,7 @@ class MetricRollup(models.Model):
     """How many rows (events, finished attempts, dead letters) one metric series counted below the
     watermark, and the sum of their observed values: a counter's value, or one histogram bucket's
     share (the rows whose value is at most `le` and above the bucket before it). Written only by
-    telemetry.metrics_rollup.roll_up_metrics."""
+    telemetry.metrics.rollup.roll_up_metrics."""
 
     metric = models.CharField(_("metric"), max_length=60)
     flow = models.CharField(_("flow"), max_length=100)

@@ -1,4 +1,4 @@
-"""Whether the metrics rollup's watermark keeps up (telemetry.metrics_rollup): a pass that runs but
+"""Whether the metrics rollup's watermark keeps up (telemetry.metrics.rollup): a pass that runs but
 cannot move it, because a transaction left open anywhere on the server holds pg_snapshot_xmin back,
 keeps retryops_metrics_rollup_age_seconds low while every scrape counts more rows live. These
 gauges, and the metrics_watermark_stuck alert, say so and name what holds it."""
@@ -11,7 +11,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.choices import AttemptOutcome
-from telemetry.metrics_rollup import ATTEMPTS, DEAD_LETTERS, EVENT_KINDS, EVENTS, MARK
+from telemetry.metrics.rollup import ATTEMPTS, DEAD_LETTERS, EVENT_KINDS, EVENTS, MARK
 
 # The rows a pass would roll up that lie at or above the watermark (the same windows as _observed),
 # through the same xid indexes as the scrape: task_event_claim_idx, attempt_finished_xid_idx,

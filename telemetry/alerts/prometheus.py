@@ -1,5 +1,5 @@
 """deploy/prometheus/alerts.yml, written from the alert rules (`manage.py prometheus_rules`): one
-Prometheus alert per rule of telemetry.alerts_rules, firing while the app says that rule fires
+Prometheus alert per rule of telemetry.alerts.rules, firing while the app says that rule fires
 (retryops_alert_firing), so the app's thresholds, windows and hysteresis are the only ones; then
 the two conditions the app cannot see in itself: it does not answer, or its evaluator stopped."""
 
@@ -8,11 +8,11 @@ import inspect
 import yaml
 from django.conf import settings
 
-from telemetry.alerts_rules import RULES, Rule
+from telemetry.alerts.rules import RULES, Rule
 
 HEADER = """\
 # RetryOps alerting rules, written by `manage.py prometheus_rules > deploy/prometheus/alerts.yml` from the
-# app's alert rules (telemetry.alerts_rules): change the rules, not this file
+# app's alert rules (telemetry.alerts.rules): change the rules, not this file
 # (tests/telemetry/test_prometheus.py fails when it differs from what the command writes).
 # Each alert fires while the app's retryops_alert_firing{alert="..."} is 1: the app judges the thresholds
 # and the hysteresis. The last two are what the app cannot say itself: it does not answer, or its

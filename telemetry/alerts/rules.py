@@ -4,7 +4,7 @@ Each rule reads one number (`read`): a count or a ratio, from the database or fr
 checks' heartbeats, with the facts behind it (counts, the window, what is silent). `describe` says
 those facts in a sentence of the active language: in English when the evaluator stores it and
 sends it (the job runs with translations off), in the reader's language in the admin. The
-threshold comes from the settings; telemetry.alerts decides when an alert fires and resolves. A
+threshold comes from the settings; telemetry.alerts.services decides when an alert fires and resolves. A
 rule that cannot judge (too few retries) reads no value.
 """
 
@@ -27,9 +27,9 @@ from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.selectors import retry_outcomes, undelivered_task_events
 from telemetry import heartbeats
-from telemetry.figures import COMPLETION_TARGET, RETRY_SUCCESS_TARGET, Figure, latest_snapshot
-from telemetry.metrics_gauges import overdue_retries, rollup_age
-from telemetry.metrics_watermark import watermark_lag
+from telemetry.figures.selectors import COMPLETION_TARGET, RETRY_SUCCESS_TARGET, Figure, latest_snapshot
+from telemetry.metrics.gauges import overdue_retries, rollup_age
+from telemetry.metrics.watermark import watermark_lag
 
 # The silent components an alert names (and how much of each name); it counts them all.
 NAMES_KEPT = 20
@@ -259,7 +259,7 @@ class ComponentSilent(AnyRule):
 
 
 class MetricsWatermarkStuck(Rule):
-    """The oldest row the metrics rollup has not taken in yet (telemetry.metrics_watermark), waiting
+    """The oldest row the metrics rollup has not taken in yet (telemetry.metrics.watermark), waiting
     longer than RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS: a transaction left open anywhere on the
     server holds the watermark back, so every scrape counts more rows live (and vacuum keeps dead
     rows). It names the oldest transaction, never its query. An idle system, with nothing waiting,

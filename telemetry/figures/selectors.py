@@ -1,7 +1,7 @@
 """The acceptance figures (issue 11): the operators' targets as numbers over a window, read from
-the rows, with the rows behind each. Reads only; the admin page (telemetry.admin_figures) shows
+the rows, with the rows behind each. Reads only; the admin page (telemetry.figures.admin) shows
 them, and AcceptanceCollector exports the snapshot the periodic job keeps of them
-(telemetry.figures_services) as gauges.
+(telemetry.figures.services) as gauges.
 
 The figures and what exactly they count (a window is `since` to `until`, both included):
 

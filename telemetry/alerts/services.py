@@ -1,4 +1,4 @@
-"""Alerts: evaluate each rule of telemetry.alerts_rules, fire it once when its value goes above its
+"""Alerts: evaluate each rule of telemetry.alerts.rules, fire it once when its value goes above its
 threshold, resolve it when the value has come back down, and tell the on-call both ways.
 
 Hysteresis: an alert that is ok fires at the first evaluation whose value is above its threshold.
@@ -28,7 +28,7 @@ from compensation.notifications import queue_notification
 from compensation.notifications_models import NotificationEvent, NotificationSubject
 from retryops.errors import BadInput
 from retryops.jsonsafe import clean_text, make_storable
-from telemetry.alerts_models import (
+from telemetry.alerts.models import (
     MAX_DETAIL_LENGTH,
     MAX_VALUE,
     Alert,
@@ -36,7 +36,7 @@ from telemetry.alerts_models import (
     AlertEventKind,
     AlertState,
 )
-from telemetry.alerts_rules import RULES, Reading, Rule, dedup_key
+from telemetry.alerts.rules import RULES, Reading, Rule, dedup_key
 
 log = logging.getLogger(__name__)
 

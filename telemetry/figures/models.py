@@ -6,11 +6,11 @@ from django.utils.translation import gettext_lazy as _
 
 class AcceptanceSnapshot(models.Model):
     """The acceptance figures over one window, as the periodic job last computed them
-    (telemetry.figures_services.refresh_acceptance_snapshot); AcceptanceCollector exports them."""
+    (telemetry.figures.services.refresh_acceptance_snapshot); AcceptanceCollector exports them."""
 
     window_seconds = models.PositiveIntegerField(_("window (seconds)"), unique=True)
     computed_at = models.DateTimeField(_("computed at"))
-    # {figure key: value or null (no data)}: telemetry.figures.GAUGES names the keys.
+    # {figure key: value or null (no data)}: telemetry.figures.selectors.GAUGES names the keys.
     figures = models.JSONField(_("figures"), default=dict)
 
     class Meta:

@@ -1,5 +1,5 @@
 """Alerts in the admin: each rule's state, value and levels, and the history of its firings and
-resolutions. Read only for everyone: the evaluator (telemetry.alerts) is the only writer."""
+resolutions. Read only for everyone: the evaluator (telemetry.alerts.services) is the only writer."""
 
 from django.contrib import admin
 from django.contrib.admin.utils import display_for_value
@@ -10,8 +10,8 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation.notifications_models import NotificationSubject
 from scheduling.admin import ReadOnlyAdmin
-from telemetry.alerts_models import Alert, AlertEvent, AlertEventKind, AlertState
-from telemetry.alerts_rules import RULES
+from telemetry.alerts.models import Alert, AlertEvent, AlertEventKind, AlertState
+from telemetry.alerts.rules import RULES
 
 STATE_COLOURS = {AlertState.FIRING: "#c62828", AlertState.OK: "#2e7d32"}
 KIND_COLOURS = {AlertEventKind.FIRED: "#c62828", AlertEventKind.RESOLVED: "#2e7d32"}

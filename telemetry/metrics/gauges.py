@@ -29,7 +29,7 @@ from resources.selectors import pool_state_counts
 from scheduling.choices import WAITING_STATES, AttemptOutcome
 from scheduling.models import Attempt, Task
 from scheduling.services.recovery import OVERDUE_GRACE
-from telemetry.metrics_models import MetricGauge, MetricWatermark
+from telemetry.metrics.models import MetricGauge, MetricWatermark
 
 # The gauges each rollup pass counts: name -> (help, labels).
 COUNTED_GAUGES = {
