@@ -366,18 +366,14 @@ class FiguresBelowTarget(AnyRule):
     label = _("Acceptance figures below target")
     severity = "warning"
 
-    def targets(self) -> dict[str, Figure]:
-        return {"retry_success_ratio": Figure("retry_success_ratio", None, RETRY_SUCCESS_TARGET, "at_least"),
-                "compensation_completion_ratio": Figure("compensation_completion_ratio", None, COMPLETION_TARGET,
-                                                        "at_least"),
-                "dead_letter_to_work_order_p99": Figure("dead_letter_to_work_order_p99", None,
-                                                        float(settings.RETRYOPS_SLA_NOTICE_SECONDS), "at_most")}
-
     def read(self, *, now: datetime) -> Reading:
         snapshot = latest_snapshot()
         if snapshot is None:
             return Reading(None, {"missed": []})
-        figures = [replace(target, value=snapshot.figures.get(key)) for key, target in self.targets().items()]
+        watched = (Figure("retry_success_ratio", None, RETRY_SUCCESS_TARGET, "at_least"),
+                   Figure("compensation_completion_ratio", None, COMPLETION_TARGET, "at_least"),
+                   Figure("dead_letter_to_work_order_p99", None, settings.RETRYOPS_SLA_NOTICE_SECONDS, "at_most"))
+        figures = [replace(figure, value=snapshot.figures.get(figure.key)) for figure in watched]
         missed = [{"figure": f.key, "value": f.value, "target": f.target} for f in figures if f.met is False]
         return Reading(len(missed), {"missed": missed})
 
@@ -385,7 +381,7 @@ class FiguresBelowTarget(AnyRule):
         if not facts["missed"]:
             return gettext("every watched acceptance figure meets its target, or has no data")
         return gettext("below target: %(figures)s") % {"figures": ", ".join(
-            f"{m['figure']} {m['value']:g} ({gettext('target')} {m['target']:g})" for m in facts["missed"])}
+            gettext("%(figure)s %(value)g (target %(target)g)") % missed for missed in facts["missed"])}
 
     def rows_url(self) -> str:
         return reverse("admin:index")  # the ops dashboard shows the figures beside their targets
