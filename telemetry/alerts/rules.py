@@ -233,8 +233,9 @@ class NotificationFailed(AnyRule):
 class ComponentSilent(AnyRule):
     """Workers and the RQ scheduler not seen for a minute: nothing runs the flows, the retries or
     the periodic jobs. This alert is evaluated by a periodic job, so it cannot say that the
-    periodic worker itself is silent: /readyz (the health checks) says that to the load balancer.
-    The health checks' heartbeats (telemetry.heartbeats) decide who is silent."""
+    periodic worker itself is silent: /readyz says that to the load balancer, and Prometheus'
+    RetryOpsAlertsNotEvaluated to the on-call. The health checks' heartbeats (telemetry.heartbeats)
+    decide who is silent."""
 
     name = "component_silent"
     title = "Workers or scheduler silent"
