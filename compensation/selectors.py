@@ -264,8 +264,8 @@ def live_work_order_board(*, now: datetime | None = None, limit: int = 5) -> dic
     }
 
 
-# The acceptance figures' work orders (telemetry.figures.selectors reads them through these, and the work
-# order list's filters select the same rows, so a figure's link shows what it counted).
+# The acceptance figures' work orders (telemetry.figures.selectors reads them through these, and the
+# work order list's filters select the same rows, so a figure's link shows what it counted).
 
 def first_page_sent():
     """When the first trigger page about a work order (OuterRef "pk") reached a channel: the

@@ -1,1 +1,2 @@
-"""Alerts: the rules (rules), their state and history (models), their evaluation (services), and how the console, /metrics and Prometheus show them."""
+"""Alerts: the rules (rules), their state and history (models), their evaluation (services), and how
+the console (admin), /metrics (collector) and Prometheus (prometheus) show them."""

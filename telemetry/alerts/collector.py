@@ -10,7 +10,8 @@ from telemetry.alerts.rules import RULES
 
 
 class AlertCollector:
-    """A collector for the /metrics registry (telemetry.metrics.registry): one query of the alerts' few rows per scrape."""
+    """A collector for the /metrics registry (telemetry.metrics.registry): one query of the alerts'
+    few rows per scrape."""
 
     def collect(self):
         rows = list(Alert.objects.values_list("rule", "state", "evaluated_at"))

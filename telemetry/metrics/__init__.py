@@ -1,1 +1,2 @@
-"""/metrics: its registry, the counters rolled up below a watermark (rollup, watermark), the gauges, and who may scrape it (access)."""
+"""/metrics: its registry, the counters rolled up below a watermark (rollup, watermark), the gauges,
+and who may scrape it (access)."""
