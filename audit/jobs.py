@@ -32,7 +32,7 @@ def prune_stream_job() -> int:
 
 
 def prune_idempotency_keys_job() -> int:
-    """Periodic: delete idempotency keys kept longer than RETRYOPS_IDEMPOTENCY_KEEP_HOURS."""
+    """Periodic: delete idempotency keys kept longer than a day (services.IDEMPOTENCY_KEY_LIFETIME)."""
     from audit.services import prune_idempotency_keys
 
     return prune_idempotency_keys()

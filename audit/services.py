@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
@@ -236,6 +235,8 @@ IDEMPOTENCY_KEY_LENGTH = IdempotencyKey._meta.get_field("key").max_length
 # A request still in progress after this long was cut off with its server (gunicorn's worker
 # timeout is 30 s): its outcome is unknown, which a repeat is told (stale) rather than run again.
 IDEMPOTENCY_STALE_AFTER = timedelta(minutes=2)
+# A key is answered for a day (a client retrying after a day sends a new request), then pruned.
+IDEMPOTENCY_KEY_LIFETIME = timedelta(hours=24)
 PRUNE_BATCH = 5000
 
 
@@ -307,8 +308,8 @@ def release_idempotent_request(*, record: IdempotencyKey) -> None:
 
 
 def prune_idempotency_keys(*, older_than: timedelta | None = None, batch: int = PRUNE_BATCH) -> int:
-    """Delete idempotency keys older than `older_than` (default RETRYOPS_IDEMPOTENCY_KEEP_HOURS),
+    """Delete idempotency keys older than `older_than` (default IDEMPOTENCY_KEY_LIFETIME),
     `batch` rows per transaction, oldest first (idempotency_key_created_idx)."""
-    cutoff = timezone.now() - (older_than or timedelta(hours=settings.RETRYOPS_IDEMPOTENCY_KEEP_HOURS))
+    cutoff = timezone.now() - (older_than or IDEMPOTENCY_KEY_LIFETIME)
     return delete_in_batches(table=IdempotencyKey._meta.db_table, where="created_at < %s", params=[cutoff],
                              order_by="created_at", batch=batch)

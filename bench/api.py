@@ -212,8 +212,7 @@ def main() -> None:
     print(f"resource {resource.pk}: {Attempt.objects.filter(resource=resource).count():,} attempts, "
           f"{ResourceEvent.objects.filter(resource=resource).count():,} events; claims from a pool of "
           f"{CLAIM_POOL_SIZE:,}; gunicorn {args.workers} workers x {args.threads} threads")
-    env = {**os.environ, "REDIS_URL": bench_redis_url(), "RETRYOPS_API_READ_RATE": "1000000/min",
-           "RETRYOPS_API_WRITE_RATE": "1000000/min"}
+    env = {**os.environ, "REDIS_URL": bench_redis_url(), "DJANGO_SETTINGS_MODULE": "bench.settings"}
     server, base = gunicorn(args.workers, args.threads, env)
     try:
         for clients in counts:

@@ -62,7 +62,7 @@ from common import (  # noqa: E402
 SUFFIX = "_bench_soak"
 API_POOL, FLOW_POOL = "soak-api", "soak-flows"
 API_RESOURCES, FLOW_RESOURCES = 300, 300
-HTTP_CALL_TIMEOUT = 2  # seconds; the upstream's timeouts sleep past it
+HTTP_CALL_TIMEOUT = 2  # seconds, as bench/settings.py sets it; the upstream's timeouts sleep past it
 # The upstream's answers, in percent: (share, status or "timeout").
 UPSTREAM_MIX = ((80, 200), (6, 503), (3, 500), (3, 429), (5, "timeout"), (3, 401))
 # The driver's operations, in percent of --rate.
@@ -422,13 +422,10 @@ def main() -> None:
     redis = RedisServer(logs, append_only=True)  # as deploy/compose.yaml runs it
     redis.start()
     env = {"REDIS_URL": redis.url, "RETRYOPS_HTTP_CALL_URL": start_upstream(),
-           "RETRYOPS_HTTP_CALL_TIMEOUT": str(HTTP_CALL_TIMEOUT), "RETRYOPS_BATCH_INTERVAL": str(args.batch_interval),
-           # the clients are one API key: the throttle must not be what is measured
-           "RETRYOPS_API_READ_RATE": "1000000/min", "RETRYOPS_API_WRITE_RATE": "1000000/min",
-           "LOG_FORMAT": "text", "LOG_LEVEL": "WARNING"}
+           "RETRYOPS_BATCH_INTERVAL": str(args.batch_interval), "LOG_FORMAT": "text",
+           "DJANGO_SETTINGS_MODULE": "bench.settings"}
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
     fresh_database()
     setup_django(SUFFIX)
     from django.db import connection, connections

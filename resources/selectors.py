@@ -313,11 +313,15 @@ def timeline(*, resource: Resource | int, limit: int | None = None) -> list[Reso
 
 
 NEVER = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+# How close to a resource's latest failure the other failures of its pool count, and how many
+# failures in a row make it "resource" (settings.RETRYOPS_DIAGNOSIS_MIN_RESOURCES is the third rule).
+DIAGNOSIS_WINDOW = timedelta(minutes=15)
+DIAGNOSIS_MIN_FAILURES = 3
 
 
 @dataclass(frozen=True)
 class DiagnosisRule:
-    """The thresholds of the diagnosis (settings RETRYOPS_DIAGNOSIS_*)."""
+    """The thresholds of the diagnosis."""
 
     window: timedelta
     min_resources: int
@@ -325,9 +329,8 @@ class DiagnosisRule:
 
     @classmethod
     def from_settings(cls) -> "DiagnosisRule":
-        return cls(window=timedelta(seconds=settings.RETRYOPS_DIAGNOSIS_WINDOW_SECONDS),
-                   min_resources=settings.RETRYOPS_DIAGNOSIS_MIN_RESOURCES,
-                   min_failures=settings.RETRYOPS_DIAGNOSIS_MIN_FAILURES)
+        return cls(window=DIAGNOSIS_WINDOW, min_resources=settings.RETRYOPS_DIAGNOSIS_MIN_RESOURCES,
+                   min_failures=DIAGNOSIS_MIN_FAILURES)
 
     def sentence(self) -> str:
         minutes = self.window.total_seconds() / 60

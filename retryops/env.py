@@ -1,6 +1,5 @@
 """Typed readers for settings that come from the environment (12-factor)."""
 
-import math
 import os
 import re
 
@@ -49,53 +48,11 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None, maximum: float | None = None) -> float:
-    """A decimal number such as 0.15; NaN and infinity are refused (no threshold compares with them)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
-    if maximum is not None and value > maximum:
-        raise ImproperlyConfigured(f"{name}={value} must be at most {maximum}")
-    return value
-
-
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-_RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_rate(raw: str) -> tuple[int, int]:
-    """(requests, seconds) of a rate written as DRF writes it: "600/min", "20/s", "10000/day"."""
-    count, _, period = raw.strip().partition("/")
-    seconds = _RATE_PERIODS.get(period.strip()[:1].lower())
-    if not count.strip().isdigit() or int(count) < 1 or seconds is None:
-        raise ValueError(f"{raw!r} is not a rate such as 600/min (a whole number of requests per s, min, hour or day)")
-    return int(count), seconds
-
-
-def env_rate(name: str, default: str) -> str:
-    """A request rate such as "600/min" (requests per second, minute, hour or day)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        parse_rate(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}: {exc}") from None
-    return raw.strip()
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:

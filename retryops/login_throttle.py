@@ -1,6 +1,6 @@
-"""The console's sign-in throttle (django-axes): after RETRYOPS_LOGIN_FAILURE_LIMIT wrong passwords
+"""The console's sign-in throttle (django-axes): after AXES_FAILURE_LIMIT wrong passwords
 for one username from one address, that username is refused from that address for
-RETRYOPS_LOGIN_COOLOFF_MINUTES, even with the right password; other users and other addresses
+AXES_COOLOFF_TIME (settings), even with the right password; other users and other addresses
 sign in as before. Axes keeps the failures in PostgreSQL (axes_accessattempt), so every web
 process and host counts the same ones; `manage.py axes_reset_username NAME` lifts a lock early."""
 

@@ -3,8 +3,8 @@ flows, clients and services write beside it (results, timeline details, audit en
 a mask wherever they leave the system for people or other systems: the console, the API, the
 audit log and its stream, the logs. The flows themselves get the real values.
 
-A key is secret when RETRYOPS_SECRET_KEYS (a regex, searched case-insensitively in the key) finds
-it; the whole value under such a key is masked, whatever its type, at any depth. Every layer
+A key is secret when SECRET_KEYS (a regex, searched case-insensitively in the key) finds it; the
+whole value under such a key is masked, whatever its type, at any depth. Every layer
 uses this one module (it sits beside retryops.jsonsafe, below audit), so there is one rule.
 
 Free text has no keys: an upstream's error that echoes the request carries the password in its
@@ -14,38 +14,17 @@ attempt's payload and resource attributes) in such text before it is stored or l
 import json
 import re
 from collections.abc import Iterable
-from functools import lru_cache
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext
 
 from retryops.errors import BadInput
 
 MASK = "******"
-SETTING = "RETRYOPS_SECRET_KEYS"
 # password/passwd/pwd, passphrase, any *token*, *secret*, *cookie* (Set-Cookie too), api_key, api-key,
 # apikey, x-api-key, authorization, private_key, privatekey, credentials. No \b around pwd: an
 # underscore is a word character, so \bpwd\b missed db_pwd and user_pwd.
-DEFAULT_SECRET_KEYS = r"passw(or)?d|passphrase|pwd|token|secret|cookie|api[-_]?key|authori[sz]ation|private[-_]?key|credential"
-
-
-@lru_cache(maxsize=8)
-def compile_secret_keys(pattern: str) -> re.Pattern:
-    """The setting's regex, compiled case-insensitively; ImproperlyConfigured naming the setting
-    when it is not a regex (or is empty, which would mask nothing and look like it masks)."""
-    if not isinstance(pattern, str) or not pattern.strip():
-        raise ImproperlyConfigured(f"{SETTING} must be a non-empty regular expression (keys to mask), got {pattern!r}")
-    try:
-        return re.compile(pattern, re.IGNORECASE)
-    except re.error as exc:
-        raise ImproperlyConfigured(f"{SETTING}={pattern!r} is not a valid regular expression: {exc}") from None
-
-
-def _secret_keys() -> re.Pattern:
-    # A log line written before settings are read (settings.py's own imports) uses the default.
-    pattern = getattr(settings, SETTING, DEFAULT_SECRET_KEYS) if settings.configured else DEFAULT_SECRET_KEYS
-    return compile_secret_keys(pattern)
+SECRET_KEYS = re.compile(r"passw(or)?d|passphrase|pwd|token|secret|cookie|api[-_]?key|authori[sz]ation|private[-_]?key"
+                         r"|credential", re.IGNORECASE)
 
 
 def mask_log_secrets(logger, method_name: str, event_dict: dict) -> dict:
@@ -54,13 +33,13 @@ def mask_log_secrets(logger, method_name: str, event_dict: dict) -> dict:
 
 
 def is_secret_key(key) -> bool:
-    return isinstance(key, str) and _secret_keys().search(key) is not None
+    return isinstance(key, str) and SECRET_KEYS.search(key) is not None
 
 
 def mask_secrets(value):
     """A copy of `value` (JSON: dicts, lists, scalars) with the value under every secret key,
     at any depth, replaced by MASK. Anything else is returned as it is; the input is not changed."""
-    secret = _secret_keys()
+    secret = SECRET_KEYS
     try:
         return _masked(value, secret)
     except RecursionError:  # nested too deeply to look through: nothing of it is shown
@@ -87,7 +66,7 @@ def secret_values(*values) -> list[str]:
     MIN_SECRET_LENGTH characters and each number of at least as many digits (as str() writes
     it) under a secret key, at any depth, also as JSON escapes it (a request body echoed back
     quotes a password's " and \\ and non-ASCII characters so); longest first."""
-    secret, found = _secret_keys(), set()
+    secret, found = SECRET_KEYS, set()
     # A stack, not recursion: a payload may nest deeper than Python's recursion limit.
     stack = [(value, False) for value in values]
     while stack:
@@ -157,7 +136,7 @@ def keep_masked_secrets(submitted, stored, *, field: str, error: type[BadInput] 
     the mask) is refused with `error` (the caller's app's BadInput, code masked_secret_unknown)
     naming its path under `field`: stored, the mask would be what the flows use as the secret."""
     try:
-        return _kept(submitted, stored, _secret_keys(), field)
+        return _kept(submitted, stored, SECRET_KEYS, field)
     except _UnknownMask as exc:
         path = exc.args[0]
         raise error(gettext("%(path)s shows the mask %(mask)s but no secret is stored for it: type the secret") % {

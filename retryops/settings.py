@@ -1,11 +1,12 @@
 """RetryOps settings: everything that differs between machines comes from the environment."""
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from retryops import devservices, masking
+from retryops import devservices
 from retryops.env import (
     check_database_url,
     check_http_url,
@@ -13,12 +14,10 @@ from retryops.env import (
     env_addresses,
     env_bool,
     env_choice,
-    env_float,
     env_header_value,
     env_int,
     env_list,
     env_networks,
-    env_rate,
     env_str,
 )
 from telemetry.logs import FORMATS, logging_config
@@ -49,8 +48,9 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 # Browsers remember HSTS for this many seconds: start small (3600) and raise it to a year
 # (31536000) once https is known to work for every host, subdomains included when said.
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0, maximum=2 * 365 * 86_400)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# HSTS names this host only: extending it to every subdomain, or to the browsers' preload list,
+# commits every host of the domain, which is its owner's decision, made at the TLS proxy.
+SILENCED_SYSTEM_CHECKS = ["security.W005", "security.W021"]
 # "X-Forwarded-Proto: https": the header (and value) by which the TLS-terminating proxy in front
 # says a request came over https. Only behind a proxy that always sets it: a client could
 # otherwise claim https itself.
@@ -125,7 +125,9 @@ TEMPLATES = [
 ]
 
 # PostgreSQL only: DATABASE_URL, else the local server, else an embedded one (retryops/devservices.py).
-DB_CONN_MAX_AGE = env_int("DB_CONN_MAX_AGE", 60, minimum=0)
+# runserver (`manage.py up`) handles each request in a thread of its own, which ends with the
+# request: a kept connection would stay open, idle, until garbage collection (dozens of them).
+DB_CONN_MAX_AGE = 0 if sys.argv[1:2] == ["runserver"] else 60
 DATABASES = {
     "default": dj_database_url.parse(
         check_database_url(devservices.database_url()),
@@ -150,24 +152,18 @@ if DATABASE_REPLICA_URL:
 DATABASE_ROUTERS = ["retryops.replica.ReplicaRouter"]
 # Those pages read the primary while the replica does not answer (each process tries it again
 # after RETRY_SECONDS: a host that drops packets costs a whole DB_CONNECT_TIMEOUT a try), and while
-# it is more than MAX_LAG_SECONDS behind (0: its lag is never asked).
-RETRYOPS_REPLICA_RETRY_SECONDS = env_int("RETRYOPS_REPLICA_RETRY_SECONDS", 30, minimum=1, maximum=3600)
-RETRYOPS_REPLICA_MAX_LAG_SECONDS = env_int("RETRYOPS_REPLICA_MAX_LAG_SECONDS", 300, minimum=0, maximum=86_400)
+# it is more than MAX_LAG_SECONDS behind.
+RETRYOPS_REPLICA_RETRY_SECONDS = 30
+RETRYOPS_REPLICA_MAX_LAG_SECONDS = 300
 # Behind a transaction-mode pooler (pgbouncer) consecutive statements of one connection may
 # reach different server sessions: Django's server-side cursors (`.iterator()`) and psycopg's
 # prepared statements would then be looked up in a session that never had them. The replica
 # is taken to be reached the same way as the primary.
 DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
-DB_SERVER_SIDE_BINDING = env_bool("DB_SERVER_SIDE_BINDING", not DB_TRANSACTION_POOLER)
-if DB_SERVER_SIDE_BINDING and DB_TRANSACTION_POOLER:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true: "
-                               "a transaction-mode pooler cannot keep prepared statements")
 # libpq waits for a connection as long as the kernel retries (about 2 minutes) when the database
 # host drops packets: /readyz and every request would hang that long. A URL's own
 # ?connect_timeout= (dj_database_url puts it in OPTIONS) wins.
-DB_CONNECT_TIMEOUT = env_int("DB_CONNECT_TIMEOUT", 10, minimum=1, maximum=300)
+DB_CONNECT_TIMEOUT = 10
 DB_LOCK_TIMEOUT = "5s"
 DB_IDLE_IN_TRANSACTION_TIMEOUT = "60s"
 for _alias, _database in DATABASES.items():
@@ -180,17 +176,14 @@ for _alias, _database in DATABASES.items():
     _database["DISABLE_SERVER_SIDE_CURSORS"] = DB_TRANSACTION_POOLER
     # Server-side binding lets psycopg prepare the pool's hot statements after a few runs, which
     # saves their parsing and planning on every claim (see bench/claim.py). Django turns psycopg's
-    # prepared statements off unless OPTIONS names a threshold, so it is named here.
-    if DB_SERVER_SIDE_BINDING:
-        _database.setdefault("OPTIONS", {}).update(
-            server_side_binding=True, prepare_threshold=env_int("DB_PREPARE_THRESHOLD", 5, minimum=0))
+    # prepared statements off unless OPTIONS names a threshold, so it is named here. A
+    # transaction-mode pooler cannot keep prepared statements.
+    if not DB_TRANSACTION_POOLER:
+        _database.setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
     # PostgreSQL's JIT compiles any query the planner costs high, such as the console's count of a
     # filtered list of 100,000 resources: 50-110 ms of compiling for a 250 ms query (bench/admin.py),
     # never won back by queries that short. A pooler may refuse startup options: there, set it on the
     # role instead (ALTER ROLE app SET jit = off).
-    if not env_bool("DB_JIT", False) and not DB_TRANSACTION_POOLER:
-        _options = _database.setdefault("OPTIONS", {})
-        _options["options"] = f"{_options.get('options', '')} -c jit=off".strip()
     # One stuck row stalls nothing: a statement waits at most DB_LOCK_TIMEOUT for a row lock (every
     # write here holds its locks for milliseconds; a claim by name waits for a concurrent claimer's),
     # and a session left idle inside a transaction (a paused or frozen process holding row locks) is
@@ -198,15 +191,15 @@ for _alias, _database in DATABASES.items():
     # transaction-mode pooler, set both on the role (ALTER ROLE app SET lock_timeout = '5s', ...).
     if not DB_TRANSACTION_POOLER:
         _options = _database.setdefault("OPTIONS", {})
-        _options["options"] = (f"{_options.get('options', '')} -c lock_timeout={DB_LOCK_TIMEOUT} "
+        _options["options"] = (f"{_options.get('options', '')} -c jit=off -c lock_timeout={DB_LOCK_TIMEOUT} "
                                f"-c idle_in_transaction_session_timeout={DB_IDLE_IN_TRANSACTION_TIMEOUT}").strip()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis Sentinel (Redis on several hosts): REDIS_SENTINELS lists the sentinels (host:port, ...)
 # and REDIS_SENTINEL_MASTER the name they watch the master under. The queues, the workers, the
 # cache, the streams and the probes then ask the sentinels which server is the master, and follow
-# it through a failover with no setting changed; REDIS_URL is not used. REDIS_SENTINEL_DB picks
-# the database, REDIS_SENTINEL_MASTER_PASSWORD is the master's (and its replicas') requirepass,
+# it through a failover with no setting changed; REDIS_URL is not used (database 0 is).
+# REDIS_SENTINEL_MASTER_PASSWORD is the master's (and its replicas') requirepass,
 # REDIS_SENTINEL_PASSWORD the sentinels' own, if they have one (both also as *_FILE).
 REDIS_SENTINELS = env_addresses("REDIS_SENTINELS")
 REDIS_SENTINEL = None
@@ -223,14 +216,13 @@ if REDIS_SENTINELS:
                                    "sentinels watch (their `sentinel monitor NAME ...`)")
     REDIS_SENTINEL = SentinelMaster(
         sentinels=tuple(REDIS_SENTINELS), name=env_str("REDIS_SENTINEL_MASTER").strip(),
-        db=env_int("REDIS_SENTINEL_DB", 0, minimum=0, maximum=15),
+        db=0,
         password=env_str("REDIS_SENTINEL_MASTER_PASSWORD", "") or "",
         sentinel_password=env_str("REDIS_SENTINEL_PASSWORD", "") or "")
     REDIS_URL = ""
     REDIS_CONNECTION = REDIS_SENTINEL.rq_connection()
 else:
-    for _name in ("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_DB", "REDIS_SENTINEL_MASTER_PASSWORD",
-                  "REDIS_SENTINEL_PASSWORD"):
+    for _name in ("REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_MASTER_PASSWORD", "REDIS_SENTINEL_PASSWORD"):
         if env_str(_name):
             from django.core.exceptions import ImproperlyConfigured
 
@@ -239,7 +231,7 @@ else:
     REDIS_URL = check_redis_url(devservices.redis_url())
     REDIS_CONNECTION = {"URL": REDIS_URL}
 RQ_QUEUES = {
-    name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": env_int("RQ_DEFAULT_TIMEOUT", 600, minimum=1)}
+    name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": 600}
     for name in ("default", "flows", "retries", "scheduler")
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
@@ -264,8 +256,8 @@ CACHES = {
 # Sign-in throttle (django-axes; retryops/login_throttle.py): this many wrong passwords for one
 # username from one address lock that pair for the cool-off, the right password included.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_FAILURE_LIMIT = env_int("RETRYOPS_LOGIN_FAILURE_LIMIT", 5, minimum=1, maximum=1000)
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("RETRYOPS_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60))
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True  # a right password (before the lock) starts the count again
 AXES_CLIENT_IP_CALLABLE = "retryops.login_throttle.client_address"
@@ -284,15 +276,15 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
-LANGUAGE_CODE = env_str("LANGUAGE_CODE", "en")
+LANGUAGE_CODE = "en"
 # Each app keeps its catalogue in <app>/locale; the project's templates and retryops/ keep theirs here.
 LOCALE_PATHS = [BASE_DIR / "locale"]
-TIME_ZONE = env_str("TIME_ZONE", "UTC")
+TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(env_str("STATIC_ROOT") or BASE_DIR / "staticfiles")
+STATIC_ROOT = BASE_DIR / "staticfiles"
 # collectstatic also writes gzip copies, which WhiteNoise serves to clients that accept them.
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -308,11 +300,10 @@ if WHITENOISE_USE_FINDERS:
     # WhiteNoise warns at every start that STATIC_ROOT is missing, which is expected here.
     warnings.filterwarnings("ignore", message=re.escape(f"No directory at: {STATIC_ROOT}"))
 
-LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 # json: one JSON object a line, with the request, task, attempt and resource bound where known
 # (telemetry/logs.py); text: the same as plain lines, for a developer's terminal.
 LOG_FORMAT = env_choice("LOG_FORMAT", "json", FORMATS)
-LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+LOGGING = logging_config(log_format=LOG_FORMAT, level="INFO")
 
 
 # Flows: name -> dotted path of a callable(FlowContext). Add your own here or with @flow.
@@ -321,10 +312,10 @@ RETRYOPS_FLOWS = {
     "demo": "scheduling.flows.demo.demo",
     "noop": "scheduling.flows.demo.noop",
 }
-RETRYOPS_DEFAULT_POLICY = env_str("RETRYOPS_DEFAULT_POLICY", "default")
+RETRYOPS_DEFAULT_POLICY = "default"
 RETRYOPS_POLICY_FILE = BASE_DIR / "config" / "tasks" / "retry-policies.yaml"
 RETRYOPS_HTTP_CALL_URL = env_str("RETRYOPS_HTTP_CALL_URL", "")
-RETRYOPS_HTTP_CALL_TIMEOUT = env_int("RETRYOPS_HTTP_CALL_TIMEOUT", 10, minimum=1)
+RETRYOPS_HTTP_CALL_TIMEOUT = 10
 # Seconds between runs of the periodic jobs (lease sweep + dispatcher, batch ticks).
 RETRYOPS_DISPATCH_INTERVAL = env_int("RETRYOPS_DISPATCH_INTERVAL", 15, minimum=1)
 RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
@@ -337,20 +328,16 @@ RETRYOPS_WORKER_CLASS = env_str("RETRYOPS_WORKER_CLASS", "")
 # Through django-rq's own setting, so every `manage.py rqworker` uses it (up's, the Procfile's and
 # the compose file's), with no --worker-class on a command line that would then differ between them.
 RQ["WORKER_CLASS"] = RETRYOPS_WORKER_CLASS or "retryops.worker.Worker"
-# The console's diagnosis of a failing resource (resources.selectors.annotate_diagnosis):
-# "environment" when the signature of its latest failure was also the latest failure of at least
-# MIN_RESOURCES resources of its pool (itself included) within WINDOW_SECONDS of it; "resource"
-# when it failed MIN_FAILURES times in a row while another resource of its pool succeeded within
-# WINDOW_SECONDS before its latest failure, or since; "unclear" otherwise.
 # The longest lease a claim, a heartbeat or a pool may ask for (a day): past it a resource held by
 # a client that forgot it would stay out of its pool however often the sweeper runs.
-RETRYOPS_MAX_LEASE_SECONDS = env_int("RETRYOPS_MAX_LEASE_SECONDS", 86_400, minimum=1)
-RETRYOPS_DIAGNOSIS_WINDOW_SECONDS = env_int("RETRYOPS_DIAGNOSIS_WINDOW_SECONDS", 900, minimum=1)
-RETRYOPS_DIAGNOSIS_MIN_RESOURCES = env_int("RETRYOPS_DIAGNOSIS_MIN_RESOURCES", 5, minimum=2)
-RETRYOPS_DIAGNOSIS_MIN_FAILURES = env_int("RETRYOPS_DIAGNOSIS_MIN_FAILURES", 3, minimum=1)
+RETRYOPS_MAX_LEASE_SECONDS = 86_400
+# The console's diagnosis of a failing resource (resources.selectors.Diagnosis): "environment" when
+# the signature of its latest failure was also the latest failure of at least this many resources
+# of its pool, itself included.
+RETRYOPS_DIAGNOSIS_MIN_RESOURCES = 5
 # Which errors are really transient (scheduling.analysis, beside each retry policy in the console):
 # the window it reads by default, in days; a page may choose another, up to 90 (its MAX_WINDOW_DAYS).
-RETRYOPS_TRANSIENCE_WINDOW_DAYS = env_int("RETRYOPS_TRANSIENCE_WINDOW_DAYS", 7, minimum=1, maximum=90)
+RETRYOPS_TRANSIENCE_WINDOW_DAYS = 7
 
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
@@ -360,45 +347,38 @@ FORMAT_MODULE_PATH = ["retryops.formats"]
 RETRYOPS_DEAD_LETTER_INTERVAL = env_int("RETRYOPS_DEAD_LETTER_INTERVAL", 5, minimum=1)
 RETRYOPS_DLQ_CLEANUP_INTERVAL = env_int("RETRYOPS_DLQ_CLEANUP_INTERVAL", 3600, minimum=60)
 # Replayed, resolved and discarded dead letters older than this many days are purged by the periodic clean-up.
-RETRYOPS_DLQ_RETENTION_DAYS = env_int("RETRYOPS_DLQ_RETENTION_DAYS", 30, minimum=1)
+RETRYOPS_DLQ_RETENTION_DAYS = 30
 # Bulk replays: replays per second when the request names no rate (a request may ask up to 500).
-RETRYOPS_REPLAY_RATE = env_int("RETRYOPS_REPLAY_RATE", 10, minimum=1)
+RETRYOPS_REPLAY_RATE = 10
 # The SLA clocks of a work order, in seconds: dead letter -> work order (the operators' 5-minute
 # notice), -> acknowledged, -> compensated.
-RETRYOPS_SLA_NOTICE_SECONDS = env_int("RETRYOPS_SLA_NOTICE_SECONDS", 300, minimum=1)
-RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = env_int("RETRYOPS_SLA_ACKNOWLEDGE_SECONDS", 900, minimum=1)
-RETRYOPS_SLA_COMPENSATE_SECONDS = env_int("RETRYOPS_SLA_COMPENSATE_SECONDS", 86400, minimum=1)
+RETRYOPS_SLA_NOTICE_SECONDS = 300
+RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 900
+RETRYOPS_SLA_COMPENSATE_SECONDS = 86_400
 
 # The acceptance figures (telemetry.figures): the window the /metrics gauges and the admin panel
 # measure (the figures page offers 1 h, 24 h and 7 d as well), how late past its due time a retry
 # may start and still count as started within its SLA (the dispatcher runs every
 # RETRYOPS_DISPATCH_INTERVAL seconds, so a retry it picks up is normally that late at most), and
 # how often the periodic job recomputes the gauges' snapshot.
-RETRYOPS_FIGURES_WINDOW_SECONDS = env_int("RETRYOPS_FIGURES_WINDOW_SECONDS", 86400, minimum=60)
-RETRYOPS_RETRY_SLA_GRACE_SECONDS = env_int("RETRYOPS_RETRY_SLA_GRACE_SECONDS", 30, minimum=0)
-RETRYOPS_FIGURES_REFRESH_SECONDS = env_int("RETRYOPS_FIGURES_REFRESH_SECONDS", 60, minimum=5)
-for _name, _most in (("RETRYOPS_FIGURES_WINDOW_SECONDS", 366 * 86400), ("RETRYOPS_RETRY_SLA_GRACE_SECONDS", 86400),
-                     ("RETRYOPS_FIGURES_REFRESH_SECONDS", 86400)):
-    if globals()[_name] > _most:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured(f"{_name}={globals()[_name]} must be at most {_most}")
+RETRYOPS_FIGURES_WINDOW_SECONDS = 86_400
+RETRYOPS_RETRY_SLA_GRACE_SECONDS = 30
+RETRYOPS_FIGURES_REFRESH_SECONDS = env_int("RETRYOPS_FIGURES_REFRESH_SECONDS", 60, minimum=5, maximum=86_400)
 
 # Runbooks (compensation): the folder of <name>.md runbooks, and where the example external
 # action `notify_billing` POSTs its compensation requests (empty: it fails, saying so).
-RETRYOPS_RUNBOOK_DIR = Path(env_str("RETRYOPS_RUNBOOK_DIR", "") or BASE_DIR / "config" / "runbooks")
+RETRYOPS_RUNBOOK_DIR = BASE_DIR / "config" / "runbooks"
 RETRYOPS_RUNBOOK_HTTP_URL = env_str("RETRYOPS_RUNBOOK_HTTP_URL", "")
-RETRYOPS_RUNBOOK_HTTP_TIMEOUT = env_int("RETRYOPS_RUNBOOK_HTTP_TIMEOUT", 10, minimum=1)
 # Notifications (compensation.notifications): Slack incoming webhook and PagerDuty Events API v2.
 # A channel with no URL or key records its notifications as skipped, with the reason.
 RETRYOPS_SLACK_WEBHOOK_URL = env_str("RETRYOPS_SLACK_WEBHOOK_URL", "") or ""
 RETRYOPS_PAGERDUTY_ROUTING_KEY = env_str("RETRYOPS_PAGERDUTY_ROUTING_KEY", "") or ""
 RETRYOPS_PAGERDUTY_URL = env_str("RETRYOPS_PAGERDUTY_URL", "") or "https://events.pagerduty.com/v2/enqueue"
 # Seconds for each request (connect, read, write); a timeout is retried like a 5xx.
-RETRYOPS_NOTIFY_TIMEOUT = env_int("RETRYOPS_NOTIFY_TIMEOUT", 5, minimum=1)
+RETRYOPS_NOTIFY_TIMEOUT = 5
 # Sends per notification before it stays failed; retries wait 15 s, 30 s, 60 s, ... (at most an hour).
-RETRYOPS_NOTIFY_MAX_ATTEMPTS = env_int("RETRYOPS_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
-RETRYOPS_NOTIFY_RETRY_DELAY = env_int("RETRYOPS_NOTIFY_RETRY_DELAY", 15, minimum=1)
+RETRYOPS_NOTIFY_MAX_ATTEMPTS = 6
+RETRYOPS_NOTIFY_RETRY_DELAY = 15
 # Seconds between runs of the periodic send job (each notification is also sent right after its commit).
 RETRYOPS_NOTIFY_INTERVAL = env_int("RETRYOPS_NOTIFY_INTERVAL", 30, minimum=1)
 # Escalation (compensation.services.escalation, every RETRYOPS_ESCALATE_INTERVAL seconds): a
@@ -406,13 +386,8 @@ RETRYOPS_NOTIFY_INTERVAL = env_int("RETRYOPS_NOTIFY_INTERVAL", 30, minimum=1)
 # seconds old, at most RETRYOPS_NOTIFY_MAX_RESENDS times (at most 100, as a check constraint says),
 # so a receiver down for hours still gets the page and a broken one is not tried forever.
 RETRYOPS_ESCALATE_INTERVAL = env_int("RETRYOPS_ESCALATE_INTERVAL", 60, minimum=1)
-RETRYOPS_NOTIFY_RESEND_AFTER = env_int("RETRYOPS_NOTIFY_RESEND_AFTER", 3600, minimum=1)
-RETRYOPS_NOTIFY_MAX_RESENDS = env_int("RETRYOPS_NOTIFY_MAX_RESENDS", 3, minimum=0)
-if RETRYOPS_NOTIFY_MAX_RESENDS > 100:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(f"RETRYOPS_NOTIFY_MAX_RESENDS={RETRYOPS_NOTIFY_MAX_RESENDS} must be at most 100 "
-                               "(the notification_resends_in_range constraint's bound)")
+RETRYOPS_NOTIFY_RESEND_AFTER = 3600
+RETRYOPS_NOTIFY_MAX_RESENDS = 3
 # Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
 RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
@@ -432,7 +407,7 @@ RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
 # The event stream (audit/streaming.py): the outbox's publisher runs every RETRYOPS_STREAM_INTERVAL
 # seconds (`manage.py rqcron audit.cron`); each stream keeps about RETRYOPS_STREAM_MAXLEN entries.
 # Empty RETRYOPS_STREAM_REDIS_URL: the streams live in the queues' Redis.
-RETRYOPS_STREAM_MAXLEN = env_int("RETRYOPS_STREAM_MAXLEN", 100_000, minimum=1)
+RETRYOPS_STREAM_MAXLEN = 100_000
 RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
 if RETRYOPS_STREAM_REDIS_URL:
@@ -443,39 +418,31 @@ if RETRYOPS_STREAM_REDIS_URL:
 # once its value has stayed at or below threshold x RETRYOPS_ALERT_CLEAR_RATIO for
 # RETRYOPS_ALERT_CLEAR_SECONDS (a retry failure rate of 15% fires; it resolves at 12% or less).
 RETRYOPS_ALERT_INTERVAL = env_int("RETRYOPS_ALERT_INTERVAL", 30, minimum=1, maximum=3600)
-RETRYOPS_ALERT_CLEAR_RATIO = env_float("RETRYOPS_ALERT_CLEAR_RATIO", 0.8, minimum=0, maximum=1)
-RETRYOPS_ALERT_CLEAR_SECONDS = env_int("RETRYOPS_ALERT_CLEAR_SECONDS", 120, minimum=0, maximum=86_400)
+RETRYOPS_ALERT_CLEAR_RATIO = 0.8
+RETRYOPS_ALERT_CLEAR_SECONDS = 120
 # The share of the retries ended in the last WINDOW seconds that failed (another retry scheduled,
 # or the task dead), judged once at least MIN_RETRIES of them ended: 1 failure of 2 pages nobody.
-RETRYOPS_ALERT_FAILURE_RATE = env_float("RETRYOPS_ALERT_FAILURE_RATE", 0.15, minimum=0, maximum=1)
-RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS", 600, minimum=1,
-                                                maximum=86_400)
-RETRYOPS_ALERT_FAILURE_MIN_RETRIES = env_int("RETRYOPS_ALERT_FAILURE_MIN_RETRIES", 20, minimum=1,
-                                             maximum=1_000_000)
+RETRYOPS_ALERT_FAILURE_RATE = 0.15
+RETRYOPS_ALERT_FAILURE_WINDOW_SECONDS = 600
+RETRYOPS_ALERT_FAILURE_MIN_RETRIES = 20
 # Open dead letters (the dead-letter queue's length) above which the on-call is paged.
-RETRYOPS_ALERT_DLQ_LENGTH = env_int("RETRYOPS_ALERT_DLQ_LENGTH", 100, minimum=0, maximum=1_000_000_000)
+RETRYOPS_ALERT_DLQ_LENGTH = 100
 # A dead task with no dead letter, or an open dead letter with no live work order, this many
 # seconds after it died is a work order that was not created (the consumer and escalation failed).
-RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = env_int("RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS", 120, minimum=1,
-                                                  maximum=86_400)
+RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = 120
 # A notification that failed within this many seconds (by default until escalation sends it again).
-RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = env_int("RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS", 3600,
-                                                     minimum=1, maximum=30 * 86_400)
+RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = 3600
 # The oldest row the metrics rollup has not taken in, waiting this many seconds: a transaction left
 # open on the server holds the rollup's watermark back (telemetry.metrics_watermark).
-RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS = env_int("RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS", 900, minimum=1,
-                                                   maximum=7 * 86_400)
+RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS = 900
 
 # /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
-# every INTERVAL seconds across all web processes (0: never), in the background, their statements
-# together given at most BUDGET_MS; it reports the violations it counted, and is not ready because
-# of them only when FAIL_ON_INVARIANTS is true (the balancers' /readyz?scope=web neither runs nor
-# reports them: a data problem should not take every web process out of the load balancer). An
-# unmigrated database is never ready.
-RETRYOPS_READYZ_INVARIANTS_INTERVAL = env_int("RETRYOPS_READYZ_INVARIANTS_INTERVAL", 60, minimum=0, maximum=86_400)
-RETRYOPS_READYZ_INVARIANTS_BUDGET_MS = env_int("RETRYOPS_READYZ_INVARIANTS_BUDGET_MS", 2000, minimum=10,
-                                               maximum=60_000)
-RETRYOPS_READYZ_FAIL_ON_INVARIANTS = env_bool("RETRYOPS_READYZ_FAIL_ON_INVARIANTS", False)
+# every INTERVAL seconds across all web processes (0: never), in the background; it reports the
+# violations it counted, and is not ready because of them only when FAIL_ON_INVARIANTS is true (the
+# balancers' /readyz?scope=web neither runs nor reports them: a data problem should not take every
+# web process out of the load balancer). An unmigrated database is never ready.
+RETRYOPS_READYZ_INVARIANTS_INTERVAL = 60
+RETRYOPS_READYZ_FAIL_ON_INVARIANTS = False
 
 # The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
 # or the admin's session; permissions are the admin's codenames on the key's service user.
@@ -504,18 +471,10 @@ REST_FRAMEWORK = {
 }
 # Requests per client (an API client, else a session user, else an address), as N/s, /min,
 # /hour or /day; reads (GET) and writes counted apart. Empty: not throttled.
-RETRYOPS_API_READ_RATE = env_rate("RETRYOPS_API_READ_RATE", "6000/min")
-RETRYOPS_API_WRITE_RATE = env_rate("RETRYOPS_API_WRITE_RATE", "3000/min")
-RETRYOPS_API_ANON_RATE = env_rate("RETRYOPS_API_ANON_RATE", "120/min")
+RETRYOPS_API_READ_RATE = "6000/min"
+RETRYOPS_API_WRITE_RATE = "3000/min"
+RETRYOPS_API_ANON_RATE = "120/min"
 RETRYOPS_API_THROTTLE_CACHE = "default"
-# Rows per page of the cursor-paginated lists when the request does not say (?page_size=, up to 500).
-RETRYOPS_API_PAGE_SIZE = env_int("RETRYOPS_API_PAGE_SIZE", 50, minimum=1)
-if RETRYOPS_API_PAGE_SIZE > 500:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured(f"RETRYOPS_API_PAGE_SIZE={RETRYOPS_API_PAGE_SIZE} must be at most 500")
-# Idempotency keys are answered for at least this many hours, then pruned (audit.cron, hourly).
-RETRYOPS_IDEMPOTENCY_KEEP_HOURS = env_int("RETRYOPS_IDEMPOTENCY_KEEP_HOURS", 24, minimum=24)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "RetryOps API",
@@ -547,12 +506,6 @@ SPECTACULAR_SETTINGS = {
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },
 }
-
-# Keys (a regex searched case-insensitively, at any depth) whose values are masked wherever
-# resource attributes, payloads, results, timeline details, audit entries and log lines leave the
-# system (retryops.masking); the flows still get the real values.
-RETRYOPS_SECRET_KEYS = env_str("RETRYOPS_SECRET_KEYS", "") or masking.DEFAULT_SECRET_KEYS
-masking.compile_secret_keys(RETRYOPS_SECRET_KEYS)
 
 # /metrics (telemetry.metrics_access): a scrape must come from an address in RETRYOPS_METRICS_ALLOW
 # (CIDRs; loopback by default; empty: any address), and, when RETRYOPS_METRICS_TOKEN (or its

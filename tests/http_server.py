@@ -59,8 +59,7 @@ def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None, st
     `workers` processes of `threads` threads each, its log on `stderr`; yields its base URL."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
-                   # Each request's thread closes its connection: 50 threads never keep 50 idle ones.
-                   "DB_CONN_MAX_AGE": "0", "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
+                   "DJANGO_SETTINGS_MODULE": "tests.served_settings", "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
                    "GUNICORN_THREADS": str(threads), **(env or {})}
     base = f"http://127.0.0.1:{port}"
     with running(

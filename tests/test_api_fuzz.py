@@ -126,7 +126,7 @@ def live(django_db_setup, django_db_blocker, tmp_path_factory):
     with the module's last test's output."""
     tmp = tmp_path_factory.mktemp("fuzz")
     env = {"DEBUG": "false", "SECRET_KEY": secrets.token_hex(32), "ALLOWED_HOSTS": "127.0.0.1",
-           "RETRYOPS_RUNBOOK_DIR": str(tmp), "DB_CONN_MAX_AGE": "60"}
+           "TEST_RUNBOOK_DIR": str(tmp), "TEST_CONN_MAX_AGE": "60"}
     with django_db_blocker.unblock():
         try:
             known = committed_rows(tmp)

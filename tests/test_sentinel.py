@@ -100,13 +100,13 @@ def sentinel_environment(ports: list[int]) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
     return {**env, "DATABASE_URL": servers.database_url(),
             "REDIS_SENTINELS": ",".join(f"127.0.0.1:{port}" for port in ports),
-            "REDIS_SENTINEL_MASTER": MASTER_NAME, "REDIS_SENTINEL_DB": str(servers.TEST_REDIS_DB)}
+            "REDIS_SENTINEL_MASTER": MASTER_NAME}
 
 
 def test_the_sentinel_settings_put_every_queue_and_the_cache_on_the_sentinels_master():
     run = start_up("[settings.RQ_QUEUES, settings.CACHES['default']['OPTIONS']]",
                    REDIS_SENTINELS="10.0.0.5:26379,10.0.0.6:26379", REDIS_SENTINEL_MASTER="retryops",
-                   REDIS_SENTINEL_DB="3", REDIS_SENTINEL_MASTER_PASSWORD="pw")
+                   REDIS_SENTINEL_MASTER_PASSWORD="pw")
 
     assert run.returncode == 0, run.stderr
     queues, cache = json.loads(run.stdout.splitlines()[-1])
@@ -114,7 +114,7 @@ def test_the_sentinel_settings_put_every_queue_and_the_cache_on_the_sentinels_ma
     for config in queues.values():
         assert "URL" not in config
         assert (config["SENTINELS"], config["MASTER_NAME"], config["DB"], config["PASSWORD"]) == (
-            [["10.0.0.5", 26379], ["10.0.0.6", 26379]], "retryops", 3, "pw")
+            [["10.0.0.5", 26379], ["10.0.0.6", 26379]], "retryops", 0, "pw")
     assert cache["pool_class"] == "retryops.redis_servers.SentinelCachePool"
 
 
@@ -125,8 +125,6 @@ def test_the_sentinel_settings_put_every_queue_and_the_cache_on_the_sentinels_ma
      "REDIS_URL and REDIS_SENTINELS are both set"),
     ({"REDIS_URL": "redis://127.0.0.1:6379/0", "REDIS_SENTINEL_MASTER": "m"},
      "REDIS_SENTINEL_MASTER is set but REDIS_SENTINELS is not"),
-    ({"REDIS_SENTINELS": "10.0.0.5:26379", "REDIS_SENTINEL_MASTER": "m", "REDIS_SENTINEL_DB": "16"},
-     "REDIS_SENTINEL_DB=16 must be at most 15"),
 ])
 def test_a_bad_sentinel_setting_stops_start_up_naming_it(environment, said):
     run = start_up(**environment)
@@ -140,8 +138,7 @@ def sentinel_settings(settings, monkeypatch):
     """This process's settings as settings.py makes them from the sentinel variables."""
 
     def use(ports: list[int]):
-        master = SentinelMaster(sentinels=tuple(("127.0.0.1", port) for port in ports), name=MASTER_NAME,
-                                db=servers.TEST_REDIS_DB)
+        master = SentinelMaster(sentinels=tuple(("127.0.0.1", port) for port in ports), name=MASTER_NAME, db=0)
         settings.RQ_QUEUES = {name: {**master.rq_connection(), "DEFAULT_TIMEOUT": config["DEFAULT_TIMEOUT"]}
                               for name, config in settings.RQ_QUEUES.items()}
         settings.CACHES = {**settings.CACHES, "sentinel": {**settings.CACHES["default"], "LOCATION": "sentinel",
@@ -190,7 +187,7 @@ def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed
             # What the replica had copied from the old master is still there.
             assert caches["sentinel"].get("before") == "failover"
             caches["sentinel"].set("after", "failover")
-            new_master = Redis(host="127.0.0.1", port=replica, db=servers.TEST_REDIS_DB)
+            new_master = Redis(host="127.0.0.1", port=replica, db=0)
             assert new_master.get(caches["sentinel"].make_and_validate_key("after")), "the cache is on the new master"
             assert wait_for(probes.redis_ok, timeout=10)
             assert admin_client.get("/admin/rq/").status_code == 200

@@ -47,13 +47,14 @@ def fetch_from_runserver(path: str, env: dict, headers: dict | None = None) -> t
 
 def server_env(**env: str) -> dict:
     """The web server's environment: the test database (not the app's) and this run's test Redis."""
-    return {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(), **env}
+    return {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.served_settings", **env}
 
 
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_the_admin_stylesheet_is_served_with_debug_off_and_nothing_collected(tmp_path):
-    env = server_env(DEBUG="0", STATIC_ROOT=str(tmp_path / "never-collected"))
+    env = server_env(DEBUG="0", TEST_STATIC_ROOT=str(tmp_path / "never-collected"))
     status, headers = fetch_from_runserver("/static/admin/css/base.css", env)
     assert status == 200
     assert headers["Content-Type"].startswith("text/css")
@@ -62,7 +63,7 @@ def test_the_admin_stylesheet_is_served_with_debug_off_and_nothing_collected(tmp
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_collected_static_files_are_served_compressed(tmp_path):
-    env = server_env(DEBUG="0", STATIC_ROOT=str(tmp_path / "staticfiles"))
+    env = server_env(DEBUG="0", TEST_STATIC_ROOT=str(tmp_path / "staticfiles"))
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env,
                    check=True, timeout=120)
     status, headers = fetch_from_runserver("/static/admin/css/base.css", env, {"Accept-Encoding": "gzip"})

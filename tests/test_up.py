@@ -217,15 +217,6 @@ def test_the_claim_benchmark_runs_in_a_migrated_database_of_its_own():
                 admin.execute(f'DROP DATABASE IF EXISTS "{bench_name}" WITH (FORCE)')
 
 
-def test_server_side_binding_behind_a_transaction_pooler_is_refused():
-    script = "import django; django.setup()"
-    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "retryops.settings",
-                              "DB_TRANSACTION_POOLER": "true", "DB_SERVER_SIDE_BINDING": "true"})
-    assert run.returncode != 0
-    assert "DB_SERVER_SIDE_BINDING=true cannot work with DB_TRANSACTION_POOLER=true" in run.stderr
-
-
 @pytest.mark.django_db
 def test_up_keeps_a_policy_edited_in_the_admin_and_says_so():
     call_command("up", no_serve=True, no_demo=True, stdout=StringIO())

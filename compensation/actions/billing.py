@@ -9,6 +9,10 @@ from compensation.models import DeadLetter
 from compensation.runbooks import ActionContext
 
 
+# Seconds for the billing system to answer (connect, read, write).
+TIMEOUT = 10
+
+
 class BillingError(Exception):
     """The billing system did not accept the compensation request."""
 
@@ -24,7 +28,7 @@ def request_compensation(context: ActionContext) -> dict:
     body = {"work_order": context.work_order_id, "tasks": tasks, "requested_by": context.requested_by,
             "approved_by": context.approved_by, **context.input}
     response = httpx.post(url, json=body, headers={"Idempotency-Key": context.token},
-                          timeout=settings.RETRYOPS_RUNBOOK_HTTP_TIMEOUT)
+                          timeout=TIMEOUT)
     if response.status_code >= 300:
         raise BillingError(f"HTTP {response.status_code} from the billing system: {response.text[:200]}")
     try:

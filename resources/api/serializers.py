@@ -39,7 +39,7 @@ class ResourceSerializer(serializers.ModelSerializer):
 
     pool = serializers.CharField(source="pool.name", read_only=True)
     attributes = MaskedJson(read_only=True, help_text="Attributes handed to flows; the values of secret keys "
-                                                      "(RETRYOPS_SECRET_KEYS) read \"******\". Sent back "
+                                                      "(passwords, tokens, API keys, ...) read \"******\". Sent back "
                                                       "unchanged in a PATCH, a masked value keeps the secret.")
 
     class Meta:

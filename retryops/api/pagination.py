@@ -2,7 +2,6 @@
 first (a keyset on the ordering, never an OFFSET), and rows added meanwhile neither repeat nor
 vanish between pages."""
 
-from django.conf import settings
 from rest_framework import exceptions
 from rest_framework.pagination import CursorPagination
 
@@ -10,9 +9,10 @@ from retryops.inputs import MAX_ID
 
 
 class CursorPage(CursorPagination):
-    """Newest first by id; `page_size` from 1 to MAX_PAGE_SIZE (RETRYOPS_API_PAGE_SIZE unless asked)."""
+    """Newest first by id; `page_size` from 1 to `max_page_size` (`page_size` unless asked)."""
 
     ordering = "-id"
+    page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
 
@@ -29,7 +29,7 @@ class CursorPage(CursorPagination):
     def get_page_size(self, request):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
-            return settings.RETRYOPS_API_PAGE_SIZE
+            return self.page_size
         if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
             raise exceptions.ValidationError({self.page_size_query_param: [
                 f"must be a whole number from 1 to {self.max_page_size}"]})

@@ -19,11 +19,17 @@ from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
 from retryops.api.authentication import api_client_of
-from retryops.env import parse_rate
 
 log = logging.getLogger(__name__)
 
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """(requests, seconds) of a rate written as DRF writes it: "600/min", "20/s", "10000/day"."""
+    count, _, period = rate.partition("/")
+    return int(count), _PERIODS[period.strip()[:1].lower()]
 
 
 class ClientRateThrottle(BaseThrottle):

@@ -5,7 +5,6 @@ import base64
 import binascii
 from urllib.parse import urlencode
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
@@ -100,7 +99,7 @@ class RetryHistory(AddressedResource, ApiView):
         OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From a `next` link."),
         OpenApiParameter("page_size", CursorPage().page_size_schema(), OpenApiParameter.QUERY,
                          description=f"Entries per page, 1 to {CursorPage.max_page_size} (default "
-                                     f"{settings.RETRYOPS_API_PAGE_SIZE}).")])
+                                     f"{CursorPage.page_size}).")])
     def get(self, request, **kwargs):
         cursor = request.query_params.get("cursor")
         before = _decode(cursor) if cursor else (None, None)

@@ -1,4 +1,4 @@
-"""The console's sign-in throttle: after RETRYOPS_LOGIN_FAILURE_LIMIT wrong passwords for one
+"""The console's sign-in throttle: after AXES_FAILURE_LIMIT wrong passwords for one
 username from one address, the right password is refused there too, saying why in the operator's
 language, until the cool-off has passed; other users and other addresses are not affected."""
 

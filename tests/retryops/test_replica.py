@@ -288,15 +288,3 @@ def test_readyz_and_metrics_say_an_answering_replica_is_read_and_not_behind(clie
 def test_without_a_replica_readyz_says_off_and_metrics_have_no_replica_sample(client, db, redis_conn):
     assert client.get("/readyz").json()["checks"]["replica"] == {"state": "off"}
     assert [family.samples for family in ReplicaCollector().collect()] == [[], []]
-
-
-@pytest.mark.parametrize("name, value, said", [
-    ("RETRYOPS_REPLICA_RETRY_SECONDS", "0", "RETRYOPS_REPLICA_RETRY_SECONDS=0 must be at least 1"),
-    ("RETRYOPS_REPLICA_MAX_LAG_SECONDS", "-1", "RETRYOPS_REPLICA_MAX_LAG_SECONDS=-1 must be at least 0"),
-    ("RETRYOPS_REPLICA_MAX_LAG_SECONDS", "5m", "RETRYOPS_REPLICA_MAX_LAG_SECONDS='5m' is not an integer"),
-])
-def test_a_bad_replica_setting_stops_start_up_naming_it(name, value, said):
-    run = start_up(REDIS_URL="redis://127.0.0.1:6379/0", **{name: value})
-
-    assert run.returncode != 0
-    assert f"ImproperlyConfigured: {said}" in run.stderr

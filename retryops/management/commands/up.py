@@ -59,7 +59,7 @@ class Command(BaseCommand):
     def handle(self, *args, addrport, no_serve, no_demo, receiver_port, no_receiver, **options):
         if "LOG_FORMAT" not in os.environ:
             # Someone reads up in a terminal: its own lines plain too, as its children's are (below).
-            logging.config.dictConfig(logging_config(log_format="text", level=settings.LOG_LEVEL))
+            logging.config.dictConfig(logging_config(log_format="text", level="INFO"))
         receiver_port = None if no_receiver else receiver_port
         if not no_serve:
             self.stop_leftovers()
@@ -191,9 +191,6 @@ class Command(BaseCommand):
         for name in routed:
             env.pop(f"{name}_FILE", None)  # it would win over the variable (retryops.env.env_str)
         env |= routed
-        # runserver handles each request in a thread of its own, which ends with the request: a
-        # persistent connection would stay open, idle, until garbage collection (dozens of them).
-        web_env = {**env, "DB_CONN_MAX_AGE": "0"}
         children = {
             "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_options], env),
             "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_options], env),
@@ -202,7 +199,7 @@ class Command(BaseCommand):
             "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
             # the metrics rollup, the acceptance figures' snapshot and the alerts' evaluation
             "telemetry": ([*manage, "rqcron", "telemetry.cron"], env),
-            "web": ([*manage, "runserver", addrport, "--noreload"], web_env),
+            "web": ([*manage, "runserver", addrport, "--noreload"], env),
         }
         if routed:
             children["demo receiver"] = ([*manage, "demo_receiver", "--port", str(receiver_port)], env)
