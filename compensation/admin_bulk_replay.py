@@ -11,7 +11,6 @@ import math
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.widgets import AdminSplitDateTime
@@ -32,6 +31,7 @@ from compensation.errors import BulkReplayRunning
 from compensation.flags import dlq_inspector_on
 from compensation.models import BulkReplay
 from compensation.services.bulk_replay import (
+    DEFAULT_RATE,
     FILTER_FIELDS,
     MAX_RATE,
     MIN_RATE,
@@ -62,16 +62,13 @@ class BulkReplayForm(forms.Form):
                                           help_text=_("Dead letters that died at or after this time."))
     died_before = forms.SplitDateTimeField(label=_("Died before"), required=False, widget=AdminSplitDateTime,
                                            help_text=_("Dead letters that died before this time."))
-    rate = forms.FloatField(label=_("Rate"),
+    rate = forms.FloatField(label=_("Rate"), initial=DEFAULT_RATE,
                             widget=forms.NumberInput(attrs={"min": MIN_RATE, "max": MAX_RATE, "step": "any"}),
                             help_text=format_lazy(_("Replays per second, from {min} to {max}."), min=MIN_RATE,
                                                   max=MAX_RATE))
     any_resource = forms.BooleanField(required=False, label=_("On any resource of the pool"),
                                       help_text=_("Otherwise each dead letter is replayed on its own resource."))
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["rate"].initial = settings.RETRYOPS_REPLAY_RATE  # read per request: tests change it
 
     def filter(self) -> dict:
         data = self.cleaned_data

@@ -41,17 +41,16 @@ def bulk_replay_job(bulk_replay_id: int) -> str:
 
 @in_stored_language
 def dlq_cleanup_job() -> dict:
-    """Periodic: purge resolved and discarded dead letters older than RETRYOPS_DLQ_RETENTION_DAYS,
+    """Periodic: purge resolved and discarded dead letters older than RETENTION_DAYS,
     so they never pile up unattended."""
-    from django.conf import settings
-
     from audit.choices import Channel
     from audit.context import acting_as
     from compensation.choices import DeadLetterState
     from compensation.services import cleanup_dead_letters
+    from compensation.services.cleanup import RETENTION_DAYS
 
     with acting_as(actor="dlq retention", channel=Channel.SYSTEM):
-        result = cleanup_dead_letters(older_than_days=settings.RETRYOPS_DLQ_RETENTION_DAYS,
+        result = cleanup_dead_letters(older_than_days=RETENTION_DAYS,
                                       states=[DeadLetterState.RESOLVED, DeadLetterState.DISCARDED],
                                       actor="dlq retention", purge=True)
     return {"purged": result.purged}

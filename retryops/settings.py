@@ -312,7 +312,6 @@ RETRYOPS_FLOWS = {
     "demo": "scheduling.flows.demo.demo",
     "noop": "scheduling.flows.demo.noop",
 }
-RETRYOPS_DEFAULT_POLICY = "default"
 RETRYOPS_POLICY_FILE = BASE_DIR / "config" / "tasks" / "retry-policies.yaml"
 RETRYOPS_HTTP_CALL_URL = env_str("RETRYOPS_HTTP_CALL_URL", "")
 RETRYOPS_HTTP_CALL_TIMEOUT = 10
@@ -346,10 +345,6 @@ FORMAT_MODULE_PATH = ["retryops.formats"]
 # (which also follows replays and restarts stalled bulk replays), and of the retention clean-up.
 RETRYOPS_DEAD_LETTER_INTERVAL = env_int("RETRYOPS_DEAD_LETTER_INTERVAL", 5, minimum=1)
 RETRYOPS_DLQ_CLEANUP_INTERVAL = env_int("RETRYOPS_DLQ_CLEANUP_INTERVAL", 3600, minimum=60)
-# Replayed, resolved and discarded dead letters older than this many days are purged by the periodic clean-up.
-RETRYOPS_DLQ_RETENTION_DAYS = 30
-# Bulk replays: replays per second when the request names no rate (a request may ask up to 500).
-RETRYOPS_REPLAY_RATE = 10
 # The SLA clocks of a work order, in seconds: dead letter -> work order (the operators' 5-minute
 # notice), -> acknowledged, -> compensated.
 RETRYOPS_SLA_NOTICE_SECONDS = 300

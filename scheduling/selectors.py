@@ -50,16 +50,19 @@ from scheduling.models import (
     TaskEventWatermark,
 )
 
+# The retry policy of a task that names none (config/tasks/retry-policies.yaml defines it).
+DEFAULT_POLICY = "default"
+
 
 def _resource_id(resource: Resource | int) -> int:
     return resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource", error=BadInput)
 
 
 def get_policy(policy: RetryPolicy | str | None) -> RetryPolicy:
-    """A retry policy by name (the settings' default when None), or the policy itself."""
+    """A retry policy by name (DEFAULT_POLICY when None), or the policy itself."""
     if isinstance(policy, RetryPolicy):
         return policy
-    name = policy or getattr(settings, "RETRYOPS_DEFAULT_POLICY", "default")
+    name = policy or DEFAULT_POLICY
     if not isinstance(name, str) or check_text(name):
         raise BadInput(_("policy must be a policy's name, got %(value)r") % {"value": name}, field="policy")
     try:

@@ -33,6 +33,7 @@ from compensation.choices import (
     WorkOrderState,
 )
 from compensation.models import DeadLetter, WorkOrder
+from compensation.services.cleanup import RETENTION_DAYS
 from compensation.services.escalation import orphaned_dead_letters
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
@@ -104,7 +105,7 @@ class Horizons:
         now = now or timezone.now()
         dispatch = timedelta(seconds=settings.RETRYOPS_DISPATCH_INTERVAL)
         escalate = timedelta(seconds=settings.RETRYOPS_ESCALATE_INTERVAL)
-        back = timedelta(days=settings.RETRYOPS_DLQ_RETENTION_DAYS) if deep else RECENT
+        back = timedelta(days=RETENTION_DAYS) if deep else RECENT
         return cls(now=now, sweep_grace=2 * dispatch, dispatch_grace=5 * dispatch,
                    dead_letter_grace=2 * escalate + timedelta(seconds=settings.RETRYOPS_DEAD_LETTER_INTERVAL),
                    work_order_grace=2 * escalate, fresh_lease=2 * dispatch, since=now - back)

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.runbook_models import RunbookRun
 from compensation.runbooks import TOKEN
-from compensation.services.bulk_replay import MAX_RATE, MIN_RATE
+from compensation.services.bulk_replay import DEFAULT_RATE, MAX_RATE, MIN_RATE
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.api.schema import NOT_BLANK
 from retryops.inputs import MAX_ID
@@ -88,7 +88,7 @@ class BulkReplayRequestSerializer(Input):
                                            "now; nothing is started. false: start the bulk replay.")
     rate = serializers.FloatField(required=False, min_value=MIN_RATE, max_value=MAX_RATE,
                                   help_text=f"Replays per second at most ({MIN_RATE} to {MAX_RATE}); default: "
-                                            "RETRYOPS_REPLAY_RATE.")
+                                            f"{DEFAULT_RATE}.")
     any_resource = Flag(default=False, help_text="Replay each on any resource of its pool, not strictly on its own.")
     all = Flag(default=False, help_text="true: an empty filter replays every open dead letter; without it an empty "
                                         "filter is refused (400 on filter). A dry run counts them either way.")

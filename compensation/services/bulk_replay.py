@@ -1,5 +1,5 @@
 """Bulk replay: replay the open dead letters matching a filter at a velocity limit (replays per
-second; RETRYOPS_REPLAY_RATE, or the request's own from 1 to 500, as SQS redrive allows), one running
+second; DEFAULT_RATE, or the request's own from 1 to 500, as SQS redrive allows), one running
 request per filter (bulk_replay_one_running_per_filter). A request is run in slices by
 bulk_replay_job; each slice claims it by a conditional update of heartbeat_at, so two runners never
 run it together, and resumes after last_dead_letter_id, so a process that died loses nothing: the
@@ -11,7 +11,6 @@ import math
 import time
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone, translation
@@ -33,6 +32,8 @@ MAX_RATE = 500
 # At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
 # (1 / rate), and the periodic jobs that share its queue would wait that long too.
 MIN_RATE = 1
+# Replays per second when the request names no rate.
+DEFAULT_RATE = 10
 FILTER_FIELDS = ("flow", "error_signature", "pool", "resource", "died_after", "died_before")
 # A runner refreshes the heartbeat at every replay; one older than this has died.
 STALE_AFTER = timedelta(seconds=30)
@@ -96,7 +97,7 @@ def bulk_replay_preview(*, filter) -> int:
 
 def _rate(rate) -> float:
     if rate is None:
-        rate = settings.RETRYOPS_REPLAY_RATE
+        rate = DEFAULT_RATE
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) \
             or not MIN_RATE <= rate <= MAX_RATE:
         raise BadInput(_("rate must be a number of replays per second from %(min)s to %(max)s, got %(value)r") % {

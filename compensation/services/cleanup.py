@@ -39,6 +39,8 @@ MAX_BATCH = 10000
 # Measured with bench/dlq_cleanup.py: purge rows/s rise ~1.5x from 1,000 to 5,000 a batch, archiving
 # ~10%; an archive batch of 5,000 holds about 10 MB of lines and its row locks for ~0.1 s.
 DEFAULT_BATCH = 5000
+# Resolved and discarded dead letters are purged by the periodic clean-up once this many days old.
+RETENTION_DAYS = 30
 
 
 @dataclass

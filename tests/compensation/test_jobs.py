@@ -12,6 +12,7 @@ from compensation import services
 from compensation.choices import BulkReplayState, DeadLetterState
 from compensation.jobs import dead_letters_job, dlq_cleanup_job, escalate_job
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.services.cleanup import RETENTION_DAYS
 from scheduling.queueing import PERIODIC_QUEUE
 from tests.compensation.conftest import dead_tasks, work_periodic
 from tests.scheduling.helpers import CountingWorker
@@ -43,8 +44,7 @@ def test_a_bulk_replay_runs_in_slices_until_it_is_finished(redis_conn, pool, ins
     assert worker.deliveries > 2
 
 
-def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, pool, instant_policy, settings):
-    settings.RETRYOPS_DLQ_RETENTION_DAYS = 30
+def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=3)
     letters = services.collect_dead_letters()
     services.discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
@@ -83,5 +83,5 @@ def test_the_dead_letter_consumer_and_the_retention_clean_up_run_with_the_dlq_in
     assert dead_letters_job()["dead_letters"] == 1
     letter = DeadLetter.objects.get(task=task)
     services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
-    DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=settings.RETRYOPS_DLQ_RETENTION_DAYS + 1))
+    DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=RETENTION_DAYS + 1))
     assert dlq_cleanup_job() == {"purged": 1}

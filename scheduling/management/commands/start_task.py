@@ -19,7 +19,7 @@ class Command(AuditedCommand):
         parser.add_argument("--not-strict", action="store_true",
                             help=_("If the named resource cannot be had, take another."))
         parser.add_argument("--policy",
-                            help=_("The retry policy's name; default: the RETRYOPS_DEFAULT_POLICY setting."))
+                            help=_("The retry policy's name; default: default."))
         parser.add_argument("--idempotency-key",
                             help=_("Starting again with the same key returns the task it started the first time."))
 

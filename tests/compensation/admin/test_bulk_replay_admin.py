@@ -9,6 +9,7 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import BulkReplayState
 from compensation.models import BulkReplay, DeadLetter
+from compensation.services.bulk_replay import DEFAULT_RATE
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -71,9 +72,8 @@ def test_a_start_for_a_filter_other_than_the_one_counted_only_counts_again(admin
     assert "The filter changed since the count" in said(response)
 
 
-def test_the_page_offers_the_configured_rate(admin_client, settings):
-    settings.RETRYOPS_REPLAY_RATE = 7
-    assert admin_client.get(START).context["form"]["rate"].value() == 7
+def test_the_page_offers_the_default_rate(admin_client):
+    assert admin_client.get(START).context["form"]["rate"].value() == DEFAULT_RATE
 
 
 @pytest.mark.parametrize("rate", ["0", "501"])
