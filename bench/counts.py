@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "d34c099"
 PACKAGES = ("audit", "resources", "scheduling", "compensation", "telemetry", "retryops")
-ENV_NAME = re.compile(r"""(?:env_\w+|os\.environ\.get|os\.getenv|os\.environ\[)\(?\s*["']([A-Z][A-Z0-9_]+)["']""")
+# A reader's literal name, or a module's ENV_VAR constant that a reader is given (retryops/flags.py).
+ENV_NAME = re.compile(r"""(?:env_\w+|os\.environ\.get|os\.getenv|os\.environ\[|ENV_VAR\s*=)\(?\s*["']([A-Z][A-Z0-9_]+)["']""")
 # Exceptions of Python's and of the libraries ours derive from.
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
                   if isinstance(value, type) and issubclass(value, BaseException)} | {

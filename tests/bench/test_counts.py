@@ -14,7 +14,7 @@ def test_counts_name_processes_variables_error_classes_and_admin_modules(tmp_pat
     (tmp_path / "retryops" / "migrations" / "0001_initial.py").write_text("x = 1\n" * 50)
     (tmp_path / "retryops" / "settings.py").write_text(
         'import os\nA = env_int("RETRYOPS_A", default=1)\nB = os.environ.get("RETRYOPS_B")\n'
-        'C = os.environ["RETRYOPS_A"]\n')
+        'C = os.environ["RETRYOPS_A"]\nENV_VAR = "RETRYOPS_C"\n')
     (tmp_path / "retryops" / "errors.py").write_text(
         "class DomainError(Exception):\n    pass\n\n\nclass BadInput(DomainError):\n    pass\n\n\n"
         "class Plain:\n    pass\n")
@@ -26,9 +26,9 @@ def test_counts_name_processes_variables_error_classes_and_admin_modules(tmp_pat
     (tmp_path / "README.md").write_text("# RetryOps\n\nWhat it is.\n")
 
     assert counts.counts(tmp_path) == {
-        "source lines (no tests, no migrations)": 4 + 10 + 2,  # settings, errors, the template
+        "source lines (no tests, no migrations)": 5 + 10 + 2,  # settings, errors, the template
         "process types (deploy/Procfile)": 2,
-        "environment variables": 2,
+        "environment variables": 3,
         "error classes": 2,
         "README lines": 3,
         "admin modules": 1,
