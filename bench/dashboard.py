@@ -173,8 +173,9 @@ BUILD = """
     LEFT JOIN compensation_workorder w ON w.source = 'dead_letters' AND w.flow = t.flow
          AND w.error_signature = t.last_error_signature AND t.finished_at > now() - interval '2 days'
     WHERE t.state = 'dead';
+    UPDATE scheduling_task SET collected_at = finished_at WHERE state = 'dead';
 """
-TABLES = ("scheduling_taskeventdelivery", "scheduling_taskevent", "compensation_deadletter", "compensation_workorder",
+TABLES = ("scheduling_taskevent", "compensation_deadletter", "compensation_workorder",
           "scheduling_attempt", "scheduling_task", "scheduling_retrypolicy", "resources_resourceevent",
           "resources_resource", "resources_resourcepool")
 

@@ -43,7 +43,6 @@ SCRIPTS = (
     ("flows.py", ["--tasks", "1000", "--retries", "50", "--rounds", "1"]),
     ("dlq_cleanup.py", ["--rows", "20000"]),
     ("dead_letter_latency.py", ["--deaths", "40", "--spread", "4"]),
-    ("outbox.py", ["--sizes", "1000,20000", "--claims", "7"]),
     ("api.py", ["--seconds", "3"]),
     ("admin.py", ["--sizes", "1000,10000", "--repeat", "5"]),
     ("metrics.py", ["--sizes", "1000,10000", "--repeat", "5", "--new-events", "1000"]),  # with whatif.py

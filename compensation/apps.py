@@ -5,6 +5,3 @@ from django.utils.translation import gettext_lazy as _
 class CompensationConfig(AppConfig):
     name = "compensation"
     verbose_name = _("Dead letters and work orders")
-
-    def ready(self):
-        from compensation import receivers  # noqa: F401 (connects them)

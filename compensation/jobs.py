@@ -9,8 +9,9 @@ log = logging.getLogger(__name__)
 
 @in_stored_language
 def dead_letters_job() -> dict:
-    """Periodic: collect the dead letters not collected yet, follow the replays that ended,
-    restart the bulk replays whose runner died, and end the runbook runs whose runner died."""
+    """Periodic, every few seconds: the one path from a task's death to its dead letter and work
+    order (collect the dead tasks not collected yet), then follow the replays that ended, restart
+    the bulk replays whose runner died, and end the runbook runs whose runner died."""
     from compensation.services import (
         collect_dead_letters,
         follow_replays,

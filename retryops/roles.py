@@ -31,8 +31,6 @@ VIEW = [
     "scheduling.view_task",
     "scheduling.view_attempt",
     "scheduling.view_taskevent",
-    "scheduling.view_taskeventdelivery",
-    "scheduling.view_taskeventwatermark",
     "scheduling.view_batchconfig",
     "compensation.view_workorder",
     "compensation.view_deadletter",

@@ -341,7 +341,7 @@ RETRYOPS_TRANSIENCE_WINDOW_DAYS = 7
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
 
-# Dead letters and work orders (compensation). Seconds between runs of the dead-letter consumer
+# Dead letters and work orders (compensation). Seconds between runs of the dead-letter step
 # (which also follows replays and restarts stalled bulk replays), and of the retention clean-up.
 RETRYOPS_DEAD_LETTER_INTERVAL = env_int("RETRYOPS_DEAD_LETTER_INTERVAL", 5, minimum=1)
 RETRYOPS_DLQ_CLEANUP_INTERVAL = env_int("RETRYOPS_DLQ_CLEANUP_INTERVAL", 3600, minimum=60)
@@ -423,7 +423,7 @@ RETRYOPS_ALERT_FAILURE_MIN_RETRIES = 20
 # Open dead letters (the dead-letter queue's length) above which the on-call is paged.
 RETRYOPS_ALERT_DLQ_LENGTH = 100
 # A dead task with no dead letter, or an open dead letter with no live work order, this many
-# seconds after it died is a work order that was not created (the consumer and escalation failed).
+# seconds after it died is a work order that was not created (the dead-letter step and escalation failed).
 RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS = 120
 # A notification that failed within this many seconds (by default until escalation sends it again).
 RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = 3600

@@ -110,6 +110,10 @@ class Task(models.Model):
     created_by = models.CharField(_("created by"), max_length=200)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    # When the dead-letter step took this dead task (compensation.services.collect_dead_letters):
+    # a dead task not collected yet is the queue of dead letters. Kept on the task, not read from
+    # its dead letter, because a replay's death makes none and the clean-up purges old ones.
+    collected_at = models.DateTimeField(_("collected at"), null=True, blank=True)
 
     # The resource of the latest attempt, and the lease the task holds on it between attempts
     # (same-resource retry, operator retry, scheduler pick). The lease lives on the resource row.
@@ -168,6 +172,9 @@ class Task(models.Model):
             models.Index(fields=["next_run_at"], condition=Q(state__in=WAITING_STATES), name="task_waiting_due_idx"),
             # Running tasks, whose attempts the dispatcher checks for lost workers.
             models.Index(fields=["id"], condition=Q(state=TaskState.RUNNING), name="task_running_idx"),
+            # claim_dead_tasks: the dead tasks not collected yet, so it holds only the queue.
+            models.Index(fields=["id"], condition=Q(state=TaskState.DEAD, collected_at__isnull=True),
+                         name="task_dead_uncollected_idx"),
             models.Index(fields=["state", "-id"], name="task_state_idx"),
             # retry_resource: the runs of a business instance (its first task's repeats).
             models.Index(fields=["repeats"], condition=Q(repeats__isnull=False), name="task_repeats_idx"),
@@ -296,8 +303,8 @@ class TaskEvent(models.Model):
     attempt_number = models.PositiveIntegerField(pgettext_lazy("which one", "attempt"), null=True, blank=True)
     details = models.JSONField(_("details"), default=dict, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    # The writing transaction's id: claim_task_events compares it with the oldest transaction still
-    # running to know which events can no longer be joined by an earlier one (see its comments).
+    # The writing transaction's id: telemetry's metrics rollup counts the events up to a watermark of
+    # these (telemetry.metrics_rollup says why a transaction id, not an event id).
     xid = TransactionIdField(
         _("transaction id"), db_default=models.Func(function="pg_current_xact_id", output_field=TransactionIdField()),
         editable=False)
@@ -314,58 +321,12 @@ class TaskEvent(models.Model):
             models.Index(fields=["created_at", "kind"], name="task_event_retry_outcome_idx",
                          condition=Q(kind__in=[TaskEventKind.RETRY_SUCCEEDED, TaskEventKind.RETRY_SCHEDULED,
                                                TaskEventKind.DEAD], attempt_number__gt=1)),
-            # claim_task_events: a consumer's kinds above its watermarks, in the order it takes them.
-            models.Index(fields=["kind", "xid", "id"], name="task_event_claim_idx"),
+            # telemetry's metrics rollup and scrape: the events of its kinds above its watermark.
+            models.Index(fields=["kind", "xid", "id"], name="task_event_kind_xid_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.kind} of task {self.task_id}"
-
-
-class TaskEventDelivery(models.Model):
-    """That one consumer (dead letters, the event stream, alerts) has processed one TaskEvent:
-    written by claim_task_events in the consumer's own transaction, so a consumer that crashes
-    before it commits leaves the event for its next claim."""
-
-    consumer = models.CharField(_("consumer"), max_length=100)
-    event = models.ForeignKey(TaskEvent, verbose_name=_("event"), on_delete=models.CASCADE,
-                              related_name="deliveries")
-    delivered_at = models.DateTimeField(_("delivered at"), auto_now_add=True)
-
-    class Meta:
-        verbose_name = _("task event delivery")
-        verbose_name_plural = _("task event deliveries")
-        ordering = ["id"]
-        constraints = [
-            # Also the anti-join of claim_task_events: "has this consumer seen this event?"
-            models.UniqueConstraint(fields=["consumer", "event"], name="task_event_delivery_once"),
-        ]
-
-    def __str__(self) -> str:
-        return f"event {self.event_id} delivered to {self.consumer}"
-
-
-class TaskEventWatermark(models.Model):
-    """How far one consumer has got through one kind of task event: every event of `kind` written
-    by a transaction whose id is below `below_xid` is processed, so its claims look only above."""
-
-    consumer = models.CharField(_("consumer"), max_length=100)
-    kind = models.CharField(_("kind"), max_length=40, choices=TaskEventKind.choices)
-    # Moved only forward, by claim_task_events in the consumer's transaction (0: nothing yet).
-    below_xid = TransactionIdField(_("below transaction"))
-    advanced_at = models.DateTimeField(_("advanced at"), auto_now=True)
-
-    class Meta:
-        verbose_name = _("task event watermark")
-        verbose_name_plural = _("task event watermarks")
-        ordering = ["consumer", "kind"]
-        constraints = [
-            models.UniqueConstraint(fields=["consumer", "kind"], name="task_event_watermark_once"),
-            models.CheckConstraint(condition=Q(kind__in=TaskEventKind.values), name="task_event_watermark_kind_valid"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.consumer} has processed every {self.kind} below transaction {self.below_xid}"
 
 
 class BatchConfig(models.Model):

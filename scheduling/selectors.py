@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import (
     Count,
     DateTimeField,
@@ -46,8 +45,6 @@ from scheduling.models import (
     RetryPolicy,
     Task,
     TaskEvent,
-    TaskEventDelivery,
-    TaskEventWatermark,
 )
 
 # The retry policy of a task that names none (config/tasks/retry-policies.yaml defines it).
@@ -292,24 +289,10 @@ def running_attempts() -> dict:
                                                                           oldest_started_at=Min("started_at"))
 
 
-def undelivered_task_events(*, consumer: str, kind: str, before: datetime) -> int:
-    """How many task events of `kind` written before `before` `consumer` has not processed yet
-    (the alerts' "a dead task that never became a dead letter"). Only the events above the
-    consumer's watermark can be undelivered (task_event_claim_idx); OFFSET 0 keeps the delivery
-    check a probe of task_event_delivery_once per event, as claim_task_events does, never a hash
-    of every delivery the consumer ever had."""
-    if kind not in TaskEventKind.values:
-        raise BadInput(f"kind must be a task event kind, got {kind!r}", field="kind")
-    with connection.cursor() as cursor:
-        cursor.execute(f"""
-            SELECT count(*) FROM {TaskEvent._meta.db_table} e
-            WHERE e.kind = %(kind)s AND e.created_at < %(before)s
-              AND e.xid >= COALESCE((SELECT m.below_xid FROM {TaskEventWatermark._meta.db_table} m
-                                     WHERE m.consumer = %(consumer)s AND m.kind = %(kind)s), '0')
-              AND NOT EXISTS (SELECT 1 FROM {TaskEventDelivery._meta.db_table} d
-                              WHERE d.consumer = %(consumer)s AND d.event_id = e.id OFFSET 0)
-        """, {"consumer": consumer, "kind": kind, "before": before})
-        return cursor.fetchone()[0]
+def uncollected_dead_tasks(*, before: datetime) -> int:
+    """How many tasks that died before `before` have not been collected into dead letters yet
+    (the alerts' "a dead task that never became a dead letter"); task_dead_uncollected_idx."""
+    return Task.objects.filter(state=TaskState.DEAD, collected_at__isnull=True, finished_at__lt=before).count()
 
 
 # A resource's retry history: its attempts and its timeline events, newest first.

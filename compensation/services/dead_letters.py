@@ -1,4 +1,4 @@
-"""Dead letters: made from the task.dead outbox, following their replays, settled by an operator.
+"""Dead letters: made from the dead tasks not collected yet, following their replays, settled by an operator.
 
 A dead letter's life: open -> replaying (replay_dead_letter) -> replayed when the replay task
 succeeds, or back to open, with the replay's error, when it dies or is cancelled (so it can be
@@ -8,7 +8,6 @@ closed) or discarded. Replayed, resolved and discarded are final."""
 from itertools import groupby
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -19,27 +18,25 @@ from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter
 from compensation.services.common import actor_name, locked, text
 from compensation.services.work_orders import join_work_order
-from scheduling.choices import TERMINAL_STATES, TaskEventKind, TaskState
-from scheduling.models import Task, TaskEvent, TaskEventDelivery
-from scheduling.services import claim_task_events
+from scheduling.choices import TERMINAL_STATES, TaskState
+from scheduling.services import claim_dead_tasks
 
-CONSUMER = "dead_letters"
 BATCH = 500
 
 
 def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
-    """Turn the task.dead events not yet collected into dead letters, and each group of one flow
-    and error signature into (or onto) its work order, in one transaction with the claim: a crash
-    before the commit leaves the events for the next call. A task already collected makes nothing
-    (a second delivery); a dead replay task reopens its dead letter instead (follow_replays)."""
+    """Turn the dead tasks not collected yet into dead letters, and each group of one flow and
+    error signature into (or onto) its work order, in one transaction with the claim: a crash
+    before the commit leaves the tasks for the next call. A task that has its dead letter already
+    makes nothing (the one-to-one); a dead replay task is its dead letter's (follow_replays reopens
+    it), not a dead letter of its own."""
     with transaction.atomic():
-        events = claim_task_events(consumer=CONSUMER, kinds=[TaskEventKind.DEAD], limit=limit)
-        task_ids = {e.task_id for e in events}
-        if not task_ids:
+        claimed = {t.pk: t for t in claim_dead_tasks(limit=limit)}
+        if not claimed:
             return []
-        known = set(DeadLetter.objects.filter(task_id__in=task_ids).values_list("task_id", flat=True))
-        known |= set(DeadLetter.objects.filter(replay_task_id__in=task_ids).values_list("replay_task_id", flat=True))
-        tasks = Task.objects.filter(pk__in=task_ids - known, state=TaskState.DEAD)
+        known = set(DeadLetter.objects.filter(task_id__in=claimed).values_list("task_id", flat=True))
+        known |= set(DeadLetter.objects.filter(replay_task_id__in=claimed).values_list("replay_task_id", flat=True))
+        tasks = [t for pk, t in claimed.items() if pk not in known]
         def key(t):
             return t.flow, t.last_error_signature
         made = []
@@ -63,19 +60,17 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
 def follow_replays(*, limit: int = BATCH) -> int:
     """Move the replaying dead letters whose replay task has ended: replayed when it succeeded,
     open again with its error when it died or was cancelled. Reads the tasks' state rather than
-    their events, because a replay that succeeds at its first attempt emits none; runs with the
-    periodic consumer and right after a task dies or a retry succeeds. Returns how many moved."""
+    their events, because a replay that succeeds at its first attempt emits none; runs in the
+    periodic dead_letters_job. Returns how many moved."""
     now = timezone.now()
-    # A replay whose task.dead event the consumer has not collected yet stays replaying: opened
-    # now and replayed again, its dead letter would no longer name it, and collect_dead_letters
-    # would make the replay's death a dead letter of its own.
-    death_uncollected = TaskEvent.objects.filter(task_id=OuterRef("replay_task_id"), kind=TaskEventKind.DEAD).exclude(
-        Exists(TaskEventDelivery.objects.filter(consumer=CONSUMER, event_id=OuterRef("pk"))))
     with transaction.atomic():
+        # A replay whose death collect_dead_letters has not taken yet stays replaying: opened now
+        # and replayed again, its dead letter would no longer name it, and the collection would
+        # make the replay's death a dead letter of its own.
         letters = list(
             DeadLetter.objects.select_for_update(of=("self",), skip_locked=True).select_related("replay_task", "work_order")
             .filter(state=DeadLetterState.REPLAYING, replay_task__state__in=TERMINAL_STATES)
-            .exclude(Exists(death_uncollected)).order_by("id")[:limit])
+            .exclude(replay_task__state=TaskState.DEAD, replay_task__collected_at__isnull=True).order_by("id")[:limit])
         for letter in letters:
             task = letter.replay_task
             if task.state == TaskState.SUCCEEDED:

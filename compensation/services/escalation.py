@@ -1,14 +1,13 @@
 """Escalation: the periodic safety net behind the dead letters and the on-call's pages.
 
 One run (`escalate`, every RETRYOPS_ESCALATE_INTERVAL seconds from compensation.cron, or
-`manage.py escalate`) does four steps, each on its own and each row in its own transaction, so
+`manage.py escalate`) does three steps, each on its own and each row in its own transaction, so
 one that fails is logged and counted and the others still run:
 
-1. dead letters: the task.dead events the consumer missed are collected (collect_dead_letters);
-2. work orders: open dead letters that have no live work order get one (see orphaned_dead_letters);
-3. notifications: failed ones are queued again after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at
+1. work orders: open dead letters that have no live work order get one (see orphaned_dead_letters);
+2. notifications: failed ones are queued again after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at
    most RETRYOPS_NOTIFY_MAX_RESENDS times each;
-4. SLA breaches: live work orders whose notice, acknowledge or compensate clock ran out are
+3. SLA breaches: live work orders whose notice, acknowledge or compensate clock ran out are
    marked once, audited, and the on-call is paged again about it.
 """
 
@@ -54,20 +53,15 @@ from compensation.notifications_models import (
 )
 from compensation.notifiers import NOTIFIERS
 from compensation.selectors import sla_limits
-from compensation.services.dead_letters import CONSUMER, collect_dead_letters
 from compensation.services.work_orders import join_work_order
 from retryops.inputs import flag, record_id
-from scheduling.choices import TaskEventKind
-from scheduling.services import claim_task_events
-from scheduling.services.events import MAX_CLAIM
 
 log = logging.getLogger(__name__)
 
-STEPS = ("dead_letters", "work_orders", "notifications", "breaches")
+STEPS = ("work_orders", "notifications", "breaches")
 # Rows one run takes per step at most; the next run goes on where it stopped. Keeps one run
-# (and the periodic queue it shares with the dead-letter consumer) short after an outage.
+# (and the periodic queue it shares with the dead-letter step) short after an outage.
 BATCH = 500
-MAX_COLLECT_BATCHES = 20
 # What each SLA clock's breach means, for the page and the audit entry.
 BREACH_WORDS = {
     "notice": "no page reached the on-call within {limit} s of its first dead letter",
@@ -80,7 +74,6 @@ BREACH_WORDS = {
 class Escalation:
     """What one escalate run did (or, dry, would do), per step; `failures` says what failed."""
 
-    dead_letters: int = 0  # made from missed task.dead events (dry: the events waiting, up to MAX_CLAIM)
     orphans: int = 0  # open dead letters given a work order
     work_orders: int = 0  # the work orders they joined or opened
     resent: int = 0  # failed notifications queued again
@@ -113,26 +106,7 @@ def parse_steps(steps) -> tuple[str, ...]:
     return tuple(s for s in STEPS if s in steps)
 
 
-# 1. Dead letters the consumer missed.
-
-def _collect_missed(result: Escalation, *, now: datetime, dry_run: bool) -> None:
-    if dry_run:
-        # Counting what the consumer would claim means running its claim: the watermarks and
-        # the delivery anti-join live in that SQL. A savepoint rolled back undoes it.
-        with transaction.atomic():
-            result.dead_letters = len(claim_task_events(consumer=CONSUMER, kinds=[TaskEventKind.DEAD],
-                                                        limit=MAX_CLAIM))
-            transaction.set_rollback(True)
-        return
-    # Bounded: a flood of deaths is the consumer's to drain; the other steps must still run.
-    for _ in range(MAX_COLLECT_BATCHES):
-        batch = collect_dead_letters()
-        if not batch:
-            break
-        result.dead_letters += len(batch)
-
-
-# 2. Dead letters without a live work order.
+# 1. Dead letters without a live work order.
 
 def orphaned_dead_letters(*, before: datetime | None = None) -> QuerySet[DeadLetter]:
     """Open dead letters nobody has to act on: no work order (it was deleted, which SET_NULL
@@ -176,7 +150,7 @@ def _give_work_orders(result: Escalation, *, now: datetime, dry_run: bool) -> No
         result.work_orders += 1
 
 
-# 3. Failed notifications, sent again.
+# 2. Failed notifications, sent again.
 
 def resendable_notifications(*, now: datetime) -> QuerySet[Notification]:
     """Failed notifications whose last try is RETRYOPS_NOTIFY_RESEND_AFTER old, sent again fewer
@@ -314,14 +288,14 @@ def _mark_breaches(result: Escalation, *, now: datetime, dry_run: bool) -> None:
             result.breaches[clock] += marked
 
 
-_RUN = {"dead_letters": _collect_missed, "work_orders": _give_work_orders, "notifications": _resend_failed,
+_RUN = {"work_orders": _give_work_orders, "notifications": _resend_failed,
         "breaches": _mark_breaches}
 
 
 def escalate(*, now: datetime | None = None, steps: Iterable[str] | str | None = None,
              dry_run: bool = False) -> Escalation:
     """Run the escalation steps (all, or those named) at `now` (default: the current time):
-    collect missed dead letters, give orphaned ones a work order, send failed notifications
+    give orphaned dead letters a work order, send failed notifications
     again, mark SLA breaches. A step or a row that fails is logged and counted in `failures`;
     the rest still run. `dry_run` counts what it would do and changes nothing."""
     steps = parse_steps(steps)

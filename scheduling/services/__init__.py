@@ -7,7 +7,7 @@ resource and records the attempt; the flow runs outside any transaction; finish_
 the outcome, releases or holds the resource, and schedules the retry or ends the task. The
 database decides everything; Redis only carries wake-ups, which the dispatcher re-creates when
 they are lost. An operator can cancel a waiting task (cancel_task) or run it now (run_task_now).
-Consumers that must see every task event claim them with claim_task_events.
+The dead-letter step takes the dead tasks not collected yet with claim_dead_tasks.
 
 One module per use case; the public names are re-exported here. Reads live in scheduling.selectors.
 """
@@ -20,7 +20,7 @@ from scheduling.services.batches import (
     run_batches,
     save_batch_config,
 )
-from scheduling.services.events import claim_task_events
+from scheduling.services.events import claim_dead_tasks
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import instance_to_run_again, retry_on_resource_or_another, retry_resource
 from scheduling.services.policies import (
@@ -48,7 +48,7 @@ from scheduling.services.tasks import (
 
 __all__ = [
     "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
-    "claim_task_events", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
+    "claim_dead_tasks", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
     "PolicyLoad", "preview_retry_policies",
     "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
     "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",

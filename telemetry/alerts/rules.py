@@ -22,10 +22,9 @@ from django.utils.translation import gettext_lazy as _
 from compensation.choices import DeadLetterState
 from compensation.models import DeadLetter
 from compensation.notifications_models import Notification, NotificationState
-from compensation.services.dead_letters import CONSUMER as DEAD_LETTER_CONSUMER
 from compensation.services.escalation import orphaned_dead_letters
-from scheduling.choices import TaskEventKind, TaskState
-from scheduling.selectors import retry_outcomes, undelivered_task_events
+from scheduling.choices import TaskState
+from scheduling.selectors import retry_outcomes, uncollected_dead_tasks
 from telemetry import heartbeats
 from telemetry.figures.selectors import COMPLETION_TARGET, RETRY_SUCCESS_TARGET, Figure, latest_snapshot
 from telemetry.metrics.gauges import overdue_retries, rollup_age
@@ -170,9 +169,9 @@ class DeadLetterQueueLength(Rule):
 
 class WorkOrderCreationFailed(AnyRule):
     """Dead letters nobody was given to act on, RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS after their
-    task died: dead tasks whose task.dead event the dead-letter consumer has not processed (it makes
-    the dead letter and its work order in one transaction, so a failure leaves the event), and open
-    dead letters without a live work order (escalation gives them one). Either is the consumer and
+    task died: dead tasks the dead-letter step has not collected (it makes the dead letter and its
+    work order in one transaction, so a failure leaves the task uncollected), and open dead
+    letters without a live work order (escalation gives them one). Either is that step and
     escalation failing, and the operators' 5-minute notice running out."""
 
     name = "work_order_creation_failed"
@@ -183,7 +182,7 @@ class WorkOrderCreationFailed(AnyRule):
     def read(self, *, now: datetime) -> Reading:
         after = settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS
         cutoff = now - timedelta(seconds=after)
-        uncollected = undelivered_task_events(consumer=DEAD_LETTER_CONSUMER, kind=TaskEventKind.DEAD, before=cutoff)
+        uncollected = uncollected_dead_tasks(before=cutoff)
         # A dead letter whose work order was cancelled counts from the cancellation.
         orphans = orphaned_dead_letters(before=cutoff).count()
         return Reading(uncollected + orphans, {"uncollected": uncollected, "orphans": orphans, "after": after})

@@ -11,8 +11,9 @@ statement, so one snapshot sees the rollup and W together: a pass that commits d
 seen whole or not at all, and nothing is counted twice or missed. A scrape costs the rows written
 since the last pass (a few seconds' worth) and never waits for the job.
 
-Why a transaction id is a safe watermark (the argument of scheduling.services.events, whose
-comments say it at length): each row carries the id of the transaction that wrote it (TaskEvent.xid,
+Why a transaction id is a safe watermark, not a row id: ids are taken at INSERT and become
+visible at COMMIT, so a transaction can commit a lower id after a higher one was counted, and a
+"last id seen" cursor would lose it. Transaction ids give a final prefix: each row carries the id of the transaction that wrote it (TaskEvent.xid,
 Attempt.finished_xid, DeadLetter.xid). Every transaction still running has an id at or above
 pg_snapshot_xmin(pg_current_snapshot()), and every later one gets a higher id; so the rows below
 that xmin are final (committed and visible, or rolled back and never visible). A pass counts the

@@ -14,7 +14,7 @@ from scheduling.choices import AttemptOutcome
 from telemetry.metrics.rollup import ATTEMPTS, DEAD_LETTERS, EVENT_KINDS, EVENTS, MARK
 
 # The rows a pass would roll up that lie at or above the watermark (the same windows as _observed),
-# through the same xid indexes as the scrape: task_event_claim_idx, attempt_finished_xid_idx,
+# through the same xid indexes as the scrape: task_event_kind_xid_idx, attempt_finished_xid_idx,
 # dead_letter_xid_idx. It reads the rows the scrape counts anyway; W is a parameter for the same
 # reason as there.
 _WAITING_SQL = f"""

@@ -30,14 +30,14 @@ def _upstream_broken():
 
 
 def work_periodic():
-    """Run the periodic queue's jobs (the dead-letter consumer) in a burst worker in this process."""
+    """Run the periodic queue's jobs (the dead-letter step) in a burst worker in this process."""
     django_rq.get_worker(PERIODIC_QUEUE, worker_class=SimpleWorker).work(burst=True)
 
 
 def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstream timed out", resource=None,
                category="retryable") -> list[Task]:
     """`n` tasks that died, with their task.dead events, written directly: what a worker leaves
-    behind when it crashes right after the dying transaction commits (no signal is ever sent)."""
+    behind, whether it went on or crashed right after the dying transaction committed."""
     now = timezone.now()
     tasks = Task.objects.bulk_create(
         Task(flow=flow, pool=pool, policy=policy, state=TaskState.DEAD, attempt_count=3, strict=False,
@@ -51,7 +51,7 @@ def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstr
 
 @pytest.fixture
 def order(pool, instant_policy):
-    """The work order the dead-letter consumer opens for two demo tasks that died (runbooks act on it)."""
+    """The work order the dead-letter step opens for two demo tasks that died (runbooks act on it)."""
     from compensation import services
     from compensation.models import WorkOrder
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from audit.models import AuditEntry
 from compensation.models import DeadLetter, WorkOrder
+from compensation import services
 from compensation.services import escalation
 from tests.compensation.conftest import dead_tasks
 
@@ -24,33 +25,39 @@ def escalate(*args) -> str:
 
 @pytest.fixture
 def missed(pool, instant_policy, no_channels):
-    """A task death the dead-letter consumer never saw, an hour ago."""
-    [task] = dead_tasks(pool=pool, policy=instant_policy)
-    return task
+    """An open dead letter whose work order was deleted: nobody has to act on it."""
+    dead_tasks(pool=pool, policy=instant_policy)
+    [letter] = services.collect_dead_letters()
+    WorkOrder.objects.all().delete()
+    return letter
+
+
+def orphaned() -> bool:
+    return DeadLetter.objects.filter(work_order__isnull=True).exists()
 
 
 def test_escalate_prints_what_each_step_did(missed):
     said = escalate("--actor", "ops:carol")
-    assert said.startswith("dead letters: collect 1 missed; work orders: give 0 open dead letters one")
+    assert said.startswith("work orders: give 1 open dead letters one (1 work orders); notifications")
     assert "SLA breaches: mark 0 notice, 0 acknowledge, 0 compensate" in said
-    assert DeadLetter.objects.get(task=missed).work_order is not None
+    assert not orphaned()
 
 
 def test_escalate_dry_run_counts_and_changes_nothing(missed):
     said = escalate("--dry-run")
-    assert said.startswith("dry run: dead letters: would collect 1 missed")
-    assert not DeadLetter.objects.exists()
+    assert said.startswith("dry run: work orders: would give 1 open dead letters one")
+    assert orphaned()
 
 
 def test_escalate_runs_only_the_steps_named(missed):
     assert escalate("--steps", "notifications,breaches").startswith("notifications: send 0 failed ones again; SLA")
-    assert not DeadLetter.objects.exists()
+    assert orphaned()
 
 
 def test_escalate_with_an_unknown_step_names_the_option_and_the_step(missed):
-    with pytest.raises(CommandError, match="--steps: unknown escalation step breach: use dead_letters"):
+    with pytest.raises(CommandError, match="--steps: unknown escalation step breach: use work_orders"):
         escalate("--steps", "breach")
-    assert not DeadLetter.objects.exists()
+    assert orphaned()
 
 
 def test_escalate_audits_a_breach_as_the_command_and_its_actor(missed):
@@ -62,10 +69,10 @@ def test_escalate_audits_a_breach_as_the_command_and_its_actor(missed):
 
 
 def test_escalate_exits_non_zero_naming_a_failed_step_after_running_the_others(missed, monkeypatch):
-    def broken():
-        raise RuntimeError("outbox unreachable")
+    def broken(**kwargs):
+        raise RuntimeError("database unreachable")
 
-    monkeypatch.setattr(escalation, "collect_dead_letters", broken)
+    monkeypatch.setattr(escalation, "orphaned_dead_letters", broken)
     with pytest.raises(CommandError, match="1 escalation step"):
         escalate()
 
@@ -73,4 +80,4 @@ def test_escalate_exits_non_zero_naming_a_failed_step_after_running_the_others(m
 def test_escalate_runs_with_the_dlq_inspector_off(missed, settings):
     """Escalation pages the on-call; the flag only hides the inspector."""
     settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
-    assert escalate().startswith("dead letters: collect 1 missed")
+    assert escalate().startswith("work orders: give 1 open dead letters one")

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_the_periodic_job_collects_a_death_whose_process_crashed_before_the_dead_letter(redis_conn, pool,
                                                                                          instant_policy):
-    # Written without the worker: no task_dead signal is ever sent, as when the process died after the commit.
+    # Written without the worker, as when the process died right after the dying transaction committed.
     [task] = dead_tasks(pool=pool, policy=instant_policy)
     django_rq.get_queue(PERIODIC_QUEUE).enqueue(dead_letters_job)
     work_periodic()

@@ -4,6 +4,7 @@ PagerDuty (a real local HTTP server) -> compensated -> the page resolved with th
 import pytest
 
 from compensation import services
+from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
 from compensation.notifications import send_due_notifications, work_order_dedup_key
 from scheduling import services as scheduling
@@ -24,6 +25,7 @@ def die(pool, n=1):
     for _ in range(n):
         scheduling.start_task(flow="until_fixed", pool_name=pool, created_by="shop", policy="instant")
     work()
+    dead_letters_job()
     return list(DeadLetter.objects.select_related("work_order").order_by("id"))
 
 

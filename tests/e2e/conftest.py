@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from compensation.jobs import dead_letters_job
 from resources.models import Resource
 from scheduling import services
 from scheduling.flows import flow
@@ -202,7 +203,9 @@ def order(resource: Resource, number: int, policy: str) -> Task:
 @pytest.fixture
 def dead_order(redis_conn, accounts, once) -> Task:
     """Order 42 died on alice@x (one attempt, timed out): alice is failed, and its dead letter open."""
-    return order(ResourceFactory(pool=accounts, key="alice@x"), 42, "once")
+    task = order(ResourceFactory(pool=accounts, key="alice@x"), 42, "once")
+    dead_letters_job()
+    return task
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from werkzeug import Response
 
+from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
 from resources.models import Resource
 from retryops.masking import MASK
@@ -217,6 +218,7 @@ def test_an_upstream_error_echoing_the_request_leaves_no_secret_value_in_any_row
     task = services.start_task(flow="http_call", pool_name=pool, created_by="test", policy="once",
                                payload={"order": 7, "api_token": 31415926})
     work()
+    dead_letters_job()
 
     attempt = Attempt.objects.get(task=task)
     assert attempt.error_message.startswith("HTTP 422 from ") and f'"password": "{MASK}"' in attempt.error_message

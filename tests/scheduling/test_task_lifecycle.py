@@ -205,22 +205,6 @@ def test_a_deadline_stops_retries(redis_conn, alice):
     assert "would pass the deadline" in TaskEvent.objects.get(task=task, kind=TaskEventKind.DEAD).details["reason"]
 
 
-def test_signals_are_sent_after_commit(redis_conn, alice, instant_policy):
-    from django.db import connection
-
-    from scheduling.signals import task_dead
-
-    received = []
-    task_dead.connect(lambda sender, **kw: received.append((kw["task_id"], connection.in_atomic_block)),
-                      weak=False, dispatch_uid="t")
-    try:
-        task = start(alice.pool, ["PermissionError: banned"])
-        work()
-    finally:
-        task_dead.disconnect(dispatch_uid="t")
-    assert received == [(task.pk, False)]
-
-
 def test_a_strict_task_stays_on_its_resource_even_when_the_policy_moves_retries(redis_conn, pool, alice, bob):
     from tests.factories import RetryPolicyFactory
 

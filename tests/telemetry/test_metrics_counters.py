@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from compensation.jobs import dead_letters_job
 from scheduling import services
 from tests.factories import (
     AttemptFactory,
@@ -75,6 +76,7 @@ def test_each_dead_letter_put_on_a_work_order_counts_in_task_retry_escalated_tot
     ResourceFactory.create_batch(2, pool=pool)
     run(pool, [TIMEOUT])  # opens the work order of its flow and signature
     run(pool, [TIMEOUT])  # joins it
+    dead_letters_job()
     scraped = scrape()
     assert value(scraped, "task_retry_escalated_total", flow="demo", pool="accounts", category="retryable") == 2
     assert value(scraped, "dead_letter_to_work_order_seconds_count", flow="demo") == 2

@@ -7,6 +7,7 @@ comparing them, which paged for work orders that were never missing."""
 import pytest
 
 from compensation import services
+from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
 from scheduling import services as scheduling
 from tests.scheduling.helpers import work
@@ -19,9 +20,11 @@ def test_a_dead_replay_is_a_death_but_not_a_second_escalation(redis_conn, alice,
     task = scheduling.start_task(flow="demo", pool_name=alice.pool, resource=alice, created_by="shop",
                                  payload={"script": ["TimeoutError: upstream slow"]}, policy="instant")
     work()
+    dead_letters_job()
     before = scrape()
     services.replay_dead_letter(dead_letter=DeadLetter.objects.get(task=task), actor="ops:carol")
     work()  # the replay dies: its dead letter opens again, back on a work order
+    dead_letters_job()
     after = scrape()
 
     dlq = value(after, "task_retry_dlq_total") - value(before, "task_retry_dlq_total")

@@ -15,9 +15,8 @@ class Command(AuditedCommand):
     @property
     def help(self) -> str:
         # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Run the escalation the periodic job runs every RETRYOPS_ESCALATE_INTERVAL seconds: collect "
-                       "the task deaths the dead-letter consumer missed, give open dead letters without a live work "
-                       "order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
+        return gettext("Run the escalation the periodic job runs every RETRYOPS_ESCALATE_INTERVAL seconds: give "
+                       "open dead letters without a live work order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
                        "most RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, "
                        "acknowledge, compensate) once. Prints a summary; exits non-zero when a step or a row failed. "
                        "--dry-run only counts.")
@@ -36,7 +35,6 @@ class Command(AuditedCommand):
             raise CommandError(f"--{field.replace('_', '-')}: {exc}" if field else str(exc)) from None
         would = "would " if result.dry_run else ""
         said = {
-            "dead_letters": f"dead letters: {would}collect {result.dead_letters} missed",
             "work_orders": f"work orders: {would}give {result.orphans} open dead letters one "
                            f"({result.work_orders} work orders)",
             "notifications": f"notifications: {would}send {result.resent} failed ones again",

@@ -1,5 +1,7 @@
 """Every dead task becomes one dead letter, and the dead letters of one flow and signature one work order."""
 
+import threading
+
 import pytest
 
 from compensation import services
@@ -7,11 +9,11 @@ from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter, Notification, WorkOrder
 from compensation.notifiers import NOTIFIERS
+from compensation.services import dead_letters
 from scheduling import services as scheduling
-from scheduling.choices import TaskEventKind, TaskState
-from scheduling.models import Task, TaskEvent
+from scheduling.models import Task
 from tests.compensation.conftest import dead_tasks
-from tests.scheduling.helpers import work
+from tests.scheduling.helpers import in_thread, work
 
 
 @pytest.mark.django_db(transaction=True)
@@ -19,6 +21,8 @@ def test_a_task_that_dies_in_a_worker_becomes_a_dead_letter_with_its_work_order(
     task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
                                  policy="instant")
     work()
+    assert not DeadLetter.objects.exists()  # the dead-letter step alone makes it
+    services.collect_dead_letters()
     letter = DeadLetter.objects.select_related("work_order").get(task=task)
     assert (letter.state, letter.flow, letter.resource_id, letter.attempt_count) == (
         DeadLetterState.OPEN, "until_fixed", alice.pk, 3)
@@ -28,30 +32,41 @@ def test_a_task_that_dies_in_a_worker_becomes_a_dead_letter_with_its_work_order(
     assert (letter.work_order.state, letter.work_order.dead_letter_count) == (WorkOrderState.OPEN, 1)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_failing_collector_leaves_the_worker_and_the_dead_task_alone(redis_conn, alice, instant_policy,
-                                                                         monkeypatch):
+@pytest.mark.django_db
+def test_a_collection_that_fails_before_its_commit_leaves_the_death_for_the_next_one(pool, instant_policy,
+                                                                                     monkeypatch):
+    [task] = dead_tasks(pool=pool, policy=instant_policy)
+
     def broken(**kwargs):
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(services, "collect_dead_letters", broken)
-    task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, created_by="shop", policy="instant")
-    work()
-    assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
-    assert not DeadLetter.objects.exists()
+    monkeypatch.setattr(dead_letters, "join_work_order", broken)
+    with pytest.raises(RuntimeError):
+        services.collect_dead_letters()
+    assert not DeadLetter.objects.exists() and Task.objects.get(pk=task.pk).collected_at is None
     monkeypatch.undo()
-    services.collect_dead_letters()  # what the periodic job does next
-    assert DeadLetter.objects.filter(task=task).exists()
+    services.collect_dead_letters()
+    assert DeadLetter.objects.get(task=task).work_order.dead_letter_count == 1
 
 
 @pytest.mark.django_db
-def test_a_second_delivery_of_a_death_makes_no_second_dead_letter(pool, instant_policy):
+def test_a_dead_task_collected_twice_makes_no_second_dead_letter(pool, instant_policy):
     [task] = dead_tasks(pool=pool, policy=instant_policy)
-    TaskEvent.objects.create(task=task, kind=TaskEventKind.DEAD, attempt_number=3)
     services.collect_dead_letters()
-    services.collect_dead_letters()
+    Task.objects.filter(pk=task.pk).update(collected_at=None)  # as a restore from before the commit would
+    assert services.collect_dead_letters() == []
+    assert Task.objects.get(pk=task.pk).collected_at is not None
     assert DeadLetter.objects.filter(task=task).count() == 1
     assert WorkOrder.objects.get().dead_letter_count == 1
+
+
+@pytest.mark.django_db
+def test_a_purged_dead_letter_is_not_made_again(pool, instant_policy):
+    [task] = dead_tasks(pool=pool, policy=instant_policy)
+    services.collect_dead_letters()
+    DeadLetter.objects.all().delete()  # the clean-up purged it; the task stays
+    assert services.collect_dead_letters() == []
+    assert not DeadLetter.objects.filter(task=task).exists()
 
 
 @pytest.mark.django_db
@@ -96,3 +111,24 @@ def test_discarding_a_discarded_dead_letter_names_its_state(pool, instant_policy
     with pytest.raises(IllegalTransition, match="it is discarded") as refused:
         services.discard_dead_letter(dead_letter=letter.pk, actor="ops:carol")
     assert refused.value.details["from_state"] == DeadLetterState.DISCARDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_collectors_at_once_never_both_make_a_dead_letter(pool, instant_policy, monkeypatch):
+    tasks = dead_tasks(pool=pool, policy=instant_policy, n=3)
+    held, release, first = threading.Event(), threading.Event(), []
+    join = dead_letters.join_work_order
+
+    def slow_join(**kwargs):
+        held.set()
+        release.wait(10)
+        return join(**kwargs)
+
+    monkeypatch.setattr(dead_letters, "join_work_order", slow_join)
+    thread = in_thread(lambda: first.extend(services.collect_dead_letters()))
+    assert held.wait(10)
+    second = services.collect_dead_letters()  # the first holds every dead task: it skips them, and waits for none
+    release.set()
+    thread.join(10)
+    assert (len(first), second) == (3, [])
+    assert sorted(DeadLetter.objects.values_list("task_id", flat=True)) == [t.pk for t in tasks]

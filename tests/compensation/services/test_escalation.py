@@ -1,4 +1,4 @@
-"""Escalation: missed dead letters collected, orphaned dead letters given a work order, failed
+"""Escalation: orphaned dead letters given a work order, failed
 notifications sent again within a cap, SLA breaches marked once and paged; each step alone."""
 
 import threading
@@ -57,17 +57,7 @@ def breach_pages(order, clock):
                                        payload__text__startswith=f"SLA breached ({clock})")
 
 
-# 1. dead letters the consumer missed
-
-
-def test_a_task_death_the_consumer_missed_becomes_a_dead_letter_with_a_work_order(pool, instant_policy):
-    [task] = dead_tasks(pool=pool, policy=instant_policy)
-    result = services.escalate()
-    letter = DeadLetter.objects.get(task=task)
-    assert result.dead_letters == 1 and letter.work_order.dead_letter_count == 1
-
-
-# 2. dead letters without a live work order
+# dead letters without a live work order
 
 
 def test_dead_letters_left_open_by_a_cancelled_work_order_get_a_new_one(order):
@@ -96,7 +86,7 @@ def test_a_settled_dead_letter_of_a_cancelled_work_order_needs_no_work_order(ord
     assert WorkOrder.objects.count() == 1
 
 
-# 3. failed notifications
+# failed notifications
 
 
 @pytest.fixture
@@ -153,7 +143,7 @@ def test_a_failed_trigger_is_not_sent_again_once_its_work_orders_resolve_went_ou
     assert Notification.objects.get(pk=row.pk).state == NotificationState.FAILED
 
 
-# 4. SLA breaches
+# SLA breaches
 
 
 def test_an_open_work_order_past_its_acknowledge_clock_is_marked_when_the_clock_ran_out(order, settings):
@@ -301,14 +291,13 @@ def wait_for_a_lock_wait() -> None:
 # each step alone
 
 
-def test_a_step_that_raises_does_not_stop_the_others(order, pool, instant_policy, settings, monkeypatch):
+def test_a_step_that_raises_does_not_stop_the_others(order, settings, monkeypatch):
     def broken(**kwargs):
-        raise RuntimeError("outbox unreachable")
+        raise RuntimeError("database unreachable")
 
-    monkeypatch.setattr(escalation, "collect_dead_letters", broken)
-    dead_tasks(pool=pool, policy=instant_policy, signature="KeyError: sku")
+    monkeypatch.setattr(escalation, "orphaned_dead_letters", broken)
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1))
-    assert result.failures == ["dead letters: RuntimeError: outbox unreachable"]
+    assert result.failures == ["work orders: RuntimeError: database unreachable"]
     assert result.breaches["acknowledge"] == 1
 
 
@@ -332,23 +321,22 @@ def test_a_work_order_whose_breach_fails_does_not_stop_the_others(order, pool, i
     assert not breach_entries(order).exists()
 
 
-def test_a_dry_run_counts_what_it_would_do_and_changes_nothing(order, pool, instant_policy, settings):
-    dead_tasks(pool=pool, policy=instant_policy)
+def test_a_dry_run_counts_what_it_would_do_and_changes_nothing(order, settings):
     services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     audit_before = AuditEntry.objects.count()
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), dry_run=True)
-    assert (result.dry_run, result.dead_letters, result.orphans, result.work_orders) == (True, 1, 2, 1)
-    assert DeadLetter.objects.count() == 2 and WorkOrder.objects.count() == 1
+    assert (result.dry_run, result.orphans, result.work_orders) == (True, 2, 1)
+    assert WorkOrder.objects.count() == 1
     assert AuditEntry.objects.count() == audit_before
-    assert services.escalate().dead_letters == 1  # the dry run left the event for the real one
+    assert services.escalate().orphans == 2  # the dry run left them for the real one
 
 
-def test_an_unknown_step_is_refused_by_name_before_anything_runs(pool, instant_policy):
-    dead_tasks(pool=pool, policy=instant_policy)
-    with pytest.raises(BadInput, match="unknown escalation step breach: use dead_letters, work_orders") as refused:
-        services.escalate(steps="dead_letters,breach")
+def test_an_unknown_step_is_refused_by_name_before_anything_runs(order):
+    services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
+    with pytest.raises(BadInput, match="unknown escalation step breach: use work_orders, notifications") as refused:
+        services.escalate(steps="work_orders,breach")
     assert refused.value.details["field"] == "steps"
-    assert not DeadLetter.objects.exists()
+    assert WorkOrder.objects.count() == 1  # the work orders step, named first, did not run
 
 
 def test_a_naive_now_is_refused(db):

@@ -25,6 +25,7 @@ def letter(redis_conn, alice, instant_policy) -> DeadLetter:
     task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
                                  policy="instant")
     work()
+    services.collect_dead_letters()
     return DeadLetter.objects.get(task=task)
 
 
@@ -54,6 +55,8 @@ def test_a_replay_that_succeeds_marks_the_dead_letter_replayed(letter):
 def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
     replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
     work()
+    services.collect_dead_letters()  # the dead-letter step: its death is its dead letter's
+    services.follow_replays()
     again = DeadLetter.objects.get(pk=letter.pk)
     assert Task.objects.get(pk=replayed.replay_task_id).state == TaskState.DEAD
     assert (again.state, again.replay_task_id) == (DeadLetterState.OPEN, replayed.replay_task_id)
@@ -62,8 +65,7 @@ def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
 
 
 def dies_uncollected(task: Task) -> None:
-    """`task` died and its worker crashed right after the commit: its task.dead event waits for
-    the periodic consumer (tests.compensation.conftest.dead_tasks)."""
+    """`task` died and the dead-letter step has not collected it yet (tests.compensation.conftest.dead_tasks)."""
     Task.objects.filter(pk=task.pk).update(state=TaskState.DEAD, finished_at=timezone.now(),
                                            last_error="TimeoutError: upstream timed out after 30s")
     TaskEvent.objects.create(task=task, kind=TaskEventKind.DEAD, attempt_number=1, details={})
@@ -72,9 +74,9 @@ def dies_uncollected(task: Task) -> None:
 def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay(letter):
     first = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True).replay_task
     dies_uncollected(first)
-    # Another task's end follows the replays before the periodic consumer collects that death:
-    # were the dead letter open again, a second replay would leave the first one's death unknown
-    # to the consumer, which would make it a dead letter of its own.
+    # The replays are followed before the dead-letter step collects that death: were the dead
+    # letter open again, a second replay would leave the first one's death unknown to the step,
+    # which would make it a dead letter of its own.
     services.follow_replays()
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYING
     services.collect_dead_letters()
@@ -144,6 +146,7 @@ def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_t
                                  policy="instant")
     pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     work()
+    services.collect_dead_letters()
     letter = DeadLetter.objects.get(task=task)
     pool_services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
     replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
