@@ -70,7 +70,8 @@ def follow_replays(*, limit: int = BATCH) -> int:
         letters = list(
             DeadLetter.objects.select_for_update(of=("self",), skip_locked=True).select_related("replay_task", "work_order")
             .filter(state=DeadLetterState.REPLAYING, replay_task__state__in=TERMINAL_STATES)
-            .exclude(replay_task__state=TaskState.DEAD, replay_task__collected_at__isnull=True).order_by("id")[:limit])
+            .exclude(replay_task__state=TaskState.DEAD, replay_task__collected_at__isnull=True)
+            .order_by("id")[:limit])
         for letter in letters:
             task = letter.replay_task
             if task.state == TaskState.SUCCEEDED:
