@@ -231,19 +231,11 @@ def _audited(action: str, resource: Resource, *, before: dict, actor: str | None
 
 
 def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: int | None = None,
-               actor: str | None = None, details: dict | None = None, reserve: bool = False,
-               audit: bool = False) -> Resource:
+               actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
     """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED).
     With `reserve`, the lease is taken ahead of the attempt that will use it: until extend_lease(use=True)
-    says it is in use, the sweeper takes it back without counting a failure. With `audit` (an external
-    system's claim, through the API) the claim and its RESOURCE_CLAIM entry commit together; a
-    worker's routine claims are in the resource's timeline only."""
-    if audit:
-        with transaction.atomic():
-            claimed = claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor,
-                                 details=details, reserve=reserve)
-            return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"state": ResourceState.AVAILABLE},
-                            actor=actor)
+    says it is in use, the sweeper takes it back without counting a failure. A worker's routine
+    claims are in the resource's timeline only; an external system's are client_claim_next."""
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
@@ -260,18 +252,10 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
 
 def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePool | int | str | None = None,
                 key: str | None = None, strict: bool = True, lease_seconds: int | None = None,
-                actor: str | None = None, details: dict | None = None, reserve: bool = False,
-                audit: bool = False) -> Resource:
+                actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
     """Take the named resource. Strict (the default): if it cannot be had, raise ResourceUnavailable
     (reason in_use, quarantined, done or missing; only in_use may pass) and never hand out another
-    one. Not strict: fall back to claim_next on the same pool. `reserve` and `audit` as for
-    claim_next (the entry's `before` says which resource was asked for)."""
-    if audit:
-        with transaction.atomic():
-            claimed = claim_by_id(holder=holder, resource_id=resource_id, pool=pool, key=key, strict=strict,
-                                  lease_seconds=lease_seconds, actor=actor, details=details, reserve=reserve)
-            asked = {"asked_for": resource_id if resource_id is not None else f"{pool}/{key}", "strict": strict}
-            return _audited(AuditAction.RESOURCE_CLAIM, claimed, before=asked, actor=actor)
+    one. Not strict: fall back to claim_next on the same pool. `reserve` as for claim_next."""
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     fallback = {"holder": holder, "lease_seconds": lease_seconds, "actor": actor, "details": details,
@@ -304,24 +288,13 @@ def claim_by_id(*, holder: str, resource_id: int | None = None, pool: ResourcePo
 
 def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str,
             error: BaseException | str | None = None, classification: Classification | None = None,
-            actor: str | None = None, details: dict | None = None, probation_seconds: int | None = None,
-            audit: bool = False) -> Resource:
+            actor: str | None = None, details: dict | None = None, probation_seconds: int | None = None) -> Resource:
     """Give back a claimed resource with the outcome of its use, updating its statistics.
 
     A failure is classified (unless the caller already did, with its own patterns): retryable
     leaves the resource failed, where a retry may pick it again; non-retryable quarantines it.
     Only the current lease token releases; a late or foreign one raises LeaseMismatch.
-    `probation_seconds` puts a quarantine on probation: one probe after that cooldown. `audit`
-    as for claim_next (RESOURCE_RELEASE, with the outcome and the failure's reason)."""
-    if audit:
-        with transaction.atomic():
-            released = release(resource=resource, lease_token=lease_token, outcome=outcome, error=error,
-                               classification=classification, actor=actor, details=details,
-                               probation_seconds=probation_seconds)
-            reason = released.last_failure_reason if outcome == Outcome.FAILURE else ""
-            return _audited(AuditAction.RESOURCE_RELEASE, released, before={"state": ResourceState.IN_USE,
-                                                                             "outcome": outcome},
-                            actor=actor, reason=reason)
+    `probation_seconds` puts a quarantine on probation: one probe after that cooldown."""
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
     if outcome not in Outcome.values:
@@ -361,16 +334,13 @@ def _held(resource: Resource | int, lease_token: uuid.UUID | str) -> Resource:
 
 
 def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seconds: int | None = None,
-                 use: bool = False, audit: bool = False, actor: str | None = None) -> Resource:
+                 use: bool = False) -> Resource:
     """Heartbeat: push the lease's end `seconds` (default: the pool's lease length) from now.
     With `use`, the lease (a reservation, a hold, a probe's) is now in use by its attempt, so a
-    sweep of it counts as a failure. With `audit`, a RESOURCE_HEARTBEAT entry by `actor` (an
-    external system's heartbeat, through the API)."""
+    sweep of it counts as a failure."""
     seconds = _lease_seconds(seconds, field="seconds")
-    actor = actor and _actor(actor)
     with transaction.atomic():
         current = _held(resource, lease_token)
-        before = _lease_shown(current)
         # On PostgreSQL's clock, as the claim and the sweep: a worker's clock never moves a lease.
         current.leased_until = Now() + timezone.timedelta(seconds=seconds or current.pool.lease_seconds)
         current.lapse_seen_at = None
@@ -382,9 +352,48 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
             fields += ["lease_kind", "fencing_token"]
         current.save(update_fields=fields)
         current.refresh_from_db(fields=["leased_until"])
-        if audit:
-            _audited(AuditAction.RESOURCE_HEARTBEAT, current, before=before, actor=actor)
     return current
+
+
+# An external system's lease calls (the API): each change and its audit entry commit together.
+
+def client_claim_next(*, pool: ResourcePool | int | str, holder: str, actor: str, lease_seconds: int | None = None,
+                      details: dict | None = None) -> Resource:
+    """An external system's claim_next, audited as RESOURCE_CLAIM."""
+    with transaction.atomic():
+        claimed = claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
+        return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"state": ResourceState.AVAILABLE}, actor=actor)
+
+
+def client_claim_by_id(*, resource_id: int, holder: str, actor: str, strict: bool = True, lease_seconds: int | None = None,
+                       details: dict | None = None) -> Resource:
+    """An external system's claim_by_id, audited as RESOURCE_CLAIM (`before` says what it asked for)."""
+    with transaction.atomic():
+        claimed = claim_by_id(holder=holder, resource_id=resource_id, strict=strict, lease_seconds=lease_seconds,
+                              actor=actor, details=details)
+        return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"asked_for": resource_id, "strict": strict},
+                        actor=actor)
+
+
+def client_release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str, actor: str,
+                   error: str | None = None, details: dict | None = None) -> Resource:
+    """An external system's release, audited as RESOURCE_RELEASE with the outcome and the failure's reason."""
+    with transaction.atomic():
+        released = release(resource=resource, lease_token=lease_token, outcome=outcome, error=error, actor=actor,
+                           details=details)
+        reason = released.last_failure_reason if outcome == Outcome.FAILURE else ""
+        return _audited(AuditAction.RESOURCE_RELEASE, released,
+                        before={"state": ResourceState.IN_USE, "outcome": outcome}, actor=actor, reason=reason)
+
+
+def client_heartbeat(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str,
+                     seconds: int | None = None) -> Resource:
+    """An external system's extend_lease, audited as RESOURCE_HEARTBEAT by `actor`."""
+    actor = _actor(actor)
+    with transaction.atomic():
+        before = _lease_shown(_held(resource, lease_token))
+        return _audited(AuditAction.RESOURCE_HEARTBEAT, extend_lease(resource=resource, lease_token=lease_token,
+                                                                     seconds=seconds), before=before, actor=actor)
 
 
 def check_lease(*, resource: Resource | int, lease_token: uuid.UUID | str) -> None:
@@ -601,22 +610,31 @@ def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", categ
                                  lease_token=lease_token, details=details or {})
 
 
-def reset(*, resource: Resource | int, actor: str, reason: str = "", audit: bool = True) -> Resource:
-    """Make a failed or consumed resource available again. Counters, reasons and history stay.
-    `audit=False` is for a service whose own operator action includes the reset (retry_resource
-    records one RESOURCE_RETRY entry, not a reset besides it)."""
+def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
+    """An operator's reset: make a failed or consumed resource available again, audited as
+    RESOURCE_RESET. Counters, reasons and history stay."""
     actor, reason = _actor(actor), _reason(reason)
-    allowed = (ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
-        current = _locked_in(resource, "reset", allowed)
-        previous = current.state
-        current.state = ResourceState.AVAILABLE
-        current.save(update_fields=["state"])
-        _event(current, EventKind.RESET, actor=actor, reason=reason, details={"from": previous})
-        if audit:
-            record_audit(action=AuditAction.RESOURCE_RESET, target=current, before={"state": previous},
-                         after={"state": current.state}, reason=reason, actor=actor)
+        current, previous = _reset(resource, actor=actor, reason=reason)
+        record_audit(action=AuditAction.RESOURCE_RESET, target=current, before={"state": previous},
+                     after={"state": current.state}, reason=reason, actor=actor)
     return current
+
+
+def reset_for_retry(*, resource: Resource | int, actor: str) -> Resource:
+    """The reset inside an operator's retry of the resource: no audit entry of its own (the retry
+    records one RESOURCE_RETRY, not a reset besides it)."""
+    with transaction.atomic():
+        return _reset(resource, actor=_actor(actor), reason="retry this resource")[0]
+
+
+def _reset(resource: Resource | int, *, actor: str, reason: str) -> tuple[Resource, str]:
+    current = _locked_in(resource, "reset", (ResourceState.FAILED, ResourceState.DONE))
+    previous = current.state
+    current.state = ResourceState.AVAILABLE
+    current.save(update_fields=["state"])
+    _event(current, EventKind.RESET, actor=actor, reason=reason, details={"from": previous})
+    return current, previous
 
 
 def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource:

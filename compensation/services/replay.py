@@ -18,7 +18,7 @@ from resources.selectors import describe_unavailability
 from retryops.inputs import flag
 from scheduling.errors import InstanceSucceeded, TaskLive
 from scheduling.models import Task
-from scheduling.services import instance_to_run_again, retry_resource, start_task
+from scheduling.services import instance_to_run_again, replay_on_resource, start_replay
 
 
 def _refusal(letter: DeadLetter, why) -> str:
@@ -72,14 +72,13 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
                 # The same business instance as an operator's retry of it: refused while a run of
                 # it is live or has succeeded, wherever that run was started from.
                 repeats = instance_to_run_again(dead, letter.display_name)
-                task = start_task(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy,
-                                  created_by=actor, audit=False, repeats=repeats)
+                task = start_replay(dead=dead, actor=actor, first_run=repeats)
             else:
                 resource = _refuse_unusable(letter)
                 try:
                     # The dead task's own business instance (not whichever task ran there last):
                     # refused when a run of it succeeded or is live elsewhere since.
-                    task = retry_resource(resource=resource, actor=actor, instance=dead, audit=False)
+                    task = replay_on_resource(resource=resource, actor=actor, dead=dead)
                 except ResourceUnavailable as exc:
                     raise ReplayRefused(_refusal(letter, exc), reason=exc.reason,
                                         dead_letter_id=letter.pk, resource_id=resource.pk) from None

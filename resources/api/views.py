@@ -186,7 +186,7 @@ class Claim(ResourceAction):
     required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
-        return services.claim_by_id(resource_id=resource.pk, actor=actor, audit=True, **data)
+        return services.client_claim_by_id(resource_id=resource.pk, actor=actor, **data)
 
 
 class ClaimNext(ApiView):
@@ -199,7 +199,7 @@ class ClaimNext(ApiView):
     def post(self, request):
         data = _body(ClaimNextSerializer, request)
         pool = get_pool(data.pop("pool"))
-        lease = services.claim_next(pool=pool, actor=actor_of(request), audit=True, **data)
+        lease = services.client_claim_next(pool=pool, actor=actor_of(request), **data)
         lease.pool = pool  # the row the claim returns does not carry it
         return Response(LeaseSerializer(lease).data)
 
@@ -214,8 +214,8 @@ class Release(ResourceAction):
     required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
-        return services.release(resource=resource.pk, lease_token=data["lease_token"], outcome=data["outcome"],
-                                error=data.get("error") or None, details=data.get("details"), actor=actor, audit=True)
+        return services.client_release(resource=resource.pk, lease_token=data["lease_token"], outcome=data["outcome"],
+                                       error=data.get("error") or None, details=data.get("details"), actor=actor)
 
 
 class Heartbeat(ResourceAction):
@@ -225,8 +225,8 @@ class Heartbeat(ResourceAction):
     required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
-        return services.extend_lease(resource=resource.pk, lease_token=data["lease_token"],
-                                     seconds=data.get("seconds"), actor=actor, audit=True)
+        return services.client_heartbeat(resource=resource.pk, lease_token=data["lease_token"],
+                                         seconds=data.get("seconds"), actor=actor)
 
 
 class Reset(ResourceAction):

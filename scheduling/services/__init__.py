@@ -22,7 +22,12 @@ from scheduling.services.batches import (
 )
 from scheduling.services.events import claim_dead_tasks
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
-from scheduling.services.operator_retry import instance_to_run_again, retry_on_resource_or_another, retry_resource
+from scheduling.services.operator_retry import (
+    instance_to_run_again,
+    replay_on_resource,
+    retry_on_resource_or_another,
+    retry_resource,
+)
 from scheduling.services.policies import (
     PolicyLoad,
     load_retry_policies,
@@ -43,6 +48,7 @@ from scheduling.services.tasks import (
     cancel_task,
     parse_payload,
     run_task_now,
+    start_replay,
     start_task,
 )
 
@@ -50,7 +56,7 @@ __all__ = [
     "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
     "claim_dead_tasks", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
     "PolicyLoad", "preview_retry_policies",
-    "parse_payload", "policy_snapshot", "recover_lost_attempts", "retry_on_resource_or_another", "retry_resource",
-    "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_task",
+    "parse_payload", "policy_snapshot", "recover_lost_attempts", "replay_on_resource", "retry_on_resource_or_another", "retry_resource",
+    "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_replay", "start_task",
     "TaskRetry", "retry_task", "retry_tasks", "RetryPreview", "preview_retry", "preview_retries",
 ]

@@ -24,7 +24,7 @@ from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, Task
 from scheduling.policies import clean_patterns
 from scheduling.selectors import failed_first_candidates, get_policy
-from scheduling.services.tasks import name_of, parse_payload, start_task
+from scheduling.services.tasks import name_of, parse_payload, start_batch_task
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +44,17 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
     now = now or timezone.now()
     started: list[Task] = []
     candidates = failed_first_candidates(config=config, now=now) if config.retry_failed_first else []
-    # The system's own starts: no audit entry each (the operator's action was saving the config).
-    common = {"flow": config.flow, "pool_name": config.pool_id, "payload": config.payload, "policy": config.policy,
-              "created_by": f"batch {config.name}", "audit": False}
     while len(started) < config.tasks_per_tick and candidates:
         candidate = candidates.pop(0)
         try:
             with transaction.atomic():
-                # Not strict: the config never named this resource, a failed-first tick only
-                # prefers it; its reservation is strict all the same (see start_task).
-                started.append(start_task(resource=candidate, strict=False, reserve=True, **common))
+                started.append(start_batch_task(config=config, resource=candidate))
         except ResourceUnavailable:
             continue  # taken since we looked
     while len(started) < config.tasks_per_tick:
         try:
             with transaction.atomic():
-                started.append(start_task(claim_now=True, **common))
+                started.append(start_batch_task(config=config))
         except PoolExhausted:
             break
     BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error="")

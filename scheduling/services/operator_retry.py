@@ -17,7 +17,13 @@ from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.errors import BadInput, InstanceSucceeded, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
-from scheduling.services.tasks import name_of, new_instance_audit, parse_payload, start_task
+from scheduling.services.tasks import (
+    name_of,
+    new_instance_audit,
+    parse_payload,
+    start_retry,
+    start_retry_anywhere,
+)
 
 
 def _live(task: Task, current: Resource | None, name: str, *, last: Task | None = None) -> TaskLive:
@@ -108,7 +114,7 @@ def order_of(task: Task) -> int:
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
-                   policy: RetryPolicy | str | None = None, audit: bool = True, instance: Task | None = None,
+                   policy: RetryPolicy | str | None = None, instance: Task | None = None,
                    idempotency_key: str | None = None, as_new_instance: bool = False) -> Task:
     """Reset a failed resource and start a task on it in strict mode, in one transaction: between
     the reset and the job no one else can claim it. Flow and payload default to those of the last
@@ -120,61 +126,78 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     succeeded one runs again as a new business instance, audited so. With `instance`, a task, the
     retry runs that task's business instance again (its flow and payload; its policy unless
     `policy` names one), whichever task ran on the resource last, under the same refusals (a
-    task's retry by id, scheduling.services.task_retry). With `audit` False it records no audit entry: the caller's
-    own action (a dead letter's replay) records one of its own. A repeated `idempotency_key` (a
-    form's token: a double click) returns the task the first request started."""
+    task's retry by id, scheduling.services.task_retry). One operator action, one RESOURCE_RETRY
+    audit entry. A repeated `idempotency_key` (a form's token: a double click) returns the task
+    the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
-        # Lock order: the resource row, then the tasks that name it (start_task locks it before it
-        # writes such a task), so no live task can appear between this check and the new task.
-        current = pool.lock_resource(resource)
-        # After the lock: a second click waits for the first one's transaction, then finds its task
-        # here instead of reading that task as the one in the way.
-        started = _started_already(idempotency_key)
-        if started is not None:
-            return started
-        name = f"{current.pool.resource_noun} {current.key}"
-        check_available(current, name)
-        # `again`: the task whose business instance this retry runs again, if it does.
-        last, repeats, again = last_task_on(current), None, instance
-        if instance is not None:
-            flow, payload, policy = instance.flow, instance.payload, policy or instance.policy
-        elif flow is None:
-            if last is None:
-                raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
-                               field="flow")
-            flow = last.flow
-            payload = last.payload if payload is None else payload
-            policy = policy or last.policy
-        if instance is None and last is not None and payload is not None:
-            # A client sends back the payload as the API showed it, masked: the mask keeps the
-            # secret it stands for, or the retry would run (and store) "******", and would not be
-            # recognised as the last task's business instance run again.
-            payload = keep_masked_secrets(payload, last.payload, field="payload", error=BadInput)
-        payload = parse_payload(payload)
-        if again is None and last is not None and (flow, payload) == (last.flow, last.payload):
-            # The last task's business instance again: copied here, or typed back as the console's
-            # retry form shows it, or a dead letter's replay.
-            again = last
-        if again is not None:
-            repeats = instance_to_run_again(again, name, as_new_instance=as_new_instance)
-        # A succeeded instance run again as a new one, at the operator's word: its first task.
-        new_instance_of = order_of(again) if again is not None and repeats is None else None
-        previous = current.state
-        # One operator action, one audit entry: the reset and the start inside it record none.
-        if current.state in (ResourceState.FAILED, ResourceState.DONE):
-            pool.reset(resource=current, actor=actor, reason="retry this resource", audit=False)
-        task = start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, created_by=actor,
-                          resource=current, strict=True, reserve=True, audit=False, repeats=repeats,
-                          new_instance_of=new_instance_of, idempotency_key=idempotency_key)
-        if audit:
+        task, previous, new_instance_of = _retry_on(resource=resource, actor=actor, flow=flow, payload=payload,
+                                                    policy=policy, instance=instance, as_new_instance=as_new_instance,
+                                                    idempotency_key=idempotency_key)
+        if previous is not None:
             noted, why = new_instance_audit(new_instance_of)
-            record_audit(action=AuditAction.RESOURCE_RETRY, target=current, before={"state": previous},
+            record_audit(action=AuditAction.RESOURCE_RETRY, target=task.resource, before={"state": previous},
                          after={"state": task.resource.state, "task": task.pk, "flow": task.flow,
                                 "policy": task.policy.name, **noted},
                          reason="; ".join(filter(None, (f"retry this resource as task {task.pk}", why))), actor=actor)
         return task
+
+
+def replay_on_resource(*, resource: Resource | int, actor: str, dead: Task) -> Task:
+    """A dead letter's replay on the dead task's resource: retry_resource's start of `dead`'s business
+    instance, under its refusals, with no audit entry of its own (the replay records one)."""
+    actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
+    with transaction.atomic():
+        return _retry_on(resource=resource, actor=actor, flow=None, payload=None, policy=None, instance=dead,
+                         as_new_instance=False, idempotency_key=None)[0]
+
+
+def _retry_on(*, resource, actor, flow, payload, policy, instance, as_new_instance,
+              idempotency_key) -> tuple[Task, str | None, int | None]:
+    """retry_resource's work: the task, the resource's state before it (None: an earlier request
+    with the same idempotency key started the task) and the order it runs as a new instance of."""
+    # Lock order: the resource row, then the tasks that name it (the start locks it before it
+    # writes such a task), so no live task can appear between this check and the new task.
+    current = pool.lock_resource(resource)
+    # After the lock: a second click waits for the first one's transaction, then finds its task
+    # here instead of reading that task as the one in the way.
+    started = _started_already(idempotency_key)
+    if started is not None:
+        return started, None, None
+    name = f"{current.pool.resource_noun} {current.key}"
+    check_available(current, name)
+    # `again`: the task whose business instance this retry runs again, if it does.
+    last, repeats, again = last_task_on(current), None, instance
+    if instance is not None:
+        flow, payload, policy = instance.flow, instance.payload, policy or instance.policy
+    elif flow is None:
+        if last is None:
+            raise BadInput(_("no task has run on %(resource)s yet: name the flow") % {"resource": name},
+                           field="flow")
+        flow = last.flow
+        payload = last.payload if payload is None else payload
+        policy = policy or last.policy
+    if instance is None and last is not None and payload is not None:
+        # A client sends back the payload as the API showed it, masked: the mask keeps the
+        # secret it stands for, or the retry would run (and store) "******", and would not be
+        # recognised as the last task's business instance run again.
+        payload = keep_masked_secrets(payload, last.payload, field="payload", error=BadInput)
+    payload = parse_payload(payload)
+    if again is None and last is not None and (flow, payload) == (last.flow, last.payload):
+        # The last task's business instance again: copied here, or typed back as the console's
+        # retry form shows it, or a dead letter's replay.
+        again = last
+    if again is not None:
+        repeats = instance_to_run_again(again, name, as_new_instance=as_new_instance)
+    # A succeeded instance run again as a new one, at the operator's word: its first task.
+    new_instance_of = order_of(again) if again is not None and repeats is None else None
+    previous = current.state
+    if current.state in (ResourceState.FAILED, ResourceState.DONE):
+        pool.reset_for_retry(resource=current, actor=actor)
+    task = start_retry(resource=current, actor=actor, flow=flow, payload=payload, policy=policy, first_run=repeats,
+                       new_instance_of=new_instance_of, idempotency_key=idempotency_key)
+    return task, previous, new_instance_of
 
 
 def _started_already(idempotency_key: str | None) -> Task | None:
@@ -215,6 +238,6 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
         if source is not None and (flow, parse_payload(payload)) == (source.flow, source.payload):
             repeats = instance_to_run_again(source, name, as_new_instance=as_new_instance)
             new_instance_of = order_of(source) if repeats is None else None
-        return start_task(flow=flow, pool_name=current.pool, payload=payload, policy=policy, resource=current,
-                          strict=False, created_by=actor, idempotency_key=idempotency_key, repeats=repeats,
-                          new_instance_of=new_instance_of)
+        return start_retry_anywhere(resource=current, actor=actor, flow=flow, payload=payload, policy=policy,
+                                    first_run=repeats, new_instance_of=new_instance_of,
+                                    idempotency_key=idempotency_key)

@@ -18,7 +18,7 @@ from scheduling.policies import Verdict
 from scheduling.selectors import last_task_on
 from scheduling.services.failures import close_failed, end_failed
 from scheduling.services.operator_retry import instance_to_run_again
-from scheduling.services.tasks import start_task
+from scheduling.services.tasks import start_probe
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +67,7 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
                 # The probe runs the last task's business instance again: only while no run of it
                 # is live or has succeeded (an operator's retry of it on another resource).
                 repeats = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")
-                probes.append(start_task(flow=last.flow, pool_name=resource.pool_id, payload=last.payload,
-                                         policy=last.policy, created_by="probation", resource=resource, probe=True,
-                                         audit=False, repeats=repeats))  # the system's own start
+                probes.append(start_probe(resource=resource, last=last, first_run=repeats))
         except (DomainError, LookupError) as exc:  # taken meanwhile, its flow or policy gone
             log.warning("no probe for resource %s (last task %s): %s", resource.pk, last and last.pk, exc)
             _postpone(resource, f"no probe could start: {exc}")

@@ -2,7 +2,6 @@
 first wake-up), cancelling a waiting one, and running a waiting one now."""
 
 import json
-import math
 import uuid
 from datetime import datetime, timedelta
 
@@ -29,7 +28,7 @@ from scheduling.errors import (
     too_long,
 )
 from scheduling.flows import UnknownFlow, get_flow
-from scheduling.models import RetryPolicy, Task
+from scheduling.models import BatchConfig, RetryPolicy, Task
 from scheduling.queueing import enqueue_after_commit
 from scheduling.selectors import get_policy
 from scheduling.services.events import emit
@@ -130,24 +129,74 @@ def _deadline(policy: RetryPolicy, now: datetime) -> datetime | None:
 
 def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: str, payload=None,
                policy: RetryPolicy | str | None = None, resource: Resource | int | None = None,
-               strict: bool = True, reserve: bool = False, claim_now: bool = False,
-               idempotency_key: str | None = None, run_at: datetime | None = None, probe: bool = False,
-               audit: bool = True, repeats: Task | None = None, new_instance_of: int | None = None) -> Task:
-    """Write a task and enqueue its first attempt once the transaction commits.
+               strict: bool = True, idempotency_key: str | None = None, run_at: datetime | None = None) -> Task:
+    """An operator's or a client's start (API, console, command): write a task, audited as
+    TASK_START, and enqueue its first attempt once the transaction commits. `resource` names the
+    resource to run on (strict by default; a task that names none is never strict). A repeated
+    `idempotency_key` returns the task it started the first time (and records nothing more)."""
+    with transaction.atomic():
+        task, created = _start(flow=flow, pool_name=pool_name, created_by=created_by, payload=payload, policy=policy,
+                               resource=resource, strict=strict, idempotency_key=idempotency_key, run_at=run_at)
+        if created:
+            _audit_start(task)
+    return task
 
-    `resource` names the resource to run on (strict by default; a task that names none is never
-    strict). With `reserve`, that resource is claimed now, in this transaction, and held for the
-    task (that claim is strict even for a task that is not: ResourceUnavailable if it cannot be
-    had); with `claim_now`, any resource of the pool is. A repeated `idempotency_key` returns the
-    task it started the first time (and records nothing more). A start is an operator action with
-    its TASK_START audit entry unless `audit` is False: the system's own starts (batches, probes)
-    and starts that are part of another action (retry_resource records its own entry) pass False.
-    The caller says so rather than the audit channel, because run_batches and dispatch_tasks
-    start the system's tasks from a command, and an operator's retry comes through any channel.
-    `repeats` is the first task of the business instance this one runs again (retry_resource);
-    `new_instance_of` the first task of the order (operator_retry.order_of) whose succeeded
-    instance it runs again as a new one (an operator's as_new_instance), which the task records
-    (a run of such an instance inherits it) and its audit entry names."""
+
+def start_batch_task(*, config: BatchConfig, resource: Resource | None = None) -> Task:
+    """One task of a batch tick, on a resource claimed now: `resource` (a failed-first candidate)
+    or any of the pool. The system's own start: no audit entry (the operator's action was saving
+    the config). Not strict: the config never named the resource, a failed-first tick only
+    prefers it; its reservation is strict all the same (ResourceUnavailable if it is taken)."""
+    return _start(flow=config.flow, pool_name=config.pool_id, payload=config.payload, policy=config.policy,
+                  created_by=f"batch {config.name}", resource=resource, strict=False, reserve=resource is not None,
+                  claim_now=resource is None)[0]
+
+
+def start_probe(*, resource: Resource, last: Task, first_run: Task | None) -> Task:
+    """A probation probe of a quarantined resource: the last task's flow, payload and policy on its
+    probe lease, as a run of that business instance. The system's own start: no audit entry."""
+    return _start(flow=last.flow, pool_name=resource.pool_id, payload=last.payload, policy=last.policy,
+                  created_by="probation", resource=resource, probe=True, first_run=first_run)[0]
+
+
+def start_retry(*, resource: Resource, actor: str, flow: str, payload, policy: RetryPolicy | str | None,
+                first_run: Task | None, new_instance_of: int | None, idempotency_key: str | None) -> Task:
+    """The task of an operator's retry of `resource` (retry_resource): strict, on the resource
+    reserved now. No audit entry of its own: the retry records one RESOURCE_RETRY."""
+    return _start(flow=flow, pool_name=resource.pool, payload=payload, policy=policy, created_by=actor,
+                  resource=resource, reserve=True, first_run=first_run, new_instance_of=new_instance_of,
+                  idempotency_key=idempotency_key)[0]
+
+
+def start_retry_anywhere(*, resource: Resource, actor: str, flow: str, payload, policy: RetryPolicy | str | None,
+                         first_run: Task | None, new_instance_of: int | None, idempotency_key: str | None) -> Task:
+    """The task of an operator's retry that may move (retry_on_resource_or_another): it asks for
+    `resource` but may run on another of its pool; audited as TASK_START."""
+    with transaction.atomic():
+        task, created = _start(flow=flow, pool_name=resource.pool, payload=payload, policy=policy, created_by=actor,
+                               resource=resource, strict=False, first_run=first_run,
+                               new_instance_of=new_instance_of, idempotency_key=idempotency_key)
+        if created:
+            _audit_start(task)
+    return task
+
+
+def start_replay(*, dead: Task, actor: str, first_run: Task | None) -> Task:
+    """A dead letter's replay on any resource of the dead task's pool: its business instance again.
+    No audit entry of its own: the replay records one."""
+    return _start(flow=dead.flow, pool_name=dead.pool, payload=dead.payload, policy=dead.policy, created_by=actor,
+                  first_run=first_run)[0]
+
+
+def _start(*, flow, pool_name, created_by, payload, policy, resource=None, strict=True, idempotency_key=None,
+           run_at=None, reserve=False, claim_now=False, probe=False, first_run=None,
+           new_instance_of=None) -> tuple[Task, bool]:
+    """The task every start writes, and whether this call wrote it (False: an earlier start with
+    the same idempotency key). With `reserve`, the named resource is claimed now, in this
+    transaction, and held for the task (strict even for a task that is not); with `claim_now`,
+    any resource of the pool is. `first_run` is the first task of the business instance this one
+    runs again; `new_instance_of` the first task of the order whose succeeded instance it runs
+    again as a new one (a run of such an instance inherits it)."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -158,7 +207,7 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
     if idempotency_key:
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
-            return existing
+            return existing, False
     target_pool = pool.get_pool(_pool_name(pool_name))
     policy = get_policy(policy)
     deadline = _deadline(policy, now)
@@ -173,18 +222,18 @@ def start_task(*, flow: str, pool_name: ResourcePool | int | str, created_by: st
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
-                            reserve=reserve, claim_now=claim_now, audit=audit, repeats=repeats,
-                            new_instance_of=new_instance_of)
+                            reserve=reserve, claim_now=claim_now, first_run=first_run,
+                            new_instance_of=new_instance_of), True
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
         existing = Task.objects.filter(idempotency_key=idempotency_key).first() if idempotency_key else None
         if existing is None:
             raise
-        return existing
+        return existing, False
 
 
 def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
-                 deadline, now, probe, reserve, claim_now, audit, repeats, new_instance_of) -> Task:
+                 deadline, now, probe, reserve, claim_now, first_run, new_instance_of) -> Task:
     with transaction.atomic():
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
@@ -195,11 +244,11 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
             requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
-            next_run_at=max(run_at or now, now), deadline_at=deadline, repeats=repeats,
-            new_instance_of_id=new_instance_of or (repeats.new_instance_of_id if repeats is not None else None),
+            next_run_at=max(run_at or now, now), deadline_at=deadline, repeats=first_run,
+            new_instance_of_id=new_instance_of or (first_run.new_instance_of_id if first_run is not None else None),
         )
-        # A lease taken now must last until the first attempt is due, and then some.
-        lease_seconds = math.ceil((task.next_run_at - now).total_seconds()) + target_pool.lease_seconds
+        # Only starts due now claim: their lease is the pool's.
+        lease_seconds = target_pool.lease_seconds
         if probe:
             hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder, lease_seconds=lease_seconds))
         elif reserve or claim_now:
@@ -213,12 +262,16 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
                 lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
                                         reserve=True)
             hold(task, lease)
-        if audit:
-            noted, why = new_instance_audit(new_instance_of)
-            record_audit(action=AuditAction.TASK_START, target=task, before=None, after={**_started(task), **noted},
-                         reason=why, actor=created_by)
         enqueue_after_commit(task)
     return task
+
+
+def _audit_start(task: Task) -> None:
+    # A run of an instance started as a new one inherits new_instance_of: only the start that
+    # made it new says so.
+    noted, why = new_instance_audit(task.new_instance_of_id if task.repeats_id is None else None)
+    record_audit(action=AuditAction.TASK_START, target=task, before=None, after={**_started(task), **noted},
+                 reason=why, actor=task.created_by)
 
 
 def _started(task: Task) -> dict:

@@ -240,21 +240,13 @@ def test_a_result_no_encoder_can_hold_is_kept_as_its_repr():
 
 
 def test_a_task_that_dies_before_running_gives_back_its_reserved_resource(redis_conn, alice, instant_policy):
-    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant",
-                               resource=alice, reserve=True)
+    task = services.retry_resource(resource=alice, actor="test", flow="demo", policy="instant")
     Task.objects.filter(pk=task.pk).update(flow="renamed-away")  # the flow vanished from the settings
     work()
     assert Task.objects.get(pk=task.pk).state == TaskState.DEAD
     row = Resource.objects.get(pk=alice.pk)
     assert (row.state, row.failure_count) == (ResourceState.AVAILABLE, 0)
     assert timeline(alice) == [EventKind.CLAIMED, EventKind.RELEASED_UNUSED]
-
-
-def test_a_reservation_for_a_later_start_outlasts_the_wait(redis_conn, alice, instant_policy):
-    task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant",
-                               resource=alice, reserve=True, run_at=timezone.now() + timedelta(hours=1))
-    row = Resource.objects.get(pk=alice.pk)
-    assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)
 
 
 def test_a_strict_task_on_a_quarantined_resource_dies_at_once(redis_conn, pool, alice, bob, instant_policy):

@@ -156,7 +156,7 @@ class Command(BaseCommand):
         )
         for script in DEMO_SCRIPTS:
             task_services.start_task(flow="demo", pool_name=pool, payload={"script": script, "sleep": 0.5},
-                                     policy="fast", created_by="manage.py up", audit=False)
+                                     policy="fast", created_by="manage.py up")
 
     def ensure_admin(self) -> None:
         User = get_user_model()

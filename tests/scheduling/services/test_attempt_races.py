@@ -145,7 +145,7 @@ def test_two_new_instances_of_one_order_asked_at_once_from_two_instances_make_on
     Task.objects.filter(pk__in=[order.pk, died_on(bob, default_policy, new_instance_of=order).pk]).update(
         state=TaskState.SUCCEEDED)
     created, go_on, outcomes = threading.Event(), threading.Event(), {}
-    real_start = operator_retry.start_task
+    real_start = operator_retry.start_retry
 
     def start_then_wait(**kwargs):
         task = real_start(**kwargs)
@@ -162,7 +162,7 @@ def test_two_new_instances_of_one_order_asked_at_once_from_two_instances_make_on
                 outcomes[actor] = getattr(exc, "code", repr(exc))
         return request
 
-    monkeypatch.setattr(operator_retry, "start_task", start_then_wait)
+    monkeypatch.setattr(operator_retry, "start_retry", start_then_wait)
     first = in_thread(ask(alice, "ops:carol"))
     assert created.wait(10)
     second = in_thread(ask(bob, "ops:dave"))

@@ -169,8 +169,8 @@ def taken_long_before_the_head(redis_conn, job):
 def test_an_overdue_backlog_stays_queued_and_its_stranded_job_is_woken(redis_conn, pool, alice, instant_policy):
     stranded = start(alice)
     taken_long_before_the_head(redis_conn, dequeue_and_die(WORKER_QUEUES, stranded))
-    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant",
-                                   audit=False).pk for _ in range(40)]
+    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant").pk
+               for _ in range(40)]
     Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
 
     assert services.dispatch_waiting(limit=10) == [stranded.pk]
@@ -179,8 +179,8 @@ def test_an_overdue_backlog_stays_queued_and_its_stranded_job_is_woken(redis_con
 def test_a_job_taken_off_its_queue_within_the_slack_of_the_heads_enqueue_is_still_counted_on_it(
         redis_conn, pool, alice, instant_policy):
     taken = dequeue_and_die(WORKER_QUEUES, start(alice))
-    head = Task.objects.get(pk=services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant",
-                                                   audit=False).pk).rq_job_id
+    head = services.start_task(flow="noop", pool_name=pool, created_by="test", policy="instant")
+    head = Task.objects.get(pk=head.pk).rq_job_id
 
     assert job_statuses([taken.id, head], redis_conn) == {taken.id: "queued", head: "queued"}
     taken_long_before_the_head(redis_conn, taken)
@@ -200,8 +200,8 @@ def test_an_overdue_retry_is_woken_behind_more_queued_tasks_than_one_dispatch_pa
     task = start(alice, ["TimeoutError: slow", "ok"], policy="default")
     work()
     # A backlog due before it, every one with its job queued (a burst nobody has run yet)...
-    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="default",
-                                   audit=False).pk for _ in range(3)]
+    backlog = [services.start_task(flow="noop", pool_name=pool, created_by="test", policy="default").pk
+               for _ in range(3)]
     Task.objects.filter(pk__in=backlog).update(next_run_at=timezone.now() - timedelta(minutes=5))
     # ...and its retry's job stuck in the scheduled registry (its scheduler died with its worker).
     Task.objects.filter(pk=task.pk).update(next_run_at=timezone.now() - timedelta(seconds=30))

@@ -11,7 +11,8 @@ from resources.models import Resource
 from retryops.errors import BadInput, DomainError
 from scheduling import services
 from scheduling.choices import TaskState
-from scheduling.models import Task
+from scheduling.models import BatchConfig, Task
+from scheduling.services.tasks import start_batch_task
 from tests.factories import ResourceFactory
 from tests.scheduling.helpers import work
 
@@ -235,8 +236,9 @@ def test_a_payload_key_with_a_lone_surrogate_is_refused(pool, instant_policy):
 
 
 @pytest.mark.django_db
-def test_a_reservation_of_a_named_resource_never_takes_another_one(pool, claimed_alice, bob, instant_policy):
-    error = refused(lambda: start(pool, resource=claimed_alice, strict=False, reserve=True))
+def test_a_batch_reservation_of_a_named_resource_never_takes_another_one(pool, claimed_alice, bob, instant_policy):
+    config = BatchConfig.objects.create(name="signups", pool=pool, flow="demo", policy=instant_policy)
+    error = refused(lambda: start_batch_task(config=config, resource=claimed_alice))
     assert (error.code, error.details["reason"]) == ("resource_unavailable", "in_use")
     assert Resource.objects.get(pk=bob.pk).lease_token is None
 
