@@ -9,7 +9,7 @@ One failure is one failed or abandoned attempt (not a probation probe's). Per (p
   task, so it did unless its task died at that very attempt;
 - wasted: those retries whose task died anyway (the retry was spent and nothing recovered);
 - recovered on the same / another resource: failures whose business instance later succeeded
-  (the task itself, else a later run of it that an operator started: Task.repeats), on the
+  (the task itself, else a later run of it that an operator started: Task.first_run), on the
   resource that failed or on another one (an attempt that never got a resource counts as
   another);
 - dead: failures whose task ended dead.
@@ -113,12 +113,12 @@ def window_days(value=None) -> int:
 # follows the failures in the window, not the attempts or tasks kept (bench/transience.py). The
 # later runs that succeeded are few (an operator's retry or a dead letter's replay, at most one
 # succeeding per business instance: instance_to_run_again refuses more), read once from
-# task_repeats_idx and hash-joined rather than looked up once per failure.
+# task_first_run_idx and hash-joined rather than looked up once per failure.
 _FAILURES_SQL = f"""
     WITH rerun AS (
-        SELECT DISTINCT ON (repeats_id) repeats_id, id, resource_id FROM {Task._meta.db_table}
-        WHERE repeats_id IS NOT NULL AND state = %(succeeded)s
-        ORDER BY repeats_id, id
+        SELECT DISTINCT ON (first_run_id) first_run_id, id, resource_id FROM {Task._meta.db_table}
+        WHERE first_run_id IS NOT NULL AND state = %(succeeded)s
+        ORDER BY first_run_id, id
     ), failure AS (
         SELECT a.id, a.number, a.resource_id, a.error_signature AS signature, t.policy_id, t.state,
                t.attempt_count,
@@ -128,10 +128,10 @@ _FAILURES_SQL = f"""
         -- Each failure's task by its primary key: OFFSET 0 keeps the planner from turning this into a
         -- hash join over every task (a full scan of the tasks for a window of a few thousand failures).
         CROSS JOIN LATERAL (
-            SELECT id, policy_id, state, attempt_count, resource_id, repeats_id, is_probe FROM {Task._meta.db_table}
+            SELECT id, policy_id, state, attempt_count, resource_id, first_run_id, is_probe FROM {Task._meta.db_table}
             WHERE id = a.task_id OFFSET 0
         ) t
-        LEFT JOIN rerun ON rerun.repeats_id = COALESCE(t.repeats_id, t.id) AND rerun.id > t.id
+        LEFT JOIN rerun ON rerun.first_run_id = COALESCE(t.first_run_id, t.id) AND rerun.id > t.id
                            AND t.state <> %(succeeded)s
         WHERE a.outcome IN (%(failed)s, %(abandoned)s) AND a.started_at >= %(since)s AND a.started_at < %(until)s
           AND NOT t.is_probe AND (%(policy)s::bigint IS NULL OR t.policy_id = %(policy)s::bigint)

@@ -125,11 +125,12 @@ class Task(models.Model):
         Resource, verbose_name=_("pinned resource"), null=True, blank=True, on_delete=models.PROTECT,
         related_name="pinned_tasks", db_index=False)
     held_lease_token = models.UUIDField(_("held lease token"), null=True, blank=True)
-    # The business instance this task runs again (an operator's retry of a finished task's
-    # payload): always the first task of the instance, so that every run of it is one query away
-    # and the instance is run again only while no run of it is live or has succeeded.
-    repeats = models.ForeignKey("self", verbose_name=_("runs again"), null=True, blank=True,
-                                on_delete=models.PROTECT, related_name="repeated_by", db_index=False)
+    # Set on a task that runs a business instance again (an operator's retry of a finished task's
+    # payload, a replay, a probe): the instance's first task, so that every run of it is one query
+    # away and the instance is run again only while no run of it is live or has succeeded. Empty
+    # on the first run itself.
+    first_run = models.ForeignKey("self", verbose_name=_("first run of this business instance"), null=True,
+                                  blank=True, on_delete=models.PROTECT, related_name="later_runs", db_index=False)
     # The order this task's business instance is a new instance of (an operator's "run it again as
     # a new instance" of a succeeded one): the first task of the order's first instance, on every
     # task of every instance made new from it, so that the instance guard sees all runs of one
@@ -176,8 +177,8 @@ class Task(models.Model):
             models.Index(fields=["id"], condition=Q(state=TaskState.DEAD, collected_at__isnull=True),
                          name="task_dead_uncollected_idx"),
             models.Index(fields=["state", "-id"], name="task_state_idx"),
-            # retry_resource: the runs of a business instance (its first task's repeats).
-            models.Index(fields=["repeats"], condition=Q(repeats__isnull=False), name="task_repeats_idx"),
+            # instance_to_run_again: the later runs of a business instance.
+            models.Index(fields=["first_run"], condition=Q(first_run__isnull=False), name="task_first_run_idx"),
             # instance_to_run_again: the runs of an order's instances made new (new_instance_of).
             models.Index(fields=["new_instance_of"], condition=Q(new_instance_of__isnull=False),
                          name="task_new_instance_of_idx"),

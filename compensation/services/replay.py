@@ -71,8 +71,8 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
             if any_resource:
                 # The same business instance as an operator's retry of it: refused while a run of
                 # it is live or has succeeded, wherever that run was started from.
-                repeats = instance_to_run_again(dead, letter.display_name)
-                task = start_replay(dead=dead, actor=actor, first_run=repeats)
+                first_run = instance_to_run_again(dead, letter.display_name)
+                task = start_replay(dead=dead, actor=actor, first_run=first_run)
             else:
                 resource = _refuse_unusable(letter)
                 try:

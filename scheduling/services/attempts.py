@@ -76,8 +76,8 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
             scheduled_for=task.next_run_at,
         )
         _record_start(attempt)
-        instance_key = task.idempotency_key if task.repeats_id is None else \
-            Task.objects.filter(pk=task.repeats_id).values_list("idempotency_key", flat=True).first()
+        instance_key = task.idempotency_key if task.first_run_id is None else \
+            Task.objects.filter(pk=task.first_run_id).values_list("idempotency_key", flat=True).first()
     resource_id, token = lease.pk, lease.lease_token
     context = FlowContext(
         task_id=task.pk, attempt=attempt_number, payload=task.payload, resource_key=lease.key,

@@ -72,25 +72,25 @@ def check_available(current: Resource, name: str) -> None:
 def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = False) -> Task | None:
     """The one guard of every start that runs the business instance `last` ran again (an
     operator's retry, strict or not, by resource or by task; a dead letter's replay, single, bulk or
-    a runbook's; a probation probe): the instance's first task, which the new run repeats.
+    a runbook's; a probation probe): the instance's first task, the new run's first_run.
     Refused while a run of that instance is live (TaskLive, wherever it runs: `last` itself moved
     on to another resource, or an earlier copy waits) or has succeeded (InstanceSucceeded, also on
     another resource): a dead task is the last one on every resource it failed on, and each of
     those retried or probed would run it once more. With `as_new_instance` (the operator's
-    explicit choice) a succeeded instance is run again as a new one: None, the new task repeats
-    nothing and has an idempotency key of its own, and records the order it is a new instance of
+    explicit choice) a succeeded instance is run again as a new one: None, the new task is a first
+    run and has an idempotency key of its own, and records the order it is a new instance of
     (order_of): the runs of every instance of one order count here, so two such choices at once,
     or a retry of an older instance beside a newer one, never make two live runs. An instance that never succeeded runs as
     a run of itself either way: its upstream may have applied part of it under its key. Its first
     task's row is locked, so two copies at once cannot both be made; call it in the copy's
     transaction."""
-    first = Task.objects.select_for_update(of=("self",)).get(pk=last.repeats_id or last.pk)
+    first = Task.objects.select_for_update(of=("self",)).get(pk=last.first_run_id or last.pk)
     order = order_of(first)
     if order != first.pk:
         # Every instance of one order locks the order's first task (after its own: one lock
         # order), so two requests from two of its instances cannot both see "no live run".
         Task.objects.select_for_update(of=("self",)).filter(pk=order).first()
-    runs = Task.objects.filter(Q(pk=order) | Q(repeats_id=order) | Q(new_instance_of_id=order))
+    runs = Task.objects.filter(Q(pk=order) | Q(first_run_id=order) | Q(new_instance_of_id=order))
     live = runs.exclude(state__in=TERMINAL_STATES).order_by("-id").first()
     if live is not None:
         raise _live(live, None, name, last=last)
@@ -110,7 +110,7 @@ def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = Fals
 def order_of(task: Task) -> int:
     """The first task of the first instance of the order `task` runs: what a new instance of it
     records (Task.new_instance_of), so that every run of the order is one query away."""
-    return task.new_instance_of_id or task.repeats_id or task.pk
+    return task.new_instance_of_id or task.first_run_id or task.pk
 
 
 def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = None, payload=None,
@@ -168,7 +168,7 @@ def _retry_on(*, resource, actor, flow, payload, policy, instance, as_new_instan
     name = f"{current.pool.resource_noun} {current.key}"
     check_available(current, name)
     # `again`: the task whose business instance this retry runs again, if it does.
-    last, repeats, again = last_task_on(current), None, instance
+    last, first_run, again = last_task_on(current), None, instance
     if instance is not None:
         flow, payload, policy = instance.flow, instance.payload, policy or instance.policy
     elif flow is None:
@@ -189,14 +189,14 @@ def _retry_on(*, resource, actor, flow, payload, policy, instance, as_new_instan
         # retry form shows it, or a dead letter's replay.
         again = last
     if again is not None:
-        repeats = instance_to_run_again(again, name, as_new_instance=as_new_instance)
+        first_run = instance_to_run_again(again, name, as_new_instance=as_new_instance)
     # A succeeded instance run again as a new one, at the operator's word: its first task.
-    new_instance_of = order_of(again) if again is not None and repeats is None else None
+    new_instance_of = order_of(again) if again is not None and first_run is None else None
     previous = current.state
     if current.state in (ResourceState.FAILED, ResourceState.DONE):
         pool.reset_for_retry(resource=current, actor=actor)
-    task = start_retry(resource=current, actor=actor, flow=flow, payload=payload, policy=policy, first_run=repeats,
-                       new_instance_of=new_instance_of, idempotency_key=idempotency_key)
+    task = start_retry(resource=current, actor=actor, flow=flow, payload=payload, policy=policy,
+                       first_run=first_run, new_instance_of=new_instance_of, idempotency_key=idempotency_key)
     return task, previous, new_instance_of
 
 
@@ -234,10 +234,10 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
             payload = source.payload if payload is None else payload
         if source is not None and payload is not None:
             payload = keep_masked_secrets(payload, source.payload, field="payload", error=BadInput)
-        repeats = new_instance_of = None
+        first_run = new_instance_of = None
         if source is not None and (flow, parse_payload(payload)) == (source.flow, source.payload):
-            repeats = instance_to_run_again(source, name, as_new_instance=as_new_instance)
-            new_instance_of = order_of(source) if repeats is None else None
+            first_run = instance_to_run_again(source, name, as_new_instance=as_new_instance)
+            new_instance_of = order_of(source) if first_run is None else None
         return start_retry_anywhere(resource=current, actor=actor, flow=flow, payload=payload, policy=policy,
-                                    first_run=repeats, new_instance_of=new_instance_of,
+                                    first_run=first_run, new_instance_of=new_instance_of,
                                     idempotency_key=idempotency_key)

@@ -53,7 +53,7 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
 def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]:
     """Start one probe task for every quarantined resource whose probation cooldown is over,
     with the flow, payload and policy of the last task that ran on it, as a run of that task's
-    business instance (Task.repeats). A resource whose probe cannot start is postponed."""
+    business instance (Task.first_run). A resource whose probe cannot start is postponed."""
     probes = []
     for resource in due_for_probe(now=now, limit=limit):
         last = last_task_on(resource)
@@ -66,8 +66,8 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
                 pool.lock_resource(resource.pk)
                 # The probe runs the last task's business instance again: only while no run of it
                 # is live or has succeeded (an operator's retry of it on another resource).
-                repeats = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")
-                probes.append(start_probe(resource=resource, last=last, first_run=repeats))
+                first_run = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")
+                probes.append(start_probe(resource=resource, last=last, first_run=first_run))
         except (DomainError, LookupError) as exc:  # taken meanwhile, its flow or policy gone
             log.warning("no probe for resource %s (last task %s): %s", resource.pk, last and last.pk, exc)
             _postpone(resource, f"no probe could start: {exc}")

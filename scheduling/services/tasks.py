@@ -244,7 +244,7 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
             requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             state=TaskState.SCHEDULED if run_at and run_at > now else TaskState.PENDING,
-            next_run_at=max(run_at or now, now), deadline_at=deadline, repeats=first_run,
+            next_run_at=max(run_at or now, now), deadline_at=deadline, first_run=first_run,
             new_instance_of_id=new_instance_of or (first_run.new_instance_of_id if first_run is not None else None),
         )
         # Only starts due now claim: their lease is the pool's.
@@ -269,7 +269,7 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
 def _audit_start(task: Task) -> None:
     # A run of an instance started as a new one inherits new_instance_of: only the start that
     # made it new says so.
-    noted, why = new_instance_audit(task.new_instance_of_id if task.repeats_id is None else None)
+    noted, why = new_instance_audit(task.new_instance_of_id if task.first_run_id is None else None)
     record_audit(action=AuditAction.TASK_START, target=task, before=None, after={**_started(task), **noted},
                  reason=why, actor=task.created_by)
 

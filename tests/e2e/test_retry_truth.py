@@ -170,7 +170,7 @@ def test_the_retry_form_of_a_resource_an_external_worker_failed_tells_the_truth(
     screens.shot(page, "started strictly on alice")
     task = Task.objects.order_by("-id").first()
     expect(page.locator(".messagelist .success")).to_have_text(says["started"].format(task=task.pk))
-    assert (task.strict, task.requested_resource_id, task.payload, task.repeats_id) == (
+    assert (task.strict, task.requested_resource_id, task.payload, task.first_run_id) == (
         True, alice.pk, {"order": 43}, None)
 
 
@@ -196,7 +196,7 @@ def test_an_operator_runs_the_succeeded_order_once_more_by_ticking_run_it_again_
     screens.shot(page, "started as a new instance")
     again = Task.objects.order_by("-id").first()
     assert again.pk != succeeded_order.pk
-    assert (again.payload, again.strict, again.requested_resource_id, again.repeats_id) == (
+    assert (again.payload, again.strict, again.requested_resource_id, again.first_run_id) == (
         {"order": 42}, True, alice.pk, None)
     entry = AuditEntry.objects.order_by("-id").first()
     assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, succeeded_order.pk, "carol")

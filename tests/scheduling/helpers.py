@@ -41,7 +41,7 @@ def run_of(task: Task, *, state: str, resource) -> Task:
     waiting for its next attempt there (live), or succeeded."""
     live = state != TaskState.SUCCEEDED
     return TaskFactory(pool=task.pool, policy=task.policy, flow=task.flow, payload=task.payload,
-                       repeats_id=task.repeats_id or task.pk, state=state, strict=True, requested_resource=resource,
+                       first_run_id=task.first_run_id or task.pk, state=state, strict=True, requested_resource=resource,
                        pinned_resource=resource if live else None, resource=resource,
                        next_run_at=timezone.now() if live else None, finished_at=None if live else timezone.now())
 

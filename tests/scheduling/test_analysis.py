@@ -73,7 +73,7 @@ def history(pool, analysed):
     rerun = run(services.retry_resource(resource=alice, actor="ops", instance=t4))
     assert [Task.objects.get(pk=t.pk).state for t in (t1, t2, t3, t4, rerun)] == [
         TaskState.SUCCEEDED, TaskState.DEAD, TaskState.SUCCEEDED, TaskState.DEAD, TaskState.SUCCEEDED]
-    assert (rerun.repeats_id, rerun.resource_id) == (t4.pk, alice.pk)
+    assert (rerun.first_run_id, rerun.resource_id) == (t4.pk, alice.pk)
     return {"alice": alice, "bob": bob, "t2": t2}
 
 

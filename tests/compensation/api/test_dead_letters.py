@@ -146,7 +146,7 @@ def test_a_strict_replay_of_an_instance_that_succeeded_since_is_refused_though_a
         ops, pool, alice, default_policy):
     [dead] = dead_tasks(pool=pool, policy=default_policy, resource=alice)
     [letter] = services.collect_dead_letters()
-    TaskFactory(pool=pool, policy=default_policy, payload=dead.payload, repeats=dead, state="succeeded",
+    TaskFactory(pool=pool, policy=default_policy, payload=dead.payload, first_run=dead, state="succeeded",
                 next_run_at=None, finished_at=timezone.now())
     later = TaskFactory(pool=pool, policy=default_policy, payload={"order": 43}, state="dead", next_run_at=None,
                         finished_at=timezone.now())

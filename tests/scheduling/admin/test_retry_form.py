@@ -166,7 +166,7 @@ def test_the_same_strict_page_submitted_twice_starts_one_task_and_shows_it_both_
 def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewhere(carol, dead_order, bob):
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+    assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
     tasks = Task.objects.count()
 
     page = carol.get(f"{RETRY}?task={dead_order.pk}")  # left out; typed back in, it is refused all the same
@@ -180,13 +180,13 @@ def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewher
 def test_unchecked_strict_with_a_changed_payload_is_a_new_order_and_starts(carol, dead_order, bob):
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+    assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
     carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=False, payload='{"order": 43}'))
 
     task = Task.objects.order_by("-id").first()
-    assert (task.payload, task.strict, task.repeats_id) == ({"order": 43}, False, None)
+    assert (task.payload, task.strict, task.first_run_id) == ({"order": 43}, False, None)
 
 
 def test_a_quarantined_resource_form_warns_that_a_strict_retry_is_refused(carol, quarantined_bob):
@@ -205,7 +205,7 @@ def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeede
                                                                                                  bob):
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    replay = run(Task.objects.get(repeats=dead_order))
+    replay = run(Task.objects.get(first_run=dead_order))
     assert (replay.state, replay.resource_id) == ("succeeded", bob.pk)
     alice = pool_services.reset(resource=dead_order.resource_id, actor="ops")
     order_43 = services.start_task(flow="demo", pool_name=alice.pool, payload={"order": 43}, resource=alice,
@@ -225,14 +225,14 @@ def test_run_it_again_as_a_new_instance_starts_an_order_that_succeeded_since_as_
                                                                                          strict):
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+    assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
     response = carol.post(f"{RETRY}?task={dead_order.pk}", posted(form_of(page), strict=strict, as_new_instance=True))
 
     task = Task.objects.order_by("-id").first()
     assert response.status_code == 302 and response.url == reverse("admin:scheduling_task_change", args=[task.pk])
-    assert (task.payload, task.strict, task.repeats_id, task.created_by) == ({"order": 42}, strict, None, "carol")
+    assert (task.payload, task.strict, task.first_run_id, task.created_by) == ({"order": 42}, strict, None, "carol")
     entry = AuditEntry.objects.order_by("-id").first()
     assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, dead_order.pk, "carol")
 
@@ -370,7 +370,7 @@ def replay_then_page(carol, dead_order, bob):
     the page as the operator saw it."""
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    replay = Task.objects.get(repeats=dead_order)
+    replay = Task.objects.get(first_run=dead_order)
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
     assert not form_of(page)["payload"].value() and "Type the payload of a new run below." in page.content.decode()
     services.cancel_task(task=replay.pk, actor="ops", reason="wrong warehouse")
@@ -395,7 +395,7 @@ def test_a_payload_left_out_while_a_run_was_live_runs_the_order_once_more_when_t
     task = Task.objects.order_by("-id").first()
     assert response.status_code == 302 and response.url == reverse("admin:scheduling_task_change", args=[task.pk])
     # The order never succeeded: the guard runs it as a run of itself, not as a new instance.
-    assert (task.payload, task.strict, task.repeats_id) == ({"order": 42}, strict, dead_order.pk)
+    assert (task.payload, task.strict, task.first_run_id) == ({"order": 42}, strict, dead_order.pk)
 
 
 def test_the_page_refusing_an_empty_payload_after_the_live_run_ended_says_what_it_left_out_and_why(
@@ -420,9 +420,9 @@ def test_a_payload_emptied_on_a_page_that_showed_it_starts_an_empty_object_as_th
     assert "empty means {}" in page.content.decode()
     [letter] = compensation.collect_dead_letters()
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
-    assert run(Task.objects.get(repeats=dead_order)).state == "succeeded"
+    assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     carol.post(f"{RETRY}?resource={failed_alice.pk}", posted(form_of(page), payload=""))
 
     task = Task.objects.order_by("-id").first()
-    assert (task.payload, task.repeats_id) == ({}, None)
+    assert (task.payload, task.first_run_id) == ({}, None)

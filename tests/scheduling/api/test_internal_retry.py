@@ -31,7 +31,7 @@ def test_a_dead_task_is_retried_strictly_on_its_resource_as_its_business_instanc
     [result] = results(retry(api, {"task": dead.pk}))
     new = Task.objects.exclude(pk=dead.pk).get()
     assert (result["task"], result["status"], result["error"], result["retry"]["id"]) == (dead.pk, 201, None, new.pk)
-    assert (new.flow, new.payload, new.strict, new.requested_resource_id, new.repeats_id) == (
+    assert (new.flow, new.payload, new.strict, new.requested_resource_id, new.first_run_id) == (
         "demo", {"order": 42}, True, alice.pk, dead.pk)
     alice.refresh_from_db()
     assert (alice.state, alice.lease_holder) == (ResourceState.IN_USE, new.holder)
@@ -63,7 +63,7 @@ def test_a_task_live_on_its_resource_is_409_task_live(api, alice, default_policy
 def test_a_task_whose_instance_succeeded_since_is_refused_though_another_task_ran_there_last(
         api, alice, default_policy):
     dead = died_on(alice, default_policy)
-    TaskFactory(pool=alice.pool, policy=default_policy, payload=dead.payload, repeats=dead, state=TaskState.SUCCEEDED,
+    TaskFactory(pool=alice.pool, policy=default_policy, payload=dead.payload, first_run=dead, state=TaskState.SUCCEEDED,
                 next_run_at=None, finished_at=timezone.now())
     died_on(alice, default_policy, payload={"order": 43})  # another order ran on alice afterwards
     [result] = results(retry(api, {"task": dead.pk}))
@@ -74,12 +74,12 @@ def test_a_task_whose_instance_succeeded_since_is_refused_though_another_task_ra
 
 def test_a_task_whose_instance_succeeded_runs_again_as_a_new_instance_when_asked(api, alice, default_policy):
     dead = died_on(alice, default_policy)
-    TaskFactory(pool=alice.pool, policy=default_policy, payload=dead.payload, repeats=dead, state=TaskState.SUCCEEDED,
+    TaskFactory(pool=alice.pool, policy=default_policy, payload=dead.payload, first_run=dead, state=TaskState.SUCCEEDED,
                 next_run_at=None, finished_at=timezone.now())
     [result] = results(retry(api, {"task": dead.pk, "as_new_instance": True}))
     assert (result["status"], result["error"]) == (201, None)
     new = Task.objects.get(pk=result["retry"]["id"])
-    assert (new.payload, new.repeats_id, new.requested_resource_id) == (dead.payload, None, alice.pk)
+    assert (new.payload, new.first_run_id, new.requested_resource_id) == (dead.payload, None, alice.pk)
     assert AuditEntry.objects.get(action="resource.retry").after["runs_again"] == dead.pk
 
 

@@ -122,7 +122,7 @@ def test_a_retry_that_is_not_strict_runs_the_last_tasks_flow_and_payload_as_a_ru
         api, failed_alice):
     last = Task.objects.get(flow="demo")
     task = Task.objects.get(pk=retry(api, failed_alice, {"strict": False}).json()["id"])
-    assert (task.flow, task.payload, task.strict, task.repeats_id) == ("demo", {"order": 41}, False, last.pk)
+    assert (task.flow, task.payload, task.strict, task.first_run_id) == ("demo", {"order": 41}, False, last.pk)
 
 
 def test_a_retry_that_is_not_strict_without_flow_runs_the_last_tasks_flow_and_policy_with_the_payload_sent(
@@ -131,7 +131,7 @@ def test_a_retry_that_is_not_strict_without_flow_runs_the_last_tasks_flow_and_po
     response = api.post(f"/api/pools/accounts/resources/{failed_alice.key}/retry",
                         {"strict": False, "payload": {"order": 42}}, format="json")
     task = Task.objects.get(pk=ok(response, 201)["id"])
-    assert (task.flow, task.policy_id, task.payload, task.strict, task.repeats_id) == (
+    assert (task.flow, task.policy_id, task.payload, task.strict, task.first_run_id) == (
         "demo", last.policy_id, {"order": 42}, False, None)
 
 
@@ -243,7 +243,7 @@ def test_a_retry_as_a_new_instance_runs_a_succeeded_one_again_with_its_own_idemp
     response = retry(api, alice, {"strict": strict, "as_new_instance": True})
     assert response.status_code == 201, response.content
     new = Task.objects.get(pk=response.json()["id"])
-    assert (new.payload, new.repeats_id, new.idempotency_key != task.idempotency_key) == ({"order": 41}, None, True)
+    assert (new.payload, new.first_run_id, new.idempotency_key != task.idempotency_key) == ({"order": 41}, None, True)
     entry = AuditEntry.objects.get(action="resource.retry" if strict else "task.start")
     assert (entry.after["new_instance"], entry.after["runs_again"], entry.actor) == (True, task.pk, "api:billing")
 

@@ -54,7 +54,7 @@ def test_a_task_started_with_the_flow_and_payload_of_one_that_succeeded_is_a_new
     body = ok(post(api, "/api/tasks/", {"flow": "demo", "pool": "accounts", "payload": {"sync": "daily"},
                                         "resource": alice.pk}), 201)
     task = Task.objects.get(pk=body["id"])
-    assert (task.repeats_id, task.idempotency_key != done.idempotency_key) == (None, True)
+    assert (task.first_run_id, task.idempotency_key != done.idempotency_key) == (None, True)
 
 
 def test_a_task_on_a_named_resource_is_strict_by_default(api, alice, default_policy):

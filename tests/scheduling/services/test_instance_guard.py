@@ -111,7 +111,7 @@ def test_a_succeeded_instance_runs_again_as_a_new_instance_when_the_operator_say
 
     task = NEW_INSTANCE_PATHS[path](dead, alice)
 
-    assert (task.flow, task.payload, task.repeats_id) == (dead.flow, dead.payload, None)
+    assert (task.flow, task.payload, task.first_run_id) == (dead.flow, dead.payload, None)
     assert task.idempotency_key not in Task.objects.exclude(pk=task.pk).values_list("idempotency_key", flat=True)
 
 
@@ -161,7 +161,7 @@ def test_a_dead_instance_asked_to_run_as_a_new_one_runs_as_a_run_of_itself(alice
     # Nothing of it succeeded: its upstream may have half-applied it, so its own idempotency key goes again.
     dead = died_on(alice, default_policy)
     task = services.retry_resource(resource=alice, actor="ops:carol", as_new_instance=True)
-    assert task.repeats_id == dead.pk
+    assert task.first_run_id == dead.pk
     assert "new_instance" not in AuditEntry.objects.get(action="resource.retry").after
 
 
