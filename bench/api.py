@@ -39,7 +39,7 @@ from django.utils import timezone  # noqa: E402
 
 from audit.models import ApiClient  # noqa: E402
 from audit.services import create_api_client, revoke_api_client  # noqa: E402
-from resources import services as pool_services  # noqa: E402
+import resources.services  # noqa: E402
 from resources.models import Resource, ResourceEvent, ResourcePool  # noqa: E402
 from scheduling.models import Attempt, RetryPolicy, Task  # noqa: E402
 
@@ -111,7 +111,8 @@ def claim_pool() -> ResourcePool:
     pool, _ = ResourcePool.objects.get_or_create(name="bench-api-claims", defaults={"lease_seconds": 600})
     have = Resource.objects.filter(pool=pool).count()
     if have < CLAIM_POOL_SIZE:
-        pool_services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(have, CLAIM_POOL_SIZE)])
+        resources.services.add_resources(pool=pool,
+                                         resources=[{"key": f"r{n}"} for n in range(have, CLAIM_POOL_SIZE)])
     # An interrupted run may have left leases behind.
     Resource.objects.filter(pool=pool).exclude(state="available").update(
         state="available", lease_token=None, lease_kind="", lease_holder="", leased_at=None, leased_until=None)
@@ -155,8 +156,8 @@ def http_pair(base: str, key: str, pool: str, holder: str):
 
 def services_pair(pool_id: int, holder: str):
     def call():
-        lease = pool_services.claim_next(pool=pool_id, holder=holder)
-        pool_services.release(resource=lease.pk, lease_token=lease.lease_token, outcome="success", actor=holder)
+        lease = resources.services.claim_next(pool=pool_id, holder=holder)
+        resources.services.release(resource=lease.pk, lease_token=lease.lease_token, outcome="success", actor=holder)
     return call
 
 

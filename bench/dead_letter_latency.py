@@ -72,7 +72,7 @@ import django_rq  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from compensation.models import DeadLetter  # noqa: E402
-from resources import services as pool_services  # noqa: E402
+import resources.services  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402
 from scheduling import services  # noqa: E402
 from scheduling.models import RetryPolicy  # noqa: E402
@@ -104,8 +104,8 @@ def word(n: int) -> str:
 def run(tag: str, deaths: int, spread: float, workers: int, *, timeout: float) -> tuple:
     django_rq.get_connection("flows").flushdb()
     ResourcePool.objects.filter(name="bench-dlq-latency").update(name=f"bench-dlq-latency-old-{time.time_ns()}")
-    pool = pool_services.create_pool(name="bench-dlq-latency", lease_seconds=300)
-    pool_services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(deaths)])
+    pool = resources.services.create_pool(name="bench-dlq-latency", lease_seconds=300)
+    resources.services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(deaths)])
     flow_worker = ["rqworker", *WORKER_QUEUES, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"]
     running = [start(*flow_worker) for _ in range(workers)]
     running.append(start("rqworker", PERIODIC_QUEUE, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"))

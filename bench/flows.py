@@ -33,7 +33,7 @@ import django_rq  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db.models import Max, Min  # noqa: E402
 
-from resources import services as pool_services  # noqa: E402
+import resources.services  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402
 from scheduling import services  # noqa: E402
 from scheduling.models import Attempt, RetryPolicy, Task  # noqa: E402
@@ -60,8 +60,8 @@ def start_workers(count: int, *queues: str, burst: bool = True, scheduler: bool 
 
 def fresh_pool(name: str, size: int, lease_seconds: int = 300) -> ResourcePool:
     ResourcePool.objects.filter(name=name).update(name=f"{name}-old-{time.time_ns()}")
-    pool = pool_services.create_pool(name=name, lease_seconds=lease_seconds)
-    pool_services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(size)])
+    pool = resources.services.create_pool(name=name, lease_seconds=lease_seconds)
+    resources.services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(size)])
     return pool
 
 

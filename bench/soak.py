@@ -294,18 +294,18 @@ def prepare(args) -> dict:
     from django.core.management import call_command
 
     from audit.services import create_api_client
-    from resources import services as pool_services
+    import resources.services
     from scheduling.services.batches import save_batch_config
 
     call_command("load_retry_policies", only_missing=True, verbosity=0)
     password = secrets.token_urlsafe(16)
     user = get_user_model().objects.create_superuser("soak-admin", "soak@localhost", password)
     _, key = create_api_client(name="soak", user=user, actor="soak")
-    pool_services.create_pool(name=API_POOL, lease_seconds=60, actor="soak")
-    pool_services.add_resources(pool=API_POOL, resources=[{"key": f"a{n}"} for n in range(API_RESOURCES)],
-                                actor="soak")
-    flows = pool_services.create_pool(name=FLOW_POOL, lease_seconds=60, actor="soak")
-    flow_resources = pool_services.add_resources(
+    resources.services.create_pool(name=API_POOL, lease_seconds=60, actor="soak")
+    resources.services.add_resources(pool=API_POOL, resources=[{"key": f"a{n}"} for n in range(API_RESOURCES)],
+                                     actor="soak")
+    flows = resources.services.create_pool(name=FLOW_POOL, lease_seconds=60, actor="soak")
+    flow_resources = resources.services.add_resources(
         pool=FLOW_POOL, resources=[{"key": f"shop{n}@example.com", "attributes": {"region": ["eu", "us"][n % 2]}}
                                    for n in range(FLOW_RESOURCES)], actor="soak")
     config = save_batch_config(data={

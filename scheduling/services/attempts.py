@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from resources import services as pool
+import resources.services
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, PoolExhausted, ResourceUnavailable
@@ -83,8 +83,8 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
         task_id=task.pk, attempt=attempt_number, payload=task.payload, resource_key=lease.key,
         resource_attributes=lease.attributes, idempotency_key=instance_key or task.idempotency_key,
         lease_token=str(token), fencing_token=lease.fencing_token,
-        heartbeat=lambda: pool.extend_lease(resource=resource_id, lease_token=token),
-        check_lease=lambda: pool.check_lease(resource=resource_id, lease_token=token),
+        heartbeat=lambda: resources.services.extend_lease(resource=resource_id, lease_token=token),
+        check_lease=lambda: resources.services.check_lease(resource=resource_id, lease_token=token),
     )
     lease_seconds = (lease.leased_until - now).total_seconds()
     return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=lease_seconds)
@@ -224,8 +224,8 @@ def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
         emit(task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number, outcome=AttemptOutcome.SUCCEEDED,
              kept=True)
     try:
-        pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.SUCCESS,
-                     actor=task.holder, details={"attempt": attempt.number})
+        resources.services.release(resource=attempt.resource_id, lease_token=attempt.lease_token,
+                                   outcome=Outcome.SUCCESS, actor=task.holder, details={"attempt": attempt.number})
     except LeaseMismatch as exc:
         log.warning("%s succeeded but its lease was gone: %s", attempt, exc)
     attempt.outcome, attempt.finished_at, attempt.duration_ms = AttemptOutcome.SUCCEEDED, now, int(duration * 1000)

@@ -1,6 +1,6 @@
 """Which resource an attempt runs on, and what a failed claim means for the task."""
 
-from resources import services as pool
+import resources.services
 from resources.choices import FailureCategory, ResourceState
 from resources.classification import Classification
 from resources.errors import (
@@ -27,7 +27,8 @@ def claim_for(task: Task) -> Resource:
     """The resource this attempt runs on: the task's held lease, else its pinned resource, else any."""
     if task.held_lease_token:
         try:
-            return pool.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token, use=True)
+            return resources.services.extend_lease(resource=task.resource_id, lease_token=task.held_lease_token,
+                                                   use=True)
         except (LeaseMismatch, ResourceNotFound):
             pass  # the hold ran out and was swept; claim the pinned resource again below
     if task.is_probe:
@@ -39,8 +40,9 @@ def claim_for(task: Task) -> Resource:
             f"(expired and swept); the probe ends without touching the resource",
             reason=PROBE_LEASE_GONE, resource_id=task.resource_id or task.pinned_resource_id)
     if task.pinned_resource_id:
-        return pool.claim_by_id(resource_id=task.pinned_resource_id, holder=task.holder, strict=task.strict)
-    return pool.claim_next(pool=task.pool_id, holder=task.holder)
+        return resources.services.claim_by_id(resource_id=task.pinned_resource_id, holder=task.holder,
+                                              strict=task.strict)
+    return resources.services.claim_next(pool=task.pool_id, holder=task.holder)
 
 
 def claim_failure_verdict(error: ResourceError) -> Verdict:

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from resources import services as pool
+import resources.services
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
@@ -116,14 +116,15 @@ def _settle_resource(task: Task, attempt: Attempt, verdict: Verdict, error, *, h
     try:
         if hold_until is not None:
             lease_seconds = task.pool.lease_seconds
-            pool.hold_after_failure(resource=attempt.resource_id, lease_token=attempt.lease_token, error=error,
-                                    classification=classification, actor=task.holder,
-                                    hold_until=hold_until + timedelta(seconds=lease_seconds))
+            resources.services.hold_after_failure(resource=attempt.resource_id, lease_token=attempt.lease_token,
+                                                  error=error, classification=classification, actor=task.holder,
+                                                  hold_until=hold_until + timedelta(seconds=lease_seconds))
         else:
-            pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.FAILURE,
-                         error=error, classification=classification, actor=task.holder,
-                         details={"attempt": attempt.number},
-                         probation_seconds=task.policy.probation_cooldown_seconds if verdict.probation else None)
+            probation = task.policy.probation_cooldown_seconds if verdict.probation else None
+            resources.services.release(resource=attempt.resource_id, lease_token=attempt.lease_token,
+                                       outcome=Outcome.FAILURE, error=error, classification=classification,
+                                       actor=task.holder, details={"attempt": attempt.number},
+                                       probation_seconds=probation)
             task.held_lease_token = None
     except LeaseMismatch as exc:
         log.warning("%s failed and its lease was gone: %s", attempt, exc)
@@ -135,8 +136,8 @@ def _mark_dead(task: Task, *, reason: str, now: datetime | None = None) -> Task:
     The last step of after_failure and end_failed; the caller holds the task's lock."""
     if task.held_lease_token:  # reserved or held for an attempt that will never come
         try:
-            pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=task.holder,
-                                reason=f"task dead: {reason}")
+            resources.services.release_unused(resource=task.resource_id, lease_token=task.held_lease_token,
+                                              actor=task.holder, reason=f"task dead: {reason}")
         except (LeaseMismatch, ResourceNotFound):
             pass  # swept already
     task.state, task.finished_at, task.held_lease_token = TaskState.DEAD, now or timezone.now(), None

@@ -7,7 +7,7 @@ from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from resources import services as pool
+import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
@@ -66,7 +66,7 @@ def check_available(current: Resource, name: str) -> None:
     if live is not None:
         raise _live(live, current, name)
     if current.state not in (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE):
-        raise pool.describe_unavailability(current)
+        raise resources.services.describe_unavailability(current)
 
 
 def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = False) -> Task | None:
@@ -159,7 +159,7 @@ def _retry_on(*, resource, actor, flow, payload, policy, instance, as_new_instan
     with the same idempotency key started the task) and the order it runs as a new instance of."""
     # Lock order: the resource row, then the tasks that name it (the start locks it before it
     # writes such a task), so no live task can appear between this check and the new task.
-    current = pool.lock_resource(resource)
+    current = resources.services.lock_resource(resource)
     # After the lock: a second click waits for the first one's transaction, then finds its task
     # here instead of reading that task as the one in the way.
     started = _started_already(idempotency_key)
@@ -194,7 +194,7 @@ def _retry_on(*, resource, actor, flow, payload, policy, instance, as_new_instan
     new_instance_of = order_of(again) if again is not None and first_run is None else None
     previous = current.state
     if current.state in (ResourceState.FAILED, ResourceState.DONE):
-        pool.reset_for_retry(resource=current, actor=actor)
+        resources.services.reset_for_retry(resource=current, actor=actor)
     task = start_retry(resource=current, actor=actor, flow=flow, payload=payload, policy=policy,
                        first_run=first_run, new_instance_of=new_instance_of, idempotency_key=idempotency_key)
     return task, previous, new_instance_of
@@ -218,7 +218,7 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
     as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
-        current = pool.lock_resource(resource)
+        current = resources.services.lock_resource(resource)
         started = _started_already(idempotency_key)
         if started is not None:
             return started

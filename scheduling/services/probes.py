@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from resources import services as pool
+import resources.services
 from resources.choices import FailureCategory
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
@@ -31,8 +31,8 @@ def finish_probe(attempt: Attempt, result, error, now: datetime, duration: float
         return attempt
     attempt.finished_at, attempt.duration_ms = now, int(duration * 1000)
     try:
-        pool.end_probe(resource=attempt.resource_id, lease_token=attempt.lease_token, succeeded=error is None,
-                       error=error, actor=task.holder)
+        resources.services.end_probe(resource=attempt.resource_id, lease_token=attempt.lease_token,
+                                     succeeded=error is None, error=error, actor=task.holder)
     except (LeaseMismatch, ResourceNotFound) as exc:
         log.warning("probe %s ended without its lease: %s", attempt, exc)
     task.held_lease_token = None
@@ -63,7 +63,7 @@ def start_probes(*, now: datetime | None = None, limit: int = 100) -> list[Task]
             with transaction.atomic():
                 # Lock order as a retry's (resource, then the instance's first task), or a probe
                 # and a strict retry of the same resource deadlock.
-                pool.lock_resource(resource.pk)
+                resources.services.lock_resource(resource.pk)
                 # The probe runs the last task's business instance again: only while no run of it
                 # is live or has succeeded (an operator's retry of it on another resource).
                 first_run = instance_to_run_again(last, f"{resource.pool.resource_noun} {resource.key}")
@@ -81,6 +81,6 @@ def _postpone(resource, reason: str) -> None:
     """Mark the row: left due, a probe that cannot start stays first in line on every pass, and
     `limit` of them keep every other quarantined resource from its probe."""
     try:
-        pool.postpone_probe(resource=resource.pk, actor="probation", reason=clean_text(reason))
+        resources.services.postpone_probe(resource=resource.pk, actor="probation", reason=clean_text(reason))
     except Exception:  # one bad row must not stop the rest
         log.exception("could not postpone the probe of resource %s", resource.pk)

@@ -13,7 +13,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.utils import as_text
 
-from resources import services as pool
+import resources.services
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
@@ -49,7 +49,7 @@ def recover_lost_attempts(*, now: datetime | None = None, failed: list[int] | No
     recovered is logged, noted in its task's last_error and left for the next pass; its task id
     is appended to `failed`, and the others are still recovered. `now` is a test's stand-in for
     a later time (see sweep_expired_leases); PostgreSQL's clock decides otherwise."""
-    pool.sweep_expired_leases(now=now)
+    resources.services.sweep_expired_leases(now=now)
     lost = [(a.pk, a.task_id) for a in lost_attempts()]
     abandoned, deadline = [], time.monotonic() + STEP_BUDGET
     for attempt_id, task_id in lost:
@@ -93,9 +93,10 @@ def _abandon(attempt_id: int, *, reason: str = ABANDONED_REASON, stopped: bool =
         verdict = Verdict(Classification(FailureCategory.RETRYABLE, None, reason), PatternAction.RETRY_SAME_RESOURCE)
         if stopped and attempt.lease_token and not task.is_probe:  # a probe's lease goes back to quarantine by the sweep
             try:
-                pool.release(resource=attempt.resource_id, lease_token=attempt.lease_token, outcome=Outcome.FAILURE,
-                             error=error, classification=verdict.classification, actor=task.holder,
-                             details={"attempt": attempt.number, "stopped": True})
+                resources.services.release(resource=attempt.resource_id, lease_token=attempt.lease_token,
+                                           outcome=Outcome.FAILURE, error=error,
+                                           classification=verdict.classification, actor=task.holder,
+                                           details={"attempt": attempt.number, "stopped": True})
             except (LeaseMismatch, ResourceNotFound):
                 pass  # swept meanwhile
         close_failed(attempt, outcome=AttemptOutcome.ABANDONED, error=error, verdict=verdict, now=now)

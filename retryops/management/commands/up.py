@@ -15,7 +15,7 @@ from django.core.management.commands.runserver import naiveip_re
 from django.db import connections, transaction
 from django.utils.translation import gettext
 
-from resources import services as pool_services
+import resources.services
 from resources.models import ResourcePool
 from retryops import devservices, processes
 from retryops.env import env_str
@@ -143,9 +143,9 @@ class Command(BaseCommand):
                           "(one is retried, one ends dead)")
 
     def create_demo(self) -> None:
-        pool = pool_services.create_pool(name=DEMO_POOL, resource_noun="account", lease_seconds=120,
-                                         description="Demo signup accounts; the demo batch runs flows on them.")
-        pool_services.add_resources(pool=pool, resources=[
+        pool = resources.services.create_pool(name=DEMO_POOL, resource_noun="account", lease_seconds=120,
+                                              description="Demo signup accounts; the demo batch runs flows on them.")
+        resources.services.add_resources(pool=pool, resources=[
             {"key": f"user{n:02d}@demo.example", "label": f"Demo user {n}", "attributes": {"region": ["eu", "us"][n % 2]}}
             for n in range(1, 51)
         ])
