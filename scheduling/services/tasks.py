@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
-from resources import services as pool
+import resources.services
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
 from retryops.inputs import flag, record_id
@@ -148,8 +148,7 @@ def start_batch_task(*, config: BatchConfig, resource: Resource | None = None) -
     the config). Not strict: the config never named the resource, a failed-first tick only
     prefers it; its reservation is strict all the same (ResourceUnavailable if it is taken)."""
     return _start(flow=config.flow, pool_name=config.pool_id, payload=config.payload, policy=config.policy,
-                  created_by=f"batch {config.name}", resource=resource, strict=False, reserve=resource is not None,
-                  claim_now=resource is None)[0]
+                  created_by=f"batch {config.name}", resource=resource, strict=False, reserve=True)[0]
 
 
 def start_probe(*, resource: Resource, last: Task, first_run: Task | None) -> Task:
@@ -189,14 +188,12 @@ def start_replay(*, dead: Task, actor: str, first_run: Task | None) -> Task:
 
 
 def _start(*, flow, pool_name, created_by, payload, policy, resource=None, strict=True, idempotency_key=None,
-           run_at=None, reserve=False, claim_now=False, probe=False, first_run=None,
-           new_instance_of=None) -> tuple[Task, bool]:
-    """The task every start writes, and whether this call wrote it (False: an earlier start with
-    the same idempotency key). With `reserve`, the named resource is claimed now, in this
-    transaction, and held for the task (strict even for a task that is not); with `claim_now`,
-    any resource of the pool is. `first_run` is the first task of the business instance this one
-    runs again; `new_instance_of` the first task of the order whose succeeded instance it runs
-    again as a new one (a run of such an instance inherits it)."""
+           run_at=None, reserve=False, probe=False, first_run=None, new_instance_of=None) -> tuple[Task, bool]:
+    """The task every start writes, and whether this call wrote it (not: an earlier start with the
+    same idempotency key). With `reserve`, the named resource (else any of the pool) is claimed in
+    this transaction and held for the task. `first_run` is the first task of the business instance
+    this one runs again; `new_instance_of` the first task of the order whose succeeded instance it
+    runs again as a new one (a run of such an instance inherits it)."""
     now = timezone.now()
     flow = _flow(flow)
     payload = parse_payload(payload)
@@ -208,13 +205,13 @@ def _start(*, flow, pool_name, created_by, payload, policy, resource=None, stric
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
             return existing, False
-    target_pool = pool.get_pool(_pool_name(pool_name))
+    target_pool = resources.services.get_pool(_pool_name(pool_name))
     policy = get_policy(policy)
     deadline = _deadline(policy, now)
     pinned = None
     if resource is not None:
-        pinned = resource if isinstance(resource, Resource) else pool.get_resource(
-            resource_id=record_id(resource, field="resource", error=BadInput))
+        pinned = resource if isinstance(resource, Resource) else resources.services.get_resource(
+                          resource_id=record_id(resource, field="resource", error=BadInput))
         if pinned.pool_id != target_pool.pk:
             raise BadInput(_("resource %(key)s belongs to pool %(pool)s, not %(asked)s") % {
                 "key": pinned.key, "pool": pinned.pool.name, "asked": target_pool.name}, field="resource")
@@ -222,7 +219,7 @@ def _start(*, flow, pool_name, created_by, payload, policy, resource=None, stric
         return _create_task(flow=flow, target_pool=target_pool, payload=payload, policy=policy,
                             strict=strict and pinned is not None, pinned=pinned, created_by=created_by,
                             idempotency_key=idempotency_key, run_at=run_at, deadline=deadline, now=now, probe=probe,
-                            reserve=reserve, claim_now=claim_now, first_run=first_run,
+                            reserve=reserve, first_run=first_run,
                             new_instance_of=new_instance_of), True
     except IntegrityError:
         # Two starts with one key at once: the loser returns the winner's task.
@@ -233,12 +230,12 @@ def _start(*, flow, pool_name, created_by, payload, policy, resource=None, stric
 
 
 def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_by, idempotency_key, run_at,
-                 deadline, now, probe, reserve, claim_now, first_run, new_instance_of) -> Task:
+                 deadline, now, probe, reserve, first_run, new_instance_of) -> Task:
     with transaction.atomic():
         if pinned is not None:
             # Lock order: the resource row before any task row that names it, as retry_resource
             # does, so its "no live task on this resource" check cannot miss this one.
-            pool.lock_resource(pinned.pk)
+            resources.services.lock_resource(pinned.pk)
         task = Task.objects.create(
             flow=flow, pool=target_pool, payload=payload, policy=policy, strict=strict,
             requested_resource=pinned, pinned_resource=pinned, created_by=created_by, is_probe=probe,
@@ -250,17 +247,18 @@ def _create_task(*, flow, target_pool, payload, policy, strict, pinned, created_
         # Only starts due now claim: their lease is the pool's.
         lease_seconds = target_pool.lease_seconds
         if probe:
-            hold(task, pool.claim_for_probe(resource=pinned, holder=task.holder, lease_seconds=lease_seconds))
-        elif reserve or claim_now:
+            hold(task, resources.services.claim_for_probe(resource=pinned, holder=task.holder,
+                                                          lease_seconds=lease_seconds))
+        elif reserve:
             if pinned is not None:
                 # Strict whatever the task is: a reservation of this resource that handed out
                 # another would reserve what nobody asked for (a failed-first batch tick skips a
                 # candidate taken meanwhile). A task that is not strict may move on later retries.
-                lease = pool.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=True,
-                                         lease_seconds=lease_seconds, reserve=True)
+                lease = resources.services.claim_by_id(resource_id=pinned.pk, holder=task.holder, strict=True,
+                                                       lease_seconds=lease_seconds, reserve=True)
             else:
-                lease = pool.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
-                                        reserve=True)
+                lease = resources.services.claim_next(pool=target_pool, holder=task.holder, lease_seconds=lease_seconds,
+                                                      reserve=True)
             hold(task, lease)
         enqueue_after_commit(task)
     return task
@@ -336,8 +334,9 @@ def cancel_task(*, task: Task | int, actor: str, reason: str = "") -> Task:
         before = {"state": task.state}
         if task.held_lease_token:
             try:
-                pool.release_unused(resource=task.resource_id, lease_token=task.held_lease_token, actor=actor,
-                                    reason=f"{task.holder} cancelled" + (f": {reason}" if reason else ""))
+                resources.services.release_unused(
+                    resource=task.resource_id, lease_token=task.held_lease_token, actor=actor,
+                    reason=f"{task.holder} cancelled" + (f": {reason}" if reason else ""))
             except (LeaseMismatch, ResourceNotFound):
                 pass  # swept already
         task.state, task.finished_at, task.held_lease_token = TaskState.CANCELLED, timezone.now(), None
