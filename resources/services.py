@@ -365,8 +365,8 @@ def client_claim_next(*, pool: ResourcePool | int | str, holder: str, actor: str
         return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"state": ResourceState.AVAILABLE}, actor=actor)
 
 
-def client_claim_by_id(*, resource_id: int, holder: str, actor: str, strict: bool = True, lease_seconds: int | None = None,
-                       details: dict | None = None) -> Resource:
+def client_claim_by_id(*, resource_id: int, holder: str, actor: str, strict: bool = True,
+                       lease_seconds: int | None = None, details: dict | None = None) -> Resource:
     """An external system's claim_by_id, audited as RESOURCE_CLAIM (`before` says what it asked for)."""
     with transaction.atomic():
         claimed = claim_by_id(holder=holder, resource_id=resource_id, strict=strict, lease_seconds=lease_seconds,
