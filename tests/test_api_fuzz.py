@@ -36,7 +36,7 @@ from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.services.runbooks import request_runbook_action
-from resources import services as pool_services
+import resources.services
 from retryops import roles
 from retryops.api.schema import IDEMPOTENCY_KEY
 from scheduling import services as scheduling
@@ -100,7 +100,7 @@ def committed_rows(runbooks) -> dict:
           "resources.add_resourcepool")
     key = create_api_client(name="fuzz", user=user, actor="test")[1]
     quarantined = ResourceFactory(pool=pool, key="carol@x")
-    pool_services.quarantine(resource=quarantined.pk, actor="fuzz", reason="banned upstream")
+    resources.services.quarantine(resource=quarantined.pk, actor="fuzz", reason="banned upstream")
     dead = TaskFactory(pool=pool, policy=policy, state="dead", next_run_at=None, resource=alice,
                        requested_resource=alice, strict=True, finished_at=alice.created_at, attempt_count=1)
     AttemptFactory(task=dead, resource=alice, outcome="failed", finished_at=alice.created_at)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from audit.context import acting_as
 from audit.management.base import os_user
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from resources.choices import FailureCategory, Outcome, ResourceState
 from resources.classification import Classification
 from resources.models import Resource, ResourcePool
@@ -43,9 +43,9 @@ def the_entry(since: int = 0) -> AuditEntry:
 
 
 def failed(resource: Resource) -> Resource:
-    lease = pool_services.claim_by_id(resource_id=resource.pk, holder="task 812")
-    return pool_services.release(resource=resource.pk, lease_token=lease.lease_token, outcome=Outcome.FAILURE,
-                                 error="TimeoutError: upstream slow")
+    lease = resources.services.claim_by_id(resource_id=resource.pk, holder="task 812")
+    return resources.services.release(resource=resource.pk, lease_token=lease.lease_token, outcome=Outcome.FAILURE,
+                                      error="TimeoutError: upstream slow")
 
 
 def later(seconds: int):
@@ -62,7 +62,7 @@ def start(pool, **kwargs):
 def test_a_reset_records_its_state_before_and_after_its_reason_and_actor(alice):
     failed(alice)
     with acting_as(actor="carol", channel="admin"):
-        pool_services.reset(resource=alice.pk, actor="carol", reason="customer called")
+        resources.services.reset(resource=alice.pk, actor="carol", reason="customer called")
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.channel, entry.target_type, entry.target_id, entry.target_label) == (
@@ -72,12 +72,12 @@ def test_a_reset_records_its_state_before_and_after_its_reason_and_actor(alice):
 
 def test_a_refused_reset_records_nothing(alice):
     with pytest.raises(DomainError):
-        pool_services.reset(resource=alice.pk, actor="carol")  # it is available
+        resources.services.reset(resource=alice.pk, actor="carol")  # it is available
     assert not AuditEntry.objects.exists()
 
 
 def test_a_quarantine_records_the_state_and_reason_it_set(alice):
-    pool_services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
+    resources.services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.channel, entry.reason) == (
@@ -88,15 +88,15 @@ def test_a_quarantine_records_the_state_and_reason_it_set(alice):
 
 def test_a_quarantine_without_a_reason_records_nothing(alice):
     with pytest.raises(DomainError):
-        pool_services.quarantine(resource=alice.pk, actor="carol", reason=" ")
+        resources.services.quarantine(resource=alice.pk, actor="carol", reason=" ")
     assert not AuditEntry.objects.exists()
 
 
 def test_an_unquarantine_records_the_quarantine_it_ended(alice):
-    pool_services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
+    resources.services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
     mark = last_id()
 
-    pool_services.unquarantine(resource=alice.pk, actor="dave", reason="key rotated")
+    resources.services.unquarantine(resource=alice.pk, actor="dave", reason="key rotated")
 
     entry = the_entry(mark)
     assert (entry.action, entry.actor, entry.reason) == ("resource.unquarantine", "dave", "key rotated")
@@ -106,13 +106,13 @@ def test_an_unquarantine_records_the_quarantine_it_ended(alice):
 
 def test_unquarantining_a_resource_not_in_quarantine_records_nothing(alice):
     with pytest.raises(DomainError):
-        pool_services.unquarantine(resource=alice.pk, actor="dave")
+        resources.services.unquarantine(resource=alice.pk, actor="dave")
     assert not AuditEntry.objects.exists()
 
 
 def test_creating_a_pool_records_its_settings(db):
     with acting_as(actor="erin", channel="api"):
-        pool = pool_services.create_pool(name="keys", resource_noun="key", lease_seconds=60)
+        pool = resources.services.create_pool(name="keys", resource_noun="key", lease_seconds=60)
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.channel, entry.target_type, entry.target_id) == (
@@ -124,12 +124,12 @@ def test_creating_a_pool_records_its_settings(db):
 
 def test_creating_a_pool_with_a_taken_name_records_nothing(pool):
     with pytest.raises(DomainError):
-        pool_services.create_pool(name=pool.name)
+        resources.services.create_pool(name=pool.name)
     assert not AuditEntry.objects.exists()
 
 
 def test_adding_resources_records_one_entry_on_the_pool_with_their_keys(pool):
-    pool_services.add_resources(pool=pool, actor="erin", resources=[{"key": f"user{n}@x"} for n in range(50)])
+    resources.services.add_resources(pool=pool, actor="erin", resources=[{"key": f"user{n}@x"} for n in range(50)])
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.target_type, entry.target_id) == (
@@ -140,12 +140,12 @@ def test_adding_resources_records_one_entry_on_the_pool_with_their_keys(pool):
 
 def test_adding_a_taken_key_records_nothing(alice):
     with pytest.raises(DomainError):
-        pool_services.add_resources(pool=alice.pool, resources=[{"key": "new@x"}, {"key": "alice@x"}])
+        resources.services.add_resources(pool=alice.pool, resources=[{"key": "new@x"}, {"key": "alice@x"}])
     assert not AuditEntry.objects.exists()
 
 
 def test_changing_a_resource_records_just_the_fields_that_changed(alice):
-    changed = pool_services.change_resource(resource=alice.pk, actor="carol", label="Alice (VIP)", attributes={})
+    changed = resources.services.change_resource(resource=alice.pk, actor="carol", label="Alice (VIP)", attributes={})
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.target_id) == ("resource.change", "carol", str(alice.pk))
@@ -154,19 +154,19 @@ def test_changing_a_resource_records_just_the_fields_that_changed(alice):
 
 
 def test_a_resource_change_that_changes_nothing_records_nothing(alice):
-    pool_services.change_resource(resource=alice.pk, actor="carol", label=alice.label)
+    resources.services.change_resource(resource=alice.pk, actor="carol", label=alice.label)
     assert not AuditEntry.objects.exists()
 
 
 def test_a_resource_change_with_unstorable_attributes_records_nothing(alice):
     with pytest.raises(DomainError):
-        pool_services.change_resource(resource=alice.pk, actor="carol", attributes={"limit": float("nan")})
+        resources.services.change_resource(resource=alice.pk, actor="carol", attributes={"limit": float("nan")})
     assert not AuditEntry.objects.exists()
     assert Resource.objects.get(pk=alice.pk).attributes == {}
 
 
 def test_changing_a_pool_records_just_the_fields_that_changed(pool):
-    pool_services.change_pool(pool=pool.pk, actor="carol", lease_seconds=600, resource_noun=pool.resource_noun)
+    resources.services.change_pool(pool=pool.pk, actor="carol", lease_seconds=600, resource_noun=pool.resource_noun)
 
     entry = the_entry()
     assert (entry.action, entry.actor, entry.target_id) == ("pool.change", "carol", str(pool.pk))
@@ -175,27 +175,28 @@ def test_changing_a_pool_records_just_the_fields_that_changed(pool):
 
 
 def test_a_pool_change_to_a_taken_name_records_nothing(pool):
-    pool_services.create_pool(name="keys")
+    resources.services.create_pool(name="keys")
     mark = last_id()
     with pytest.raises(DomainError, match="exists already"):
-        pool_services.change_pool(pool=pool.pk, actor="carol", name="keys")
+        resources.services.change_pool(pool=pool.pk, actor="carol", name="keys")
     assert new_entries(mark) == []
 
 
 def test_a_pool_change_with_a_bad_lease_records_nothing(pool):
     with pytest.raises(DomainError):
-        pool_services.change_pool(pool=pool.pk, actor="carol", lease_seconds=0)
+        resources.services.change_pool(pool=pool.pk, actor="carol", lease_seconds=0)
     assert not AuditEntry.objects.exists()
 
 
 def test_claims_releases_holds_and_sweeps_record_nothing(alice, bob):
     failed(alice)
-    lease = pool_services.claim_next(pool=alice.pool, holder="task 1", lease_seconds=1)
-    pool_services.release(resource=lease.pk, lease_token=lease.lease_token, outcome=Outcome.SUCCESS)
-    lease = pool_services.claim_by_id(resource_id=bob.pk, holder="task 2", reserve=True)
-    pool_services.release_unused(resource=bob.pk, lease_token=lease.lease_token, actor="task 2", reason="cancelled")
-    pool_services.claim_by_id(resource_id=bob.pk, holder="task 3", lease_seconds=1)
-    pool_services.sweep_expired_leases(now=later(60))
+    lease = resources.services.claim_next(pool=alice.pool, holder="task 1", lease_seconds=1)
+    resources.services.release(resource=lease.pk, lease_token=lease.lease_token, outcome=Outcome.SUCCESS)
+    lease = resources.services.claim_by_id(resource_id=bob.pk, holder="task 2", reserve=True)
+    resources.services.release_unused(resource=bob.pk, lease_token=lease.lease_token, actor="task 2",
+                                      reason="cancelled")
+    resources.services.claim_by_id(resource_id=bob.pk, holder="task 3", lease_seconds=1)
+    resources.services.sweep_expired_leases(now=later(60))
 
     assert not AuditEntry.objects.exists()
 
@@ -260,9 +261,9 @@ def test_a_probation_probe_records_no_start(alice, instant_policy):
     task = start(alice.pool, resource=alice)
     recorded = AuditEntry.objects.count()  # its start's
     started = services.begin_attempt(task_id=task.pk, attempt_number=1)
-    pool_services.release(resource=alice.pk, lease_token=started.attempt.lease_token, outcome=Outcome.FAILURE,
-                          error="risk control", probation_seconds=60,
-                          classification=Classification(FailureCategory.NON_RETRYABLE, None, "risk control"))
+    resources.services.release(resource=alice.pk, lease_token=started.attempt.lease_token, outcome=Outcome.FAILURE,
+                               error="risk control", probation_seconds=60,
+                               classification=Classification(FailureCategory.NON_RETRYABLE, None, "risk control"))
     # A quarantining failure ends its task; a probe would not repeat a task still running.
     Task.objects.filter(pk=task.pk).update(state="dead", finished_at=timezone.now(), held_lease_token=None)
     Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now() - timedelta(seconds=1))  # cooled down
@@ -291,7 +292,7 @@ def test_a_refused_retry_records_nothing(alice, instant_policy):
     failed(alice)
     with pytest.raises(DomainError):
         services.retry_resource(resource=alice, actor="carol")  # no task ran on it: the flow must be named
-    pool_services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
+    resources.services.quarantine(resource=alice.pk, actor="carol", reason="leaked key")
     mark = last_id()
     with pytest.raises(DomainError):
         services.retry_resource(resource=alice, actor="carol", flow="demo")
@@ -532,7 +533,7 @@ def test_run_batches_command_records_nothing(pool, instant_policy):
 
 
 def test_sweep_leases_command_takes_an_actor_and_records_nothing(alice):
-    pool_services.claim_by_id(resource_id=alice.pk, holder="task 812", lease_seconds=1)
+    resources.services.claim_by_id(resource_id=alice.pk, holder="task 812", lease_seconds=1)
     Resource.objects.filter(pk=alice.pk).update(leased_until=timezone.now() - timedelta(seconds=5), lapse_seen_at=timezone.now() - timedelta(hours=1))
     call_command("sweep_leases", actor="carol")
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED and not AuditEntry.objects.exists()

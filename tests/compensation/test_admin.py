@@ -9,7 +9,7 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
-from resources import services as pool_services
+import resources.services
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_discarding_from_the_admin_goes_through_the_service_with_its_audit_entry
 
 
 def test_a_replay_refused_in_the_admin_says_why(admin_client, letters, alice):
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     response = act(admin_client, "deadletter", "replay", [letters[0].pk])
     assert said(response).startswith(f"1 refused: #{letters[0].pk}: cannot replay") and "quarantined" in said(response)
     assert DeadLetter.objects.get(pk=letters[0].pk).state == DeadLetterState.OPEN

@@ -5,7 +5,7 @@ from django.db import connection
 from django.utils import timezone
 from rq import SimpleWorker
 
-from resources import services as pool_services
+import resources.services
 from scheduling.choices import TaskState
 from scheduling.flows import flow
 from scheduling.models import Task
@@ -21,9 +21,9 @@ def work():
 def failed_there(task: Task, resource, *, number: int = 1) -> None:
     """An attempt of `task` that failed on `resource`, and the resource failed with it."""
     AttemptFactory(task=task, resource=resource, number=number, outcome="failed", finished_at=timezone.now())
-    lease = pool_services.claim_by_id(resource_id=resource.pk, holder=task.holder)
-    pool_services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure",
-                          error="TimeoutError: slow")
+    lease = resources.services.claim_by_id(resource_id=resource.pk, holder=task.holder)
+    resources.services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure",
+                               error="TimeoutError: slow")
 
 
 def died_on(resource, policy, *, payload=None, state=TaskState.DEAD, **fields) -> Task:

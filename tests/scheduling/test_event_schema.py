@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from audit.streaming import publish_stream_messages
-from resources import services as pool_services
+import resources.services
 from scheduling import services
 from scheduling.choices import TaskEventKind
 from scheduling.models import TaskEvent
@@ -70,7 +70,7 @@ def every_kind_of_event(redis_conn, pool, alice, instant_policy, default_policy)
     work()
     late = start(pool, ["ok"])                                                 # a success after it was given up
     started = services.begin_attempt(task_id=late.pk, attempt_number=1)
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
     services.recover_lost_attempts()
     services.finish_attempt(attempt=started.attempt, result="ok")
 

@@ -73,11 +73,11 @@ def test_periodic_jobs_have_a_worker_of_their_own_in_manage_py_up():
 def test_a_job_stores_errors_in_english_whatever_language_the_worker_speaks(redis_conn, alice, instant_policy):
     from django.utils import translation
 
-    from resources import services as pool_services
+    import resources.services
     from scheduling.jobs import run_attempt_job
 
     task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant", resource=alice)
-    pool_services.claim_by_id(resource_id=alice.pk, holder="someone else")
+    resources.services.claim_by_id(resource_id=alice.pk, holder="someone else")
     with translation.override("zh-hans"):  # a worker of a deployment whose LANGUAGE_CODE is zh-hans
         run_attempt_job(task.pk, 1)
 

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from retryops.errors import DomainError
 from scheduling import selectors, services
 from scheduling.models import Task
@@ -45,7 +45,7 @@ def test_last_task_on_is_the_one_whose_attempt_ran_there_last_not_the_newest_tas
                        same_resource_on_retry=False)
     older = start(pool, policy="moves", payload={"script": ["TimeoutError: slow"]})
     work()  # its first attempt fails on alice; its retry waits two minutes
-    pool_services.reset(resource=alice, actor="ops")
+    resources.services.reset(resource=alice, actor="ops")
     start(pool, policy="moves")
     work()  # a newer task runs on alice meanwhile
     services.run_task_now(task=older, actor="ops")
@@ -70,7 +70,7 @@ def test_lost_attempts_are_running_attempts_whose_lease_is_gone(redis_conn, pool
     alive = start(pool, resource=bob)
     lost_attempt = services.begin_attempt(task_id=lost.pk, attempt_number=1).attempt
     services.begin_attempt(task_id=alive.pk, attempt_number=1)
-    pool_services.release(resource=alice, lease_token=lost_attempt.lease_token, outcome="success")
+    resources.services.release(resource=alice, lease_token=lost_attempt.lease_token, outcome="success")
     assert [a.pk for a in selectors.lost_attempts()] == [lost_attempt.pk]
 
 

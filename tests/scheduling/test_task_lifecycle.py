@@ -7,7 +7,7 @@ import django_rq
 import pytest
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.choices import EventKind, ResourceState
 from resources.errors import PoolExhausted
 from resources.models import Resource, ResourceEvent
@@ -79,7 +79,7 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     assert (row.state, row.lease_holder) == (ResourceState.IN_USE, f"task {task.pk}")
     assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)
     with pytest.raises(PoolExhausted):
-        pool_services.claim_next(pool=alice.pool, holder="someone else")
+        resources.services.claim_next(pool=alice.pool, holder="someone else")
 
 
 def test_a_delivery_long_before_next_run_at_defers_without_running_the_flow(redis_conn, alice, default_policy):
@@ -250,7 +250,7 @@ def test_a_task_that_dies_before_running_gives_back_its_reserved_resource(redis_
 
 
 def test_a_strict_task_on_a_quarantined_resource_dies_at_once(redis_conn, pool, alice, bob, instant_policy):
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned")
     task = start(pool, resource=alice)
     work()
     task.refresh_from_db()
@@ -270,7 +270,7 @@ def test_a_success_arriving_after_its_attempt_was_abandoned_is_kept_and_cancels_
                                                                                          instant_policy):
     task = start(alice.pool)
     started = services.begin_attempt(task_id=task.pk, attempt_number=1)
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
     services.recover_lost_attempts()
     late = services.finish_attempt(attempt=started.attempt, result={"late": True})
     assert late.outcome == AttemptOutcome.SUCCEEDED
@@ -284,7 +284,7 @@ def test_a_success_arriving_after_its_attempt_was_abandoned_is_kept_and_cancels_
 def test_a_success_arriving_after_a_newer_attempt_started_is_dropped_and_recorded(redis_conn, alice, instant_policy):
     task = start(alice.pool)
     started = services.begin_attempt(task_id=task.pk, attempt_number=1)
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
     services.recover_lost_attempts()
     services.begin_attempt(task_id=task.pk, attempt_number=2)
     late = services.finish_attempt(attempt=started.attempt, result={"late": True})

@@ -17,7 +17,7 @@ from rq.job import Job
 
 from compensation import services as compensation
 from compensation.models import DeadLetter, WorkOrder
-from resources import services as pool_services
+import resources.services
 from resources.models import Resource
 from scheduling import services
 from scheduling.choices import TaskEventKind, TaskState
@@ -56,7 +56,7 @@ def system(redis_conn, pool, alice, bob, instant_policy, default_policy, short_i
     held = start(flow="demo", pool_name=pool, created_by="test", policy="default", resource=carol,
                  payload={"script": ["TimeoutError: slow", "ok"]})
     work()
-    pool_services.claim_by_id(resource_id=dave.pk, holder="billing-sync")
+    resources.services.claim_by_id(resource_id=dave.pk, holder="billing-sync")
     compensation.collect_dead_letters()  # what the consumer has not collected on the task's commit already
     letter = DeadLetter.objects.get(task=dead)
     compensation.acknowledge_work_order(work_order=letter.work_order_id, actor="ops:carol")

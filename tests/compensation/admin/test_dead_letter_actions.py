@@ -7,7 +7,7 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from compensation.admin import DeadLetterAdmin
 from compensation.models import DeadLetter
-from resources import services as pool_services
+import resources.services
 from tests.compensation.admin.conftest import said, states
 
 pytestmark = pytest.mark.django_db
@@ -108,7 +108,7 @@ def test_replaying_one_dead_letter_asks_first_then_replays_it_and_comes_back_to_
 
 
 def test_a_replay_refused_on_its_page_says_why_and_starts_nothing(carol, letters, alice):
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     response = carol.post(page_url(letters[0], "replay"), {})
     assert response.status_code == 200
     assert "quarantined" in str(response.context["form"].non_field_errors())

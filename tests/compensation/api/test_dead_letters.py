@@ -9,7 +9,7 @@ from django.utils import timezone
 from audit.models import AuditEntry
 from compensation import services
 from compensation.models import DeadLetter
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from scheduling.models import Task
 from tests.api_helpers import error_of, ok, post
@@ -83,14 +83,14 @@ def test_a_replay_without_a_key_twice_is_409_illegal_transition(ops, letters):
 
 
 def test_a_strict_replay_on_a_quarantined_resource_is_409_replay_refused_saying_why(ops, letters, alice):
-    pool_services.quarantine(resource=alice.pk, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=alice.pk, actor="ops", reason="banned upstream")
     error = error_of(post(ops, f"/api/dead-letters/{letters[0].pk}/replay"), 409)
     assert (error["code"], error["details"]["reason"]) == ("replay_refused", "quarantined")
     assert "banned upstream" in error["message"]
 
 
 def test_a_replay_on_any_resource_starts_a_task_that_is_not_strict(ops, letters, alice):
-    pool_services.quarantine(resource=alice.pk, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=alice.pk, actor="ops", reason="banned upstream")
     body = ok(post(ops, f"/api/dead-letters/{letters[0].pk}/replay", {"any_resource": True}))
     assert Task.objects.get(pk=body["replay_task"]).strict is False
 

@@ -8,7 +8,7 @@ from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.errors import BadInput, IllegalTransition, ReplayRefused
 from compensation.models import DeadLetter
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from scheduling import services as scheduling
@@ -115,8 +115,8 @@ def test_replaying_a_replayed_dead_letter_names_its_state(letter):
 
 
 def test_a_dead_letter_whose_resource_is_quarantined_says_so_instead_of_replaying(letter, alice):
-    pool_services.reset(resource=alice, actor="ops")
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    resources.services.reset(resource=alice, actor="ops")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     tasks = Task.objects.count()
     with pytest.raises(ReplayRefused, match="quarantined .*banned upstream") as refused:
         services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
@@ -144,18 +144,18 @@ def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_t
                                                                                              instant_policy):
     task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
                                  policy="instant")
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     work()
     services.collect_dead_letters()
     letter = DeadLetter.objects.get(task=task)
-    pool_services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
+    resources.services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
     replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
     assert (replayed.replay_task.strict, replayed.replay_task.pinned_resource_id) == (True, alice.pk)
 
 
 def test_a_replay_on_any_resource_starts_a_task_the_pool_chooses_for(letter, alice, bob):
-    pool_services.reset(resource=alice, actor="ops")
-    pool_services.quarantine(resource=alice, actor="ops", reason="banned upstream")
+    resources.services.reset(resource=alice, actor="ops")
+    resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     upstream["broken"] = False
     replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
     assert (replayed.replay_task.strict, replayed.replay_task.requested_resource_id) == (False, None)

@@ -7,7 +7,7 @@ finish_attempt, as a worker would), so no Redis is needed and nothing runs behin
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from resources import services as pool_services
+import resources.services
 from resources.models import Resource
 from scheduling import services
 from scheduling.models import Task
@@ -73,7 +73,7 @@ def failed_alice(dead_order) -> Resource:
 
 @pytest.fixture
 def quarantined_bob(bob) -> Resource:
-    return pool_services.quarantine(resource=bob, actor="ops", reason="banned upstream")
+    return resources.services.quarantine(resource=bob, actor="ops", reason="banned upstream")
 
 
 @pytest.fixture
@@ -96,12 +96,12 @@ def succeeded_order(alice, once) -> Task:
 def externally_failed_alice(succeeded_order) -> Resource:
     """After order 42 succeeded, an external worker claimed alice (as over the API) and released her
     failed: she is failed, and her last task is the order that succeeded."""
-    lease = pool_services.claim_by_id(resource_id=succeeded_order.pinned_resource_id, holder="billing-worker-7")
-    return pool_services.release(resource=lease.pk, lease_token=lease.lease_token, outcome="failure",
-                                 error="TimeoutError: upstream timed out")
+    lease = resources.services.claim_by_id(resource_id=succeeded_order.pinned_resource_id, holder="billing-worker-7")
+    return resources.services.release(resource=lease.pk, lease_token=lease.lease_token, outcome="failure",
+                                      error="TimeoutError: upstream timed out")
 
 
 @pytest.fixture
 def held_alice(externally_failed_alice) -> Resource:
     """Failed by one external worker, then claimed by another, which holds her now."""
-    return pool_services.claim_by_id(resource_id=externally_failed_alice.pk, holder="billing-worker-8")
+    return resources.services.claim_by_id(resource_id=externally_failed_alice.pk, holder="billing-worker-8")

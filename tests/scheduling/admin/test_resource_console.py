@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from audit.models import AuditEntry
 from resources import admin_bulk
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from scheduling.models import Task
@@ -133,7 +133,7 @@ def test_retry_selected_confirmed_starts_each_retryable_one(carol, failed_alice,
 
 def test_retry_selected_says_which_started_and_why_each_other_was_refused(carol, failed_alice, bob, once):
     run(order_42(bob), error=TimeoutError("upstream slow"))
-    pool_services.quarantine(resource=bob, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=bob, actor="ops", reason="banned upstream")
     page = choose(carol, [failed_alice, bob], confirmed=True).content.decode()
     task = Task.objects.get(requested_resource=failed_alice, created_by="carol")
     assert "Retry selected resources: 1 of 2 started" in page
@@ -151,7 +151,7 @@ def test_retry_selected_confirmed_from_a_filtered_list_reports_a_resource_that_l
     data = {"action": "retry_selected", ACTION_CHECKBOX_NAME: [failed_alice.pk], "index": 0}
     page = carol.post(f"{RESOURCES}?state__exact=failed", data).content.decode()
     assert f'<form method="post" action="{RESOURCES}">' in page
-    pool_services.quarantine(resource=failed_alice, actor="someone else", reason="stolen")  # it leaves the filter
+    resources.services.quarantine(resource=failed_alice, actor="someone else", reason="stolen")  # it leaves the filter
     confirmed = carol.post(RESOURCES, {**data, "post": "yes"})
     assert "account alice@x is quarantined since" in refusal_row(confirmed.content.decode(), "alice@x")
 

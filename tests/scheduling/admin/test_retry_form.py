@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from audit.models import AuditEntry
 from compensation import services as compensation
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
@@ -95,8 +95,8 @@ def test_a_resource_in_use_shows_the_reason_and_starts_nothing(carol, claimed_al
 
 @pytest.fixture
 def claimed_alice(failed_alice):
-    pool_services.reset(resource=failed_alice, actor="ops")
-    return pool_services.claim_by_id(resource_id=failed_alice.pk, holder="task 812")
+    resources.services.reset(resource=failed_alice, actor="ops")
+    return resources.services.claim_by_id(resource_id=failed_alice.pk, holder="task 812")
 
 
 def test_a_resource_a_waiting_task_holds_names_that_task_and_until_when(carol, waiting_order):
@@ -207,7 +207,7 @@ def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeede
     compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     replay = run(Task.objects.get(first_run=dead_order))
     assert (replay.state, replay.resource_id) == ("succeeded", bob.pk)
-    alice = pool_services.reset(resource=dead_order.resource_id, actor="ops")
+    alice = resources.services.reset(resource=dead_order.resource_id, actor="ops")
     order_43 = services.start_task(flow="demo", pool_name=alice.pool, payload={"order": 43}, resource=alice,
                                    created_by="shop", policy="once")
     assert run(order_43).state == "succeeded"  # the dead task is no longer alice's last

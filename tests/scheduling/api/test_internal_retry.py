@@ -5,7 +5,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from scheduling.choices import TaskState
 from scheduling.models import Task
@@ -41,7 +41,7 @@ def test_a_dead_task_is_retried_strictly_on_its_resource_as_its_business_instanc
 
 def test_a_batch_answers_each_task_in_order_and_one_refusal_stops_no_other(api, pool, alice, bob, default_policy):
     on_alice, on_bob = died_on(alice, default_policy), died_on(bob, default_policy, payload={"order": 7})
-    pool_services.quarantine(resource=bob.pk, actor="ops", reason="banned upstream")
+    resources.services.quarantine(resource=bob.pk, actor="ops", reason="banned upstream")
     response = retry(api, {"tasks": [on_bob.pk, 999999, on_alice.pk]})
     assert response.json()["retried"] == 1 and response.json()["refused"] == 2
     quarantined, unknown, retried = results(response)

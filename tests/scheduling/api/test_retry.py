@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from resources.models import Resource
 from scheduling.models import Task
 from tests.api_helpers import error_of, ok
@@ -21,12 +21,12 @@ def fail_on(resource, *, flow="demo", payload=None, error="TimeoutError: read ti
     """A task that ran on `resource`, failed there and died: what an external system retries."""
     task = TaskFactory(pool=resource.pool, flow=flow, payload=payload or {"order": 41}, state="dead",
                        next_run_at=None, finished_at=timezone.now(), attempt_count=1)
-    lease = pool_services.claim_by_id(resource_id=resource.pk, holder=task.holder)
+    lease = resources.services.claim_by_id(resource_id=resource.pk, holder=task.holder)
     AttemptFactory(task=task, resource=resource, lease_token=lease.lease_token, outcome="failed",
                    finished_at=timezone.now(), error_class="TimeoutError", error_message="read timed out",
                    error_signature="TimeoutError: read timed out", category="retryable", duration_ms=30)
-    pool_services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure", error=error,
-                          actor=task.holder)
+    resources.services.release(resource=resource.pk, lease_token=lease.lease_token, outcome="failure", error=error,
+                               actor=task.holder)
     return task
 
 
@@ -72,7 +72,7 @@ def test_a_retry_by_pool_and_key_with_its_own_flow_and_payload(api, failed_alice
 
 
 def test_a_strict_retry_of_a_resource_another_system_holds_is_409_naming_holder_and_until(api, failed_alice):
-    lease = pool_services.claim_by_id(resource_id=failed_alice.pk, holder="worker-9")
+    lease = resources.services.claim_by_id(resource_id=failed_alice.pk, holder="worker-9")
     error = error_of(retry(api, failed_alice), 409)
     assert (error["code"], error["details"]["reason"], error["details"]["holder"]) == (
         "resource_unavailable", "in_use", "worker-9")

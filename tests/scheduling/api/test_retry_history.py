@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.models import ResourceEvent
 from scheduling.models import Attempt
 from tests.factories import AttemptFactory, ResourceFactory, TaskFactory
@@ -61,7 +61,7 @@ def test_a_strict_retrys_reset_comes_before_its_claim_in_time_as_in_order(api, a
 
 def test_an_operators_reset_is_in_the_history_with_its_actor_and_no_task(api, alice):
     fail_on(alice)
-    pool_services.reset(resource=alice, actor="ops:carol", reason="upstream fixed")
+    resources.services.reset(resource=alice, actor="ops:carol", reason="upstream fixed")
     newest = history(api, f"/api/resources/{alice.pk}/retry_history")["results"][0]
     assert (newest["kind"], newest["actor"], newest["task"], newest["outcome"]) == ("reset", "ops:carol", None, None)
 
@@ -69,7 +69,7 @@ def test_an_operators_reset_is_in_the_history_with_its_actor_and_no_task(api, al
 def test_every_entry_is_on_exactly_one_page_following_next(api, alice):
     for _ in range(4):
         fail_on(alice)
-        pool_services.reset(resource=alice, actor="ops", reason="again")
+        resources.services.reset(resource=alice, actor="ops", reason="again")
     everything = history(api, f"/api/resources/{alice.pk}/retry_history?page_size=500")["results"]
     assert len(everything) == 16
     pages, path = [], f"/api/resources/{alice.pk}/retry_history?page_size=3"
@@ -137,7 +137,7 @@ def test_a_page_costs_the_same_four_queries_however_long_the_history(api, alice)
     history(api, f"/api/resources/{alice.pk}/retry_history")  # the key's last use is written once a minute
     short = queries_of_a_page(api, alice)
     for _ in range(10):
-        pool_services.reset(resource=alice, actor="ops", reason="again")
+        resources.services.reset(resource=alice, actor="ops", reason="again")
         fail_on(alice)
     long = queries_of_a_page(api, alice)
     assert len(history(api, f"/api/resources/{alice.pk}/retry_history")["results"]) == 11 * 3 + 10

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.models import Task
 from tests.api_helpers import error_of, ok, post
@@ -212,7 +212,7 @@ def test_a_waiting_task_is_cancelled_with_its_reason_and_audited(api, waiting):
 
 def test_a_cancelled_task_gives_back_the_resource_it_held(api, pool, alice, default_policy):
     task = TaskFactory(pool=pool, policy=default_policy)
-    lease = pool_services.claim_by_id(resource_id=alice.pk, holder=task.holder, reserve=True)
+    lease = resources.services.claim_by_id(resource_id=alice.pk, holder=task.holder, reserve=True)
     Task.objects.filter(pk=task.pk).update(resource=alice, pinned_resource=alice, held_lease_token=lease.lease_token)
     ok(post(api, f"/api/tasks/{task.pk}/cancel"))
     alice.refresh_from_db()

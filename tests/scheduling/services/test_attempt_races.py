@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.models import Resource
 from scheduling import services
 from scheduling.choices import TERMINAL_STATES, AttemptOutcome, TaskState
@@ -42,8 +42,8 @@ def wait_for_lock_wait(seconds=10):
 def test_a_late_success_racing_its_retrys_start_is_dropped_and_the_retry_runs(redis_conn, alice, instant_policy, monkeypatch):
     task = start(alice.pool)
     first = services.begin_attempt(task_id=task.pk, attempt_number=1)
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=2))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=2))
     services.recover_lost_attempts()
     task.refresh_from_db()
     assert task.state == TaskState.RETRYING and task.attempt_count == 1
@@ -97,7 +97,7 @@ def test_the_workers_renewal_racing_its_attempts_failure_leaves_the_hold_for_the
     first = services.begin_attempt(task_id=task.pk, attempt_number=1)
 
     held, go_on = threading.Event(), threading.Event()
-    real_hold = pool_services.hold_after_failure
+    real_hold = resources.services.hold_after_failure
 
     def slow_hold(**kw):
         r = real_hold(**kw)
@@ -105,7 +105,7 @@ def test_the_workers_renewal_racing_its_attempts_failure_leaves_the_hold_for_the
         go_on.wait(10)
         return r
 
-    monkeypatch.setattr(pool_services, "hold_after_failure", slow_hold)
+    monkeypatch.setattr(resources.services, "hold_after_failure", slow_hold)
     out = {}
 
     def fail():

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from retryops.errors import DomainError
 from scheduling import services
 from scheduling.choices import TaskState
@@ -50,7 +50,7 @@ def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool
                                created_by="shop", policy="default")
     from tests.scheduling.helpers import work
     work()
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))  # the hold ran out; r0 is failed
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))  # the hold ran out; r0 is failed
     task.refresh_from_db()
     assert (task.state, task.pinned_resource_id) == (TaskState.RETRYING, first.pk)
     ResourceFactory(pool=pool, key="fresh")
@@ -64,8 +64,8 @@ def test_failed_first_skips_a_resource_pinned_by_a_waiting_task(redis_conn, pool
 
 
 def test_a_failed_first_task_is_not_strict_but_holds_its_candidate(redis_conn, pool, default_policy):
-    failed = pool_services.claim_by_id(resource_id=ResourceFactory(pool=pool, key="r0").pk, holder="shop")
-    pool_services.release(resource=failed, lease_token=failed.lease_token, outcome="failure", error="TimeoutError")
+    failed = resources.services.claim_by_id(resource_id=ResourceFactory(pool=pool, key="r0").pk, holder="shop")
+    resources.services.release(resource=failed, lease_token=failed.lease_token, outcome="failure", error="TimeoutError")
     config = BatchConfig.objects.create(name="signups", pool=pool, flow="demo", policy=default_policy,
                                         tasks_per_tick=1, retry_failed_first=True)
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from retryops.errors import DomainError
@@ -80,7 +80,7 @@ def test_a_succeeded_instance_is_refused_with_its_own_code_and_the_sentence_it_a
 def test_no_probe_starts_a_run_of_an_instance_that_is_live_or_succeeded(state, alice, bob, default_policy):
     dead = died_on(alice, default_policy)
     run_of(dead, state=state, resource=bob)
-    pool_services.quarantine(resource=alice.pk, actor="ops", reason="risk control")
+    resources.services.quarantine(resource=alice.pk, actor="ops", reason="risk control")
     Resource.objects.filter(pk=alice.pk).update(probe_after=timezone.now() - timedelta(seconds=1))
     tasks = Task.objects.count()
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.choices import EventKind, ResourceState
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource, ResourceEvent
@@ -34,7 +34,7 @@ def test_retry_resource_refuses_while_a_strict_task_waits_to_retry_after_a_swept
                                                                                      default_policy):
     task = order_42(pool, alice, "default")
     work()
-    pool_services.sweep_expired_leases(now=later(10 ** 4))  # the hold ran out; alice is failed, the task waits
+    resources.services.sweep_expired_leases(now=later(10 ** 4))  # the hold ran out; alice is failed, the task waits
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
 
     with pytest.raises(DomainError) as refused:
@@ -62,7 +62,7 @@ def test_retry_resource_refuses_while_a_strict_task_waits_without_holding_it(red
 def test_retry_resource_refuses_while_a_lost_attempt_still_runs_on_it(redis_conn, pool, alice, instant_policy):
     task = services.start_task(flow="demo", pool_name=pool, created_by="shop", policy="instant")
     services.begin_attempt(task_id=task.pk, attempt_number=1)  # its worker dies here
-    pool_services.sweep_expired_leases(now=later(10 ** 4))
+    resources.services.sweep_expired_leases(now=later(10 ** 4))
 
     with pytest.raises(DomainError) as refused:
         services.retry_resource(resource=alice, actor="ops:carol", flow="demo")
@@ -183,7 +183,7 @@ def test_retry_resource_repeats_the_task_that_failed_there_last_not_a_newer_one_
     older = services.start_task(flow="demo", pool_name=pool, payload={"order": 42, "script": ["TimeoutError: slow"]},
                                 created_by="shop", policy="moves")
     work()  # order 42 fails on alice and waits two minutes to retry
-    pool_services.reset(resource=alice, actor="ops")
+    resources.services.reset(resource=alice, actor="ops")
     services.start_task(flow="demo", pool_name=pool, payload={"order": 43}, created_by="shop", policy="moves")
     work()  # order 43 succeeds on alice meanwhile
     services.run_task_now(task=older, actor="ops")
@@ -298,7 +298,7 @@ def test_retry_resource_resets_and_reserves_it_for_a_strict_task(failed_alice):
     assert (task.strict, task.pinned_resource_id, task.flow) == (True, failed_alice.pk, "demo")
     # between the reset and the job, nobody else can take it
     with pytest.raises(PoolExhausted):
-        pool_services.claim_next(pool=failed_alice.pool, holder="another scheduler")
+        resources.services.claim_next(pool=failed_alice.pool, holder="another scheduler")
     work()
     assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
 
@@ -331,7 +331,7 @@ def test_retry_resource_of_a_resource_an_external_worker_holds_names_the_holder_
     services.start_task(flow="demo", pool_name=pool, payload={"order": 42}, resource=alice, created_by="shop",
                         policy="instant")
     work()  # order 42 succeeds on alice: her last task, whose payload again would be refused
-    held = pool_services.claim_by_id(resource_id=alice.pk, holder="billing-worker-7")
+    held = resources.services.claim_by_id(resource_id=alice.pk, holder="billing-worker-7")
 
     with pytest.raises(ResourceUnavailable) as refused:
         services.retry_resource(resource=alice, actor="ops:carol")

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent
 from scheduling import services
@@ -31,8 +31,8 @@ def probe(redis_conn, alice):
 
 
 def test_a_probe_whose_lease_was_swept_does_not_claim_the_unquarantined_resource(probe, alice):
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))
-    pool_services.unquarantine(resource=alice, actor="ops:carol", reason="fixed upstream")
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))
+    resources.services.unquarantine(resource=alice, actor="ops:carol", reason="fixed upstream")
     unquarantined_at = ResourceEvent.objects.get(resource=alice, kind=EventKind.UNQUARANTINED).pk
 
     work()

@@ -3,7 +3,7 @@
 import pytest
 
 from audit.models import AuditEntry
-from resources import services as pool_services
+import resources.services
 from resources.models import ResourceEvent
 from scheduling import services
 from scheduling.models import Task
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def succeeded_on_held_alice(alice, instant_policy) -> Task:
     """Order 42 succeeded on alice; an external worker holds her now."""
     order = run(order_42(alice, policy="instant"))
-    pool_services.claim_by_id(resource_id=alice.pk, holder="billing-worker-8")
+    resources.services.claim_by_id(resource_id=alice.pk, holder="billing-worker-8")
     return order
 
 

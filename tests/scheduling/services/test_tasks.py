@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError
 from django.utils import timezone
 
-from resources import services as pool_services
+import resources.services
 from resources.models import Resource
 from retryops.errors import BadInput, DomainError
 from scheduling import services
@@ -52,8 +52,8 @@ def test_an_unnamed_tasks_retry_after_a_swept_hold_falls_back_to_a_free_resource
     first = ResourceFactory(pool=pool, key="r0")
     task = start(pool, payload={"script": ["TimeoutError: slow", "ok"]}, policy="default")
     work()
-    pool_services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))
-    pool_services.claim_by_id(resource_id=first.pk, holder="another scheduler")  # r0 is taken meanwhile
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=3))
+    resources.services.claim_by_id(resource_id=first.pk, holder="another scheduler")  # r0 is taken meanwhile
     ResourceFactory(pool=pool, key="r1")
     services.run_task_now(task=task, actor="ops:carol")
     work()
