@@ -6,7 +6,7 @@ class Migration(migrations.Migration):
     """Task.repeats becomes Task.first_run: the column is renamed, its rows kept."""
 
     dependencies = [
-        ('scheduling', '0014_task_new_instance_of'),
+        ('scheduling', '0015_dead_letter_queue'),
     ]
 
     operations = [
