@@ -12,6 +12,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 BEFORE, AFTER = ("scheduling", "0014_task_new_instance_of"), ("scheduling", "0015_dead_letter_queue")
 
 
+@pytest.fixture(autouse=True)
+def back_to_the_latest_migrations():
+    """The test leaves the schema at 0015, outside any transaction: the tests after it need the latest."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 def migrate(target):
     executor = MigrationExecutor(connection)
     executor.migrate([target])
