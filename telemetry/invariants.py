@@ -87,7 +87,7 @@ class Horizons:
     sweep_grace: timedelta
     # The dispatcher wakes an overdue task within a run or two; five runs late is lost.
     dispatch_grace: timedelta
-    # The dead-letter consumer, and the escalation's collection of what it missed.
+    # The dead-letter step collects a dead task within a run or two.
     dead_letter_grace: timedelta
     # The escalation gives an orphaned open dead letter its work order.
     work_order_grace: timedelta

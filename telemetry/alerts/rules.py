@@ -169,10 +169,10 @@ class DeadLetterQueueLength(Rule):
 
 class WorkOrderCreationFailed(AnyRule):
     """Dead letters nobody was given to act on, RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS after their
-    task died: dead tasks whose task.dead event the dead-letter consumer has not processed (it makes
-    the dead letter and its work order in one transaction, so a failure leaves the event), and open
-    dead letters without a live work order (escalation gives them one). Either is the consumer and
-    escalation failing, and the operators' 5-minute notice running out."""
+    task died: dead tasks the dead-letter step has not collected (it makes the dead letter and its
+    work order in the transaction that collects the task, so a failure leaves the task uncollected),
+    and open dead letters without a live work order (escalation gives them one). Either is the step
+    or escalation failing, and the operators' 5-minute notice running out."""
 
     name = "work_order_creation_failed"
     title = "Work order creation failed"
