@@ -7,6 +7,12 @@ from retryops.language import in_stored_language
 # One run drains the backlog batch by batch, for at most this long, so it ends before the next
 # run is due however large the backlog Redis left behind.
 PUBLISH_FOR_SECONDS = 5.0
+# Seconds between the ops process's runs of the periodic jobs (retryops.ops). Idempotency keys
+# are kept RETRYOPS_IDEMPOTENCY_KEEP_HOURS (at least 24): an hourly prune keeps the table within
+# an hour of that.
+PUBLISH_STREAM_EVERY = 2
+PRUNE_STREAM_EVERY = 600
+PRUNE_IDEMPOTENCY_KEYS_EVERY = 3600
 
 
 @in_stored_language

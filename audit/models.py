@@ -164,7 +164,7 @@ class IdempotencyKey(models.Model):
     Written before the work starts, in a transaction of its own, so a duplicate arriving while the
     first is processed finds it (and is told 409); released when the first ends in a 5xx or a
     crash, so the client may try again with the same key; kept at least
-    a day (services.IDEMPOTENCY_KEY_LIFETIME) and then pruned by a periodic job (audit.cron)."""
+    a day (services.IDEMPOTENCY_KEY_LIFETIME) and then pruned by the ops process."""
 
     # Exactly one of them: an API client's keys, or a session user's (the docs page, the admin).
     client = models.ForeignKey(ApiClient, null=True, blank=True, on_delete=models.CASCADE, related_name="+")

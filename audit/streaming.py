@@ -2,7 +2,7 @@
 retryops:events, for consumers outside the app (flag `audit-streaming`).
 
 An outbox: `add_to_stream` writes a StreamMessage row in the caller's transaction, and
-`publish_stream_messages` (a periodic job, audit.cron) adds the unpublished rows to their streams
+`publish_stream_messages` (a periodic step of the ops process) adds the unpublished rows to their streams
 in id order and marks them published. While Redis is down the rows wait; nothing is lost.
 Delivery is at least once: a publisher that dies after XADD and before its commit publishes
 those rows again, so consumers skip an `id` they have seen (per stream). Each entry has three

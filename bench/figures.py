@@ -10,7 +10,7 @@ the due time its backoff set (0 to 40 s before its start, so some started late) 
 order a trigger page sent a few minutes after its first dead letter. A superuser then times,
 `--repeat` times after a warm-up: AcceptanceCollector.collect() (what a scrape of /metrics costs
 for these gauges; target under 20 ms), refresh_acceptance_snapshot() over 24 h (the periodic job,
-every RETRYOPS_FIGURES_REFRESH_SECONDS), and the figures page per window, and prints p50, p95 and
+every minute), and the figures page per window, and prints p50, p95 and
 the queries of each, the sizes side by side. Each size runs in a child process of its own.
 """
 

@@ -6,6 +6,11 @@ from retryops.language import in_stored_language
 
 log = logging.getLogger(__name__)
 
+# Seconds between the ops process's runs of the periodic jobs (retryops.ops).
+DEAD_LETTERS_EVERY = 5
+DLQ_CLEANUP_EVERY = 3600
+ESCALATE_EVERY = 60
+
 
 @in_stored_language
 def dead_letters_job() -> dict:
@@ -29,8 +34,8 @@ def dead_letters_job() -> dict:
 
 @in_stored_language
 def bulk_replay_job(bulk_replay_id: int) -> str:
-    """One slice of a bulk replay; enqueues the next slice while there is more, so the periodic
-    jobs sharing its queue wait one slice at most."""
+    """One slice of a bulk replay; enqueues the next slice while there is more, so the jobs
+    sharing its queue wait one slice at most."""
     from compensation.services import run_bulk_replay
     from compensation.services.bulk_replay import enqueue_bulk_replay
 

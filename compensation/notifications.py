@@ -180,20 +180,19 @@ def queue_notification(*, event: str, dedup_key: str, subject_id: int, summary: 
 
 
 def send_after_commit() -> None:
-    """Put the send job on the periodic queue once the caller's transaction commits."""
+    """Put the send job on the flow workers' default queue once the caller's transaction commits."""
     transaction.on_commit(_enqueue_send, robust=True)
 
 
 def _enqueue_send() -> None:
     # Imported here: the jobs module imports this one.
     from compensation.jobs_notifications import send_notifications_job
-    from scheduling.queueing import PERIODIC_QUEUE
 
     try:
-        django_rq.get_queue(PERIODIC_QUEUE).enqueue(send_notifications_job, result_ttl=0)
+        django_rq.get_queue("default").enqueue(send_notifications_job, result_ttl=0)
     except RedisError as exc:
         # The rows are safe in the database; the periodic send job picks them up.
-        log.warning("notification send job not enqueued (%s); the periodic run will send", exc)
+        log.warning("notification send job not enqueued (%s); the ops process will send", exc)
 
 
 def retry_delay(attempts: int, retry_after: float | None = None) -> timedelta:

@@ -178,10 +178,10 @@ def _queues() -> dict:
     from redis.exceptions import RedisError
     from rq.registry import ScheduledJobRegistry, StartedJobRegistry
 
-    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+    from scheduling.queueing import WORKER_QUEUES
 
     queues = {}
-    for name in (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE):
+    for name in WORKER_QUEUES:
         try:
             queue = django_rq.get_queue(name)
             queues[name] = {"waiting": queue.count,
@@ -336,10 +336,10 @@ def rq_health(*, now: datetime | None = None, timeout: float = 2.0) -> dict:
     from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
     from retryops.probes import queue_server, redis_client
-    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+    from scheduling.queueing import WORKER_QUEUES
 
     now = now or timezone.now()
-    names = (RETRY_QUEUE, FLOW_QUEUE, "default", PERIODIC_QUEUE)
+    names = WORKER_QUEUES
     servers = {name: queue_server(name) for name in names}
     workers, errors = {}, {}
     for server in dict.fromkeys(servers.values()):

@@ -1,4 +1,4 @@
-"""Workers and crons that outlast a Redis outage: they say once that Redis is unreachable, wait
+"""Workers that outlast a Redis outage: they say once that Redis is unreachable, wait
 for it (retrying at most every LONGEST_WAIT_SECONDS), and carry on when it answers, instead of
 exiting and being restarted into the same outage.
 
@@ -11,12 +11,10 @@ away, and only then waits.
 import logging
 import time
 
-from django_rq.cron import DjangoCronScheduler
 from redis import Redis
 from redis.connection import SSLConnection
 from redis.exceptions import ConnectionError, TimeoutError
 from rq import worker_registration
-from rq.exceptions import StopRequested
 
 # What redis-py raises when the server cannot be reached (a refused or reset connection, a
 # timeout); BusyLoadingError, a server still loading its data, is a ConnectionError too.
@@ -187,19 +185,3 @@ class WaitsForRedis:
         except REDIS_ERRORS:
             self.log.warning("Worker %s: stopped without telling Redis (unreachable); its entry expires by itself",
                              self.name)
-
-
-class CronSchedulerWaitingForRedis(DjangoCronScheduler):
-    """django-rq's cron scheduler, which waits for an unreachable Redis and starts again (keeping
-    when each job is next due) instead of exiting."""
-
-    def start(self):
-        while True:
-            try:
-                return super().start()
-            except REDIS_ERRORS:
-                try:
-                    wait_for_redis(self.connection, self.log)
-                except StopRequested:  # SIGTERM or Ctrl-C while waiting (RQ's handler raises it)
-                    self.log.info("CronScheduler %s: stop requested", self.name)
-                    return

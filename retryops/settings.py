@@ -63,7 +63,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    # Before django_rq: its rqworker and rqcron commands are retryops' own, which refuse to start
+    # Before django_rq: its rqworker command is retryops' own, which refuses to start
     # against a database that lacks a migration (retryops/migrated.py).
     "retryops",
     "django_rq",
@@ -232,7 +232,7 @@ else:
     REDIS_CONNECTION = {"URL": REDIS_URL}
 RQ_QUEUES = {
     name: {**REDIS_CONNECTION, "DEFAULT_TIMEOUT": 600}
-    for name in ("default", "flows", "retries", "scheduler")
+    for name in ("default", "flows", "retries")
 }
 # Jobs are enqueued only once the transaction that wrote their rows has committed.
 RQ = {"COMMIT_MODE": "on_db_commit"}
@@ -315,9 +315,6 @@ RETRYOPS_FLOWS = {
 RETRYOPS_POLICY_FILE = BASE_DIR / "config" / "tasks" / "retry-policies.yaml"
 RETRYOPS_HTTP_CALL_URL = env_str("RETRYOPS_HTTP_CALL_URL", "")
 RETRYOPS_HTTP_CALL_TIMEOUT = 10
-# Seconds between runs of the periodic jobs (lease sweep + dispatcher, batch ticks).
-RETRYOPS_DISPATCH_INTERVAL = env_int("RETRYOPS_DISPATCH_INTERVAL", 15, minimum=1)
-RETRYOPS_BATCH_INTERVAL = env_int("RETRYOPS_BATCH_INTERVAL", 60, minimum=1)
 # Empty: our forking worker (retryops.worker.Worker), which isolates each flow in a work horse of
 # its own and keeps the attempt's lease from the worker process, where neither the flow's GIL nor a
 # paused horse can stop it. "rq.worker.SimpleWorker" runs about five times more jobs per second by
@@ -341,10 +338,6 @@ RETRYOPS_TRANSIENCE_WINDOW_DAYS = 7
 # The admin's dates with seconds (retryops/formats/), in English and Simplified Chinese.
 FORMAT_MODULE_PATH = ["retryops.formats"]
 
-# Dead letters and work orders (compensation). Seconds between runs of the dead-letter step
-# (which also follows replays and restarts stalled bulk replays), and of the retention clean-up.
-RETRYOPS_DEAD_LETTER_INTERVAL = env_int("RETRYOPS_DEAD_LETTER_INTERVAL", 5, minimum=1)
-RETRYOPS_DLQ_CLEANUP_INTERVAL = env_int("RETRYOPS_DLQ_CLEANUP_INTERVAL", 3600, minimum=60)
 # The SLA clocks of a work order, in seconds: dead letter -> work order (the operators' 5-minute
 # notice), -> acknowledged, -> compensated.
 RETRYOPS_SLA_NOTICE_SECONDS = 300
@@ -354,11 +347,9 @@ RETRYOPS_SLA_COMPENSATE_SECONDS = 86_400
 # The acceptance figures (telemetry.figures): the window the /metrics gauges and the admin panel
 # measure (the figures page offers 1 h, 24 h and 7 d as well), how late past its due time a retry
 # may start and still count as started within its SLA (the dispatcher runs every
-# RETRYOPS_DISPATCH_INTERVAL seconds, so a retry it picks up is normally that late at most), and
-# how often the periodic job recomputes the gauges' snapshot.
+# scheduling.jobs.DISPATCH_EVERY seconds, so a retry it picks up is normally that late at most).
 RETRYOPS_FIGURES_WINDOW_SECONDS = 86_400
 RETRYOPS_RETRY_SLA_GRACE_SECONDS = 30
-RETRYOPS_FIGURES_REFRESH_SECONDS = env_int("RETRYOPS_FIGURES_REFRESH_SECONDS", 60, minimum=5, maximum=86_400)
 
 # Runbooks (compensation): the folder of <name>.md runbooks, and where the example external
 # action `notify_billing` POSTs its compensation requests (empty: it fails, saying so).
@@ -374,13 +365,10 @@ RETRYOPS_NOTIFY_TIMEOUT = 5
 # Sends per notification before it stays failed; retries wait 15 s, 30 s, 60 s, ... (at most an hour).
 RETRYOPS_NOTIFY_MAX_ATTEMPTS = 6
 RETRYOPS_NOTIFY_RETRY_DELAY = 15
-# Seconds between runs of the periodic send job (each notification is also sent right after its commit).
-RETRYOPS_NOTIFY_INTERVAL = env_int("RETRYOPS_NOTIFY_INTERVAL", 30, minimum=1)
-# Escalation (compensation.services.escalation, every RETRYOPS_ESCALATE_INTERVAL seconds): a
+# Escalation (compensation.services.escalation): a
 # notification that failed is queued again once its last try is RETRYOPS_NOTIFY_RESEND_AFTER
 # seconds old, at most RETRYOPS_NOTIFY_MAX_RESENDS times (at most 100, as a check constraint says),
 # so a receiver down for hours still gets the page and a broken one is not tried forever.
-RETRYOPS_ESCALATE_INTERVAL = env_int("RETRYOPS_ESCALATE_INTERVAL", 60, minimum=1)
 RETRYOPS_NOTIFY_RESEND_AFTER = 3600
 RETRYOPS_NOTIFY_MAX_RESENDS = 3
 # Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
@@ -399,20 +387,16 @@ for _name in ("RETRYOPS_SLACK_WEBHOOK_URL", "RETRYOPS_PAGERDUTY_URL", "RETRYOPS_
 from retryops import flags  # noqa: E402
 
 RETRYOPS_FLAGS_OFF = flags.parse_off(env_str(flags.ENV_VAR))
-# The event stream (audit/streaming.py): the outbox's publisher runs every RETRYOPS_STREAM_INTERVAL
-# seconds (`manage.py rqcron audit.cron`); each stream keeps about RETRYOPS_STREAM_MAXLEN entries.
+# The event stream (audit/streaming.py): each stream keeps about RETRYOPS_STREAM_MAXLEN entries.
 # Empty RETRYOPS_STREAM_REDIS_URL: the streams live in the queues' Redis.
 RETRYOPS_STREAM_MAXLEN = 100_000
-RETRYOPS_STREAM_INTERVAL = env_int("RETRYOPS_STREAM_INTERVAL", 2, minimum=1)
 RETRYOPS_STREAM_REDIS_URL = env_str("RETRYOPS_STREAM_REDIS_URL", "")
 if RETRYOPS_STREAM_REDIS_URL:
     check_redis_url(RETRYOPS_STREAM_REDIS_URL, name="RETRYOPS_STREAM_REDIS_URL")
 
-# Alerts (telemetry.alerts, evaluated every RETRYOPS_ALERT_INTERVAL seconds by `manage.py rqcron
-# telemetry.cron`). An alert fires when its value goes above its threshold, and resolves
+# Alerts (telemetry.alerts, evaluated by the ops process). An alert fires when its value goes above its threshold, and resolves
 # once its value has stayed at or below threshold x RETRYOPS_ALERT_CLEAR_RATIO for
 # RETRYOPS_ALERT_CLEAR_SECONDS (a retry failure rate of 15% fires; it resolves at 12% or less).
-RETRYOPS_ALERT_INTERVAL = env_int("RETRYOPS_ALERT_INTERVAL", 30, minimum=1, maximum=3600)
 RETRYOPS_ALERT_CLEAR_RATIO = 0.8
 RETRYOPS_ALERT_CLEAR_SECONDS = 120
 # The share of the retries ended in the last WINDOW seconds that failed (another retry scheduled,
@@ -520,8 +504,3 @@ if not RETRYOPS_METRICS_ALLOW and not RETRYOPS_METRICS_TOKEN:
 
     raise ImproperlyConfigured("RETRYOPS_METRICS_ALLOW is empty (any address) and RETRYOPS_METRICS_TOKEN is unset: "
                                "/metrics would be open to anyone; set a token or list the addresses allowed")
-# Seconds between passes of the metrics rollup (`manage.py rqcron telemetry.cron`); a scrape is
-# exact whatever it is, and costs the rows written since the last pass.
-# At most an hour: a scrape counts the rows of a whole interval, and the job's TTL is the interval
-# (Redis refuses one past its range at every enqueue, long after start-up).
-RETRYOPS_METRICS_ROLLUP_INTERVAL = env_int("RETRYOPS_METRICS_ROLLUP_INTERVAL", 5, minimum=1, maximum=3600)

@@ -1,5 +1,5 @@
 """What every process does before it serves or works: read the settings, so that a bad one stops
-it with one line naming the variable (manage.py, and so rqworker, rqcron and up; gunicorn's master
+it with one line naming the variable (manage.py, and so rqworker, ops and up; gunicorn's master
 through deploy/gunicorn.conf.py), rather than a traceback, or a start that fails later."""
 
 import os

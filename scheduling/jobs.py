@@ -10,6 +10,10 @@ from retryops.language import in_stored_language
 
 log = logging.getLogger(__name__)
 
+# Seconds between the ops process's runs of the periodic jobs (retryops.ops).
+DISPATCH_EVERY = 15
+BATCH_TICK_EVERY = 60
+
 
 @in_stored_language
 def run_attempt_job(task_id: int, attempt_number: int, due: float | None = None):

@@ -25,8 +25,6 @@ FLOW_QUEUE = "flows"
 RETRY_QUEUE = "retries"
 # The queues a flow worker takes from, in this order (`manage.py up`, the tests' burst worker).
 WORKER_QUEUES = (RETRY_QUEUE, FLOW_QUEUE, "default")
-# The periodic jobs' queue (scheduling.cron), served by a worker of its own.
-PERIODIC_QUEUE = "scheduler"
 
 # A wake-up due sooner than this goes on the queue at once, and the runner waits out the rest
 # (see runner.MAX_EARLY_WAIT); RQ's scheduler, which keeps whole seconds and looks once a second,

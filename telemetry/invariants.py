@@ -27,6 +27,7 @@ from rq.job import JobStatus
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
+from compensation import jobs as compensation_jobs
 from compensation.choices import (
     DeadLetterState,
     WorkOrderSource,
@@ -37,6 +38,7 @@ from compensation.services.cleanup import RETENTION_DAYS
 from compensation.services.escalation import orphaned_dead_letters
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
+from scheduling import jobs as scheduling_jobs
 from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind, TaskState
 from scheduling.models import Attempt, Task, TaskEvent
 
@@ -103,11 +105,11 @@ class Horizons:
     @classmethod
     def from_settings(cls, *, now: datetime | None = None, deep: bool = False) -> "Horizons":
         now = now or timezone.now()
-        dispatch = timedelta(seconds=settings.RETRYOPS_DISPATCH_INTERVAL)
-        escalate = timedelta(seconds=settings.RETRYOPS_ESCALATE_INTERVAL)
+        dispatch = timedelta(seconds=scheduling_jobs.DISPATCH_EVERY)
+        escalate = timedelta(seconds=compensation_jobs.ESCALATE_EVERY)
         back = timedelta(days=RETENTION_DAYS) if deep else RECENT
         return cls(now=now, sweep_grace=2 * dispatch, dispatch_grace=5 * dispatch,
-                   dead_letter_grace=2 * escalate + timedelta(seconds=settings.RETRYOPS_DEAD_LETTER_INTERVAL),
+                   dead_letter_grace=2 * escalate + timedelta(seconds=compensation_jobs.DEAD_LETTERS_EVERY),
                    work_order_grace=2 * escalate, fresh_lease=2 * dispatch, since=now - back)
 
 

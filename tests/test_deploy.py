@@ -80,11 +80,10 @@ def test_the_compose_services_run_the_procfile_commands():
     assert commands == procfile()
 
 
-def test_the_compose_file_probes_web_by_its_own_readiness_and_the_workers_by_the_deployments():
+def test_the_compose_file_probes_web_by_its_readiness_and_runs_a_standby_ops_process():
     services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
-    assert "/readyz?scope=web'" in " ".join(services["web"]["healthcheck"]["test"])
-    for name in ("worker", "periodic_worker"):
-        assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
+    assert "/readyz'" in " ".join(services["web"]["healthcheck"]["test"])
+    assert services["ops"]["deploy"]["replicas"] == 2
 
 
 def test_the_image_installs_the_locked_versions():

@@ -1,4 +1,4 @@
-"""Workers and crons through a Redis outage: real `manage.py rqworker` and `rqcron` processes
+"""Workers and the ops process through a Redis outage: real `manage.py rqworker` and `ops` processes
 against a redis-server of the test's own, stopped and started again on the same port."""
 
 import shutil
@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from redis import Redis
 from rq import Queue
-from rq.cron_scheduler_registry import get_registry_key as cron_registry_key
 
 from scheduling import services
 from scheduling.choices import TaskState
@@ -84,13 +83,9 @@ def registered_workers(redis: RedisServer) -> int:
         return 0
 
 
-def cron_rounds(redis: RedisServer) -> float:
-    """When the cron schedulers last reported (0 when none did, or Redis does not answer)."""
-    try:
-        return max((score for _, score in redis.client().zrange(cron_registry_key(), 0, -1, withscores=True)),
-                   default=0)
-    except Exception:
-        return 0
+def dispatches(log: Path) -> int:
+    """The ops process's runs of the dispatch step so far."""
+    return log.read_text().count("ops step=dispatch ")
 
 
 def outage(redis: RedisServer, seconds: float) -> None:
@@ -100,16 +95,15 @@ def outage(redis: RedisServer, seconds: float) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_and_the_periodic_jobs_cron_outlast_a_redis_outage(redis_server, tmp_path):
-    # The dispatcher every second: the cron meets the outage, as it would in minutes of one.
-    with started(redis_server, tmp_path / "log", worker("default"), ["rqcron", "scheduling.cron"],
-                 RETRYOPS_DISPATCH_INTERVAL="1") as processes:
-        wait_for(lambda: registered_workers(redis_server) == 1 and cron_rounds(redis_server), timeout=30)
+def test_a_worker_and_the_ops_process_outlast_a_redis_outage(redis_server, tmp_path):
+    # The dispatcher every second: the ops process meets the outage, as it would in minutes of one.
+    with started(redis_server, tmp_path / "log", worker("default"), ["ops", "--every", "dispatch=1"]) as processes:
+        wait_for(lambda: registered_workers(redis_server) == 1 and dispatches(tmp_path / "log"), timeout=30)
 
         outage(redis_server, 6)
 
-        returned = time.time()
-        wait_for(lambda: cron_rounds(redis_server) > returned, timeout=15)
+        returned = dispatches(tmp_path / "log")
+        wait_for(lambda: dispatches(tmp_path / "log") > returned, timeout=15)
         wait_for(lambda: registered_workers(redis_server) == 1, timeout=15)
         job = Queue("default", connection=redis_server.client()).enqueue("os.getpid")
         wait_for(lambda: job.get_status(refresh=True) == "finished", timeout=15)

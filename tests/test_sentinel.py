@@ -110,7 +110,7 @@ def test_the_sentinel_settings_put_every_queue_and_the_cache_on_the_sentinels_ma
 
     assert run.returncode == 0, run.stderr
     queues, cache = json.loads(run.stdout.splitlines()[-1])
-    assert set(queues) == {"default", "flows", "retries", "scheduler"}
+    assert set(queues) == {"default", "flows", "retries"}
     for config in queues.values():
         assert "URL" not in config
         assert (config["SENTINELS"], config["MASTER_NAME"], config["DB"], config["PASSWORD"]) == (

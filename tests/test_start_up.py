@@ -36,7 +36,7 @@ def test_a_worker_started_with_a_malformed_url_stops_with_one_line_naming_it(var
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [["rqcron", "scheduling.cron"], ["migrate"], ["up", "--no-serve"]])
+@pytest.mark.parametrize("command", [["ops"], ["migrate"], ["up", "--no-serve"]])
 def test_every_command_refuses_a_malformed_database_url_before_it_starts(command):
     result = start([sys.executable, "manage.py", *command], DATABASE_URL="mysql://x")
     assert_one_line_naming(result, "DATABASE_URL must start with postgresql://")
@@ -68,7 +68,7 @@ def empty_database(django_db_blocker):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqcron", "scheduling.cron"]])
+@pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["ops"]])
 def test_a_worker_started_on_an_empty_database_refuses_to_start_saying_to_migrate(empty_database, command):
     result = start([sys.executable, "manage.py", *command], DATABASE_URL=empty_database)
     assert result.returncode == 1, result.stderr

@@ -139,10 +139,9 @@ def no_channels(settings, monkeypatch):
 
 def test_up_starts_a_demo_receiver_and_points_the_unconfigured_channels_at_it(no_channels):
     children = Up().child_processes("127.0.0.1:8000", receiver_port=8125)
-    assert list(children) == ["worker", "periodic worker", "periodic jobs", "dead letters", "stream publisher",
-                              "telemetry", "web", "demo receiver"]
+    assert list(children) == ["worker", "ops", "web", "demo receiver"]
     assert children["demo receiver"][0][-3:] == ["demo_receiver", "--port", "8125"]
-    for name in ("worker", "periodic worker", "periodic jobs", "dead letters", "web"):
+    for name in ("worker", "ops", "web"):
         env = children[name][1]
         assert (env["RETRYOPS_SLACK_WEBHOOK_URL"], env["RETRYOPS_PAGERDUTY_URL"],
                 env["RETRYOPS_PAGERDUTY_ROUTING_KEY"]) == (
@@ -361,7 +360,7 @@ def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_o
         wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", first)
         children = psutil.Process(first.pid).children(recursive=True)
         started += children
-        assert len(children) >= 5  # the workers (and a scheduler), the crons, the web server, the demo receiver
+        assert len(children) >= 4  # the worker (and its scheduler), the ops process, the web server, the receiver
 
         crash(first)
 
@@ -431,20 +430,19 @@ def test_up_restarts_a_child_that_dies_says_so_and_lists_its_new_pid(tmp_path, r
     try:
         up = start_up(port, up_env(tmp_path), tmp_path / "up.log", receiver_port=receiver_port)
         started.append(psutil.Process(up.pid))
-        wait_for(lambda: "periodic jobs" in run_file_children(tmp_path / "up", up), timeout=60)
+        wait_for(lambda: "ops" in run_file_children(tmp_path / "up", up), timeout=60)
         first = run_file_children(tmp_path / "up", up)
         started += psutil.Process(up.pid).children(recursive=True)
 
-        os.kill(first["periodic jobs"], signal.SIGKILL)
+        os.kill(first["ops"], signal.SIGKILL)
 
-        wait_for(lambda: run_file_children(tmp_path / "up", up).get("periodic jobs", first["periodic jobs"])
-                 != first["periodic jobs"], timeout=30)
+        wait_for(lambda: run_file_children(tmp_path / "up", up).get("ops", first["ops"]) != first["ops"], timeout=30)
         again = run_file_children(tmp_path / "up", up)
-        started.append(psutil.Process(again["periodic jobs"]))
-        assert psutil.Process(again["periodic jobs"]).cmdline()[-2:] == ["rqcron", "scheduling.cron"]
-        assert {name: pid for name, pid in again.items() if name != "periodic jobs"} == {
-            name: pid for name, pid in first.items() if name != "periodic jobs"}
-        assert (f"periodic jobs (pid {first['periodic jobs']}) exited with -9; restarting it in 1 s"
+        started.append(psutil.Process(again["ops"]))
+        assert psutil.Process(again["ops"]).cmdline()[-1] == "ops"
+        assert {name: pid for name, pid in again.items() if name != "ops"} == {
+            name: pid for name, pid in first.items() if name != "ops"}
+        assert (f"ops (pid {first['ops']}) exited with -9; restarting it in 1 s"
                 in (tmp_path / "up.log").read_text())
         assert up.poll() is None
     finally:

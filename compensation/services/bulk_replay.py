@@ -143,9 +143,8 @@ def enqueue_bulk_replay(bulk_id: int) -> None:
     import django_rq
 
     from compensation.jobs import bulk_replay_job
-    from scheduling.queueing import PERIODIC_QUEUE
 
-    django_rq.get_queue(PERIODIC_QUEUE).enqueue(bulk_replay_job, bulk_id, result_ttl=0)
+    django_rq.get_queue("default").enqueue(bulk_replay_job, bulk_id, result_ttl=0)
 
 
 def cancel_bulk_replay(*, bulk_replay: BulkReplay | int, actor: str) -> BulkReplay:

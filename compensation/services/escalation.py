@@ -1,6 +1,6 @@
 """Escalation: the periodic safety net behind the dead letters and the on-call's pages.
 
-One run (`escalate`, every RETRYOPS_ESCALATE_INTERVAL seconds from compensation.cron, or
+One run (`escalate`, every minute from the ops process, or
 `manage.py escalate`) does three steps, each on its own and each row in its own transaction, so
 one that fails is logged and counted and the others still run:
 
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 STEPS = ("work_orders", "notifications", "breaches")
 # Rows one run takes per step at most; the next run goes on where it stopped. Keeps one run
-# (and the periodic queue it shares with the dead-letter step) short after an outage.
+# short after an outage.
 BATCH = 500
 # What each SLA clock's breach means, for the page and the audit entry.
 BREACH_WORDS = {

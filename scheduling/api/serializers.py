@@ -18,7 +18,7 @@ class TaskSerializer(serializers.ModelSerializer):
                                                          "the task is in the database, whether or not Redis answered.")
     wake_up_sent = serializers.SerializerMethodField(
         help_text="Its wake-up reached the queue; false while Redis does not answer, until the dispatcher sends it "
-                  "(every RETRYOPS_DISPATCH_INTERVAL seconds).")
+                  "(every 15 seconds).")
 
     class Meta:
         model = Task

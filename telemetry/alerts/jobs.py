@@ -1,7 +1,9 @@
-"""The RQ job that evaluates the alert rules (rq cron, every RETRYOPS_ALERT_INTERVAL seconds)."""
+"""The periodic job that evaluates the alert rules (the ops process, every EVALUATE_ALERTS_EVERY seconds)."""
 
 from retryops.language import in_stored_language
 from telemetry.alerts.services import evaluate_alerts
+
+EVALUATE_ALERTS_EVERY = 30
 
 
 @in_stored_language

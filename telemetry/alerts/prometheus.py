@@ -6,8 +6,8 @@ the two conditions the app cannot see in itself: it does not answer, or its eval
 import inspect
 
 import yaml
-from django.conf import settings
 
+from telemetry.alerts.jobs import EVALUATE_ALERTS_EVERY
 from telemetry.alerts.rules import RULES, Rule
 
 HEADER = """\
@@ -43,7 +43,7 @@ def prometheus_rules(*, public_url: str) -> str:
                      public_url + rule.rows_url())
               for name, rule in RULES.items()]
     # Four evaluations missed, and never less than five minutes.
-    stale = max(300, 4 * settings.RETRYOPS_ALERT_INTERVAL)
+    stale = max(300, 4 * EVALUATE_ALERTS_EVERY)
     alerts += [
         _alert("RetryOpsDown", 'up{job="retryops"} == 0', "critical",
                "Prometheus cannot scrape RetryOps",
@@ -55,8 +55,9 @@ def prometheus_rules(*, public_url: str) -> str:
                'or (absent(retryops_alert_evaluation_age_seconds) and on() max(up{job="retryops"}) == 1)',
                "critical", "RetryOps has stopped evaluating its alert rules",
                f"The app answers but its alert rules were not evaluated for {stale} s (or never), so every other "
-               "RetryOps alert stays as it was. Check that the process running the periodic jobs is up.",
-               public_url + "/admin/rq/", **{"for": "1m"}),
+               "RetryOps alert stays as it was. Check that an ops process (manage.py ops) runs and leads "
+               "(retryops_ops_leader).",
+               public_url + "/admin/", **{"for": "1m"}),
     ]
     body = yaml.safe_dump({"groups": [{"name": "retryops", "interval": "30s", "rules": alerts}]},
                           sort_keys=False, width=110, allow_unicode=True)

@@ -55,6 +55,8 @@ RETRY_WITHIN_SLA_TARGET = 0.99
 COMPLETION_TARGET = 0.95
 # The windows the figures page offers, in seconds, with the setting's own when it is another.
 WINDOWS = (3600, 86400, 7 * 86400)
+# Seconds between the ops process's refreshes of the /metrics gauges' snapshot (services).
+REFRESH_FIGURES_EVERY = 60
 
 
 class Percentile(Aggregate):
@@ -194,7 +196,7 @@ def latest_snapshot(*, seconds: int | None = None):
 
     snapshot = AcceptanceSnapshot.objects.filter(
         window_seconds=seconds or settings.RETRYOPS_FIGURES_WINDOW_SECONDS).first()
-    stale = timezone.now() - timedelta(seconds=5 * settings.RETRYOPS_FIGURES_REFRESH_SECONDS)
+    stale = timezone.now() - timedelta(seconds=5 * REFRESH_FIGURES_EVERY)
     return snapshot if snapshot is not None and snapshot.computed_at >= stale else None
 
 

@@ -1,5 +1,5 @@
-"""The acceptance figures' snapshot, recomputed by a periodic job (telemetry.jobs would list it:
-`refresh_figures_job`, every RETRYOPS_FIGURES_REFRESH_SECONDS) so that /metrics reads one row."""
+"""The acceptance figures' snapshot, recomputed by a periodic job (`refresh_figures_job`, every
+selectors.REFRESH_FIGURES_EVERY seconds) so that /metrics reads one row."""
 
 from datetime import datetime
 

@@ -2,7 +2,7 @@
 
 Gauges whose query groups rows that can number hundreds of thousands (resources by pool and
 state, waiting tasks, running attempts, open dead letters) are counted by each rollup pass
-(every RETRYOPS_METRICS_ROLLUP_INTERVAL seconds) into MetricGauge, so a scrape reads a few dozen
+(every 5 seconds, in the ops process) into MetricGauge, so a scrape reads a few dozen
 rows: grouping 100,000 resources alone costs about 20 ms, the budget of a whole collector (see
 bench/metrics.py). The others are small indexed reads made at each scrape: overdue retries
 (task_waiting_due_idx), live work orders and their SLA clocks (work_order_live_idx), failed

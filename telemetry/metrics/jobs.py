@@ -1,4 +1,7 @@
-"""The metrics rollup's RQ job: thin, it calls the service and returns what it did."""
+"""The metrics rollup's periodic job: thin, it calls the service and returns what it did. A
+scrape is exact whatever the cadence, and costs the rows written since the last pass."""
+
+ROLL_UP_METRICS_EVERY = 5
 
 
 def roll_up_metrics_job() -> dict:

@@ -59,7 +59,7 @@ class MetricWatermark(models.Model):
 class MetricGauge(models.Model):
     """One sample of a gauge whose query grows with the rows it groups (resources by pool and
     state, waiting tasks, running attempts, open dead letters): counted by each rollup pass,
-    every RETRYOPS_METRICS_ROLLUP_INTERVAL seconds, and replaced whole, so a scrape reads a few
+    every 5 seconds by the ops process, and replaced whole, so a scrape reads a few
     dozen rows instead of grouping 100,000 resources."""
 
     metric = models.CharField(_("metric"), max_length=60)

@@ -181,10 +181,3 @@ def test_published_messages_older_than_a_day_are_deleted_in_batches_unpublished_
 
     assert streaming.prune_published(batch=2) == 5
     assert list(StreamMessage.objects.order_by("id").values_list("id", flat=True)) == ids[5:]
-
-
-def test_the_publisher_runs_on_the_periodic_jobs_queue():
-    from audit import cron
-    from scheduling.queueing import PERIODIC_QUEUE
-
-    assert cron.PERIODIC_QUEUE == PERIODIC_QUEUE

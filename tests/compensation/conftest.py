@@ -8,7 +8,6 @@ from rq import SimpleWorker
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.flows import flow
 from scheduling.models import Task, TaskEvent
-from scheduling.queueing import PERIODIC_QUEUE
 
 # While True, the "until_fixed" flow fails retryably; a test "fixes" upstream by setting it False.
 upstream = {"broken": True}
@@ -29,9 +28,9 @@ def _upstream_broken():
     upstream["broken"] = True
 
 
-def work_periodic():
-    """Run the periodic queue's jobs (the dead-letter step) in a burst worker in this process."""
-    django_rq.get_worker(PERIODIC_QUEUE, worker_class=SimpleWorker).work(burst=True)
+def work_default():
+    """Run the default queue's jobs (bulk replay slices, notification sends) in a burst worker in this process."""
+    django_rq.get_worker("default", worker_class=SimpleWorker).work(burst=True)
 
 
 def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstream timed out", resource=None,

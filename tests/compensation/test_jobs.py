@@ -1,11 +1,10 @@
-"""The compensation jobs, run by a burst worker on the periodic queue as rqcron enqueues them."""
+"""The compensation jobs: the periodic ones as the ops process calls them, and the bulk replay on a burst worker."""
 
 from datetime import timedelta
 
 import django_rq
 import pytest
 from django.utils import timezone
-from rq.cron import CronScheduler
 
 from audit.models import AuditEntry
 from compensation import services
@@ -13,8 +12,7 @@ from compensation.choices import BulkReplayState, DeadLetterState
 from compensation.jobs import dead_letters_job, dlq_cleanup_job, escalate_job
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.services.cleanup import RETENTION_DAYS
-from scheduling.queueing import PERIODIC_QUEUE
-from tests.compensation.conftest import dead_tasks, work_periodic
+from tests.compensation.conftest import dead_tasks
 from tests.scheduling.helpers import CountingWorker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,8 +22,7 @@ def test_the_periodic_job_collects_a_death_whose_process_crashed_before_the_dead
                                                                                          instant_policy):
     # Written without the worker, as when the process died right after the dying transaction committed.
     [task] = dead_tasks(pool=pool, policy=instant_policy)
-    django_rq.get_queue(PERIODIC_QUEUE).enqueue(dead_letters_job)
-    work_periodic()
+    dead_letters_job()
     letter = DeadLetter.objects.get(task=task)
     assert (letter.state, letter.work_order.dead_letter_count) == (DeadLetterState.OPEN, 1)
 
@@ -37,7 +34,7 @@ def test_a_bulk_replay_runs_in_slices_until_it_is_finished(redis_conn, pool, ins
     dead_tasks(pool=pool, policy=instant_policy, n=6)
     services.collect_dead_letters()
     bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=40, any_resource=True)
-    worker = django_rq.get_worker(PERIODIC_QUEUE, worker_class=CountingWorker)
+    worker = django_rq.get_worker("default", worker_class=CountingWorker)
     worker.work(burst=True)
     done = BulkReplay.objects.get(pk=bulk.pk)
     assert (done.state, done.done) == (BulkReplayState.FINISHED, 6)
@@ -59,20 +56,11 @@ def test_the_escalate_job_marks_breaches_as_the_system(redis_conn, pool, instant
     dead_tasks(pool=pool, policy=instant_policy)
     services.collect_dead_letters()
     WorkOrder.objects.update(first_dead_at=timezone.now() - timedelta(hours=1))
-    django_rq.get_queue(PERIODIC_QUEUE).enqueue(escalate_job)
-    work_periodic()
+    escalate_job()
     order = WorkOrder.objects.get()
     assert order.acknowledge_breached_at is not None
     entry = AuditEntry.objects.get(action="work_order.sla_breach", after__sla="acknowledge")
     assert (entry.actor, entry.channel) == ("escalate", "system")
-
-
-def test_escalate_is_a_cron_job_on_the_periodic_queue_every_escalate_interval(redis_conn, settings):
-    settings.RETRYOPS_ESCALATE_INTERVAL = 45
-    scheduler = CronScheduler(connection=redis_conn)
-    scheduler.load_config_from_file("compensation.cron")
-    job = next(job for job in scheduler.get_jobs() if job.func is escalate_job)
-    assert (job.queue_name, job.interval) == (PERIODIC_QUEUE, 45)
 
 
 def test_the_dead_letter_consumer_and_the_retention_clean_up_run_with_the_dlq_inspector_off(

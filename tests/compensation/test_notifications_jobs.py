@@ -1,5 +1,5 @@
 """The send job: enqueued once the transaction that queued notifications commits, run by a
-worker of the periodic queue, it sends them."""
+flow worker of the default queue, it sends them."""
 
 import django_rq
 import pytest
@@ -9,7 +9,6 @@ from rq import SimpleWorker
 
 from compensation.jobs_notifications import send_notifications_job
 from compensation.notifications_models import Notification
-from scheduling.queueing import PERIODIC_QUEUE
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
     SLACK_PATH,
@@ -21,20 +20,20 @@ from tests.compensation.notify_fixtures import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run_periodic_worker():
-    django_rq.get_worker(PERIODIC_QUEUE, worker_class=SimpleWorker).work(burst=True)
+def run_default_worker():
+    django_rq.get_worker("default", worker_class=SimpleWorker).work(burst=True)
 
 
 def test_notifications_are_sent_by_the_job_enqueued_after_commit(both_channels, redis_conn):
     both_channels.expect_request(PAGERDUTY_PATH).respond_with_json({"status": "success"}, status=202)
     both_channels.expect_request(SLACK_PATH).respond_with_data("ok")
-    queue = django_rq.get_queue(PERIODIC_QUEUE)
+    queue = django_rq.get_queue("default")
 
     with transaction.atomic():
         page(7)
         assert queue.count == 0
     assert queue.count == 1
-    run_periodic_worker()
+    run_default_worker()
 
     assert set(Notification.objects.values_list("channel", "state")) == {("slack", "sent"), ("pagerduty", "sent")}
     assert bodies(both_channels, PAGERDUTY_PATH)[0]["dedup_key"] == "retryops/work_order/7"
@@ -43,7 +42,7 @@ def test_notifications_are_sent_by_the_job_enqueued_after_commit(both_channels, 
 def test_nothing_is_enqueued_when_every_channel_is_skipped(no_channels, redis_conn):
     page(7)
 
-    assert django_rq.get_queue(PERIODIC_QUEUE).count == 0
+    assert django_rq.get_queue("default").count == 0
 
 
 def test_job_reports_what_it_sent(pagerduty_only, redis_conn):
@@ -56,7 +55,7 @@ def test_job_reports_what_it_sent(pagerduty_only, redis_conn):
 def test_redis_down_never_breaks_the_caller_and_the_rows_wait_for_the_periodic_run(both_channels, monkeypatch,
                                                                                      caplog):
     nobody = closed_port_url().rsplit("/", 2)[0].replace("http://", "redis://")
-    monkeypatch.setitem(settings.RQ_QUEUES[PERIODIC_QUEUE], "URL", f"{nobody}/0")
+    monkeypatch.setitem(settings.RQ_QUEUES["default"], "URL", f"{nobody}/0")
 
     with transaction.atomic():
         page(7)

@@ -1,6 +1,6 @@
 """The fault suite's deployment, as two hosts would run it: its own redis-server (so FLUSHALL and
-restarts touch nothing else), two RQ workers with different names and queues, the cron
-schedulers, and a supervisor that restarts what exits (compose's `restart: unless-stopped`)."""
+restarts touch nothing else), two RQ workers with different names and queues, an ops process on
+each host (one leads), and a supervisor that restarts what exits (compose's `restart: unless-stopped`)."""
 
 import glob
 import os
@@ -8,7 +8,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import psutil
 from redis import Redis
@@ -20,35 +22,39 @@ from tests.telemetry.processes import ROOT, environment, manage, stop, wait_for
 LOGS = ROOT / "artifacts" / "faults"
 
 # Short clocks, so a fault settles in seconds: the dispatcher and lease sweeper every second, the
-# dead-letter consumer and escalation (work orders) every second (a flow's upstream timeout of 1 s
-# is in tests/faults/settings.py).
-CLOCKS = {
-    "RETRYOPS_DISPATCH_INTERVAL": "1", "RETRYOPS_DEAD_LETTER_INTERVAL": "1", "RETRYOPS_ESCALATE_INTERVAL": "1",
-    "RETRYOPS_BATCH_INTERVAL": "3600",
-}
+# dead-letter consumer and escalation (work orders) every second (the ops process's cadences; a
+# flow's upstream timeout of 1 s is in tests/faults/settings.py).
+CADENCES = {"dispatch": 1, "dead_letters": 1, "escalate": 1, "batch_ticks": 3600}
+OPS = ["ops", *(option for step, seconds in CADENCES.items() for option in ("--every", f"{step}={seconds}"))]
 
 
-def _worker(*queues: str, scheduler: bool = True) -> list[str]:
-    return ["rqworker", *queues, *(["--with-scheduler"] if scheduler else []), "--worker-ttl", str(WORKER_TTL)]
+@contextmanager
+def judged_by_cadences():
+    """The deployment's cadences in this process too: the invariant checker's horizons follow them."""
+    with mock.patch("scheduling.jobs.DISPATCH_EVERY", CADENCES["dispatch"]), \
+            mock.patch("compensation.jobs.DEAD_LETTERS_EVERY", CADENCES["dead_letters"]), \
+            mock.patch("compensation.jobs.ESCALATE_EVERY", CADENCES["escalate"]):
+        yield
+
+
+def _worker(*queues: str) -> list[str]:
+    return ["rqworker", *queues, "--with-scheduler", "--worker-ttl", str(WORKER_TTL)]
 
 
 # Two hosts: each runs a flow worker with RQ's scheduler (the Procfile's `worker`), on different
-# queues; host b also runs the periodic jobs' worker (the Procfile's `periodic_worker`: the
-# dispatcher and the lease sweeper never wait behind flows). The crons run once, on host a.
+# queues, and an ops process (the Procfile's `ops`): one of the two runs the periodic steps.
 PROCESSES = {
     "host-a worker": ("host-a", _worker("retries", "flows", "default")),
     "host-b worker": ("host-b", _worker("flows")),
-    "host-b periodic worker": ("host-b", _worker("scheduler", scheduler=False)),
-    "host-a periodic jobs": ("host-a", ["rqcron", "scheduling.cron"]),
-    "host-a dead letters": ("host-a", ["rqcron", "compensation.cron"]),
+    "host-a ops": ("host-a", OPS),
+    "host-b ops": ("host-b", OPS),
 }
 WORKERS = [name for name, (_host, command) in PROCESSES.items() if command[0] == "rqworker"]
 
 
 def _worker_name(process: str, number: int) -> str:
-    """The RQ worker name of the `number`th start of `process`: "host-a.1", "host-b-periodic.2"."""
-    host = PROCESSES[process][0]
-    return f"{host}-periodic.{number}" if "periodic" in process else f"{host}.{number}"
+    """The RQ worker name of the `number`th start of `process`: "host-a.1", "host-b.2"."""
+    return f"{PROCESSES[process][0]}.{number}"
 
 
 def _process_of(worker_name: str) -> str:
@@ -178,7 +184,7 @@ class Cluster:
     def __init__(self, *, redis: RedisServer, upstream_url: str, env: dict | None = None):
         self.redis = redis
         self.env = environment(REDIS_URL=redis.url, DJANGO_SETTINGS_MODULE="tests.faults.settings",
-                               RETRYOPS_HTTP_CALL_URL=upstream_url, LOG_FORMAT="text", **CLOCKS, **(env or {}))
+                               RETRYOPS_HTTP_CALL_URL=upstream_url, LOG_FORMAT="text", **(env or {}))
         self.own_env: dict[str, dict] = {}
         self.running: dict[str, subprocess.Popen] = {}
         self.incarnations: dict[str, int] = {}

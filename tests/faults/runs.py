@@ -20,7 +20,7 @@ from scheduling.services import start_task
 from telemetry.invariants import check_invariants
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.faults import report
-from tests.faults.cluster import CLOCKS, Cluster, RedisServer
+from tests.faults.cluster import Cluster, RedisServer, judged_by_cadences
 from tests.faults.executions import (
     TABLE,
     dead_whose_flow_succeeded,
@@ -44,9 +44,8 @@ def deployed(*, env: dict | None = None):
     upstream, redis = Upstream(), RedisServer()
     queues = {name: config["URL"] for name, config in settings.RQ_QUEUES.items()}
     with serving(upstream) as upstream_url, \
-            override_settings(RETRYOPS_FLOWS={**settings.RETRYOPS_FLOWS, "faults_http": "tests.faults.flow.faults_http"},
-                              # The deployment's clocks here too: the invariant checker judges by them.
-                              **{name: int(value) for name, value in CLOCKS.items()}):
+            override_settings(RETRYOPS_FLOWS={**settings.RETRYOPS_FLOWS, "faults_http": "tests.faults.flow.faults_http"}), \
+            judged_by_cadences():
         cluster = Cluster(redis=redis, upstream_url=upstream_url, env=env)
         try:
             redis.start()

@@ -215,11 +215,10 @@ def test_flow_holding_the_gil_longer_than_its_lease_keeps_its_lease(deployment):
     assert run.attempts(AttemptOutcome.ABANDONED) == 0, "a flow holding the GIL lost its lease"
 
 
-# Clock skew: the flow worker of host a runs behind, the periodic jobs' worker (the dispatcher, the
-# lease sweeper) and the cron schedulers ahead, by half the lease and by twice
-# it. Overlaps are judged on the upstream's clock (this process's, unskewed) and PostgreSQL's.
+# Clock skew: the flow worker of host a runs behind, the ops processes (the dispatcher, the lease
+# sweeper) ahead, by half the lease and by twice it. Overlaps are judged on the upstream's clock (this process's, unskewed) and PostgreSQL's.
 SKEW_LEASE = 4
-BEHIND, AHEAD = ["host-a worker"], ["host-b periodic worker", "host-a periodic jobs", "host-a dead letters"]
+BEHIND, AHEAD = ["host-a worker"], ["host-a ops", "host-b ops"]
 
 
 @pytest.mark.parametrize("lease_multiple", [0.5, 2], ids=["half the lease", "twice the lease"])

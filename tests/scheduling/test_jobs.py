@@ -1,19 +1,16 @@
-"""scheduling.jobs and scheduling.cron: the RQ jobs and the periodic ones, on real Redis workers."""
+"""scheduling.jobs: the RQ jobs and the periodic ones, on real Redis workers."""
 
-import time
 from datetime import timedelta
 
-import django_rq
 import pytest
 from django.utils import timezone
-from rq.cron import CronScheduler
 
 from resources.models import Resource
 from scheduling import services
 from scheduling.choices import TaskState
 from scheduling.jobs import batch_tick_job, dispatch_job
 from scheduling.models import BatchConfig, Task
-from tests.scheduling.helpers import CountingWorker, work
+from tests.scheduling.helpers import work
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,29 +41,13 @@ def test_batch_tick_job_starts_the_tasks_of_an_enabled_batch(redis_conn, pool, a
     assert Task.objects.filter(pool=pool).count() == 2
 
 
-def test_a_periodic_job_queued_longer_than_its_interval_is_dropped_not_piled_up(redis_conn, settings):
-    settings.RETRYOPS_DISPATCH_INTERVAL = 1
-    scheduler = CronScheduler(connection=redis_conn)
-    scheduler.load_config_from_file("scheduling.cron")
-    dispatch = next(job for job in scheduler.get_jobs() if job.func is dispatch_job)
-    for _ in range(3):  # the periodic worker is busy for three intervals; cron enqueues each time
-        dispatch.enqueue(redis_conn)
-        time.sleep(1.1)
-    dispatch.enqueue(redis_conn)
-    worker = django_rq.get_worker(dispatch.queue_name, worker_class=CountingWorker)
-    worker.work(burst=True)
-    assert worker.deliveries == 1
-
-
-def test_periodic_jobs_have_a_worker_of_their_own_in_manage_py_up():
+def test_manage_py_up_runs_the_periodic_steps_in_the_ops_process_and_the_flow_worker_takes_retries_first():
     from retryops.management.commands.up import Command
-    from scheduling.queueing import FLOW_QUEUE, PERIODIC_QUEUE, RETRY_QUEUE
+    from scheduling.queueing import FLOW_QUEUE, RETRY_QUEUE
 
-    workers = [argv for argv, _ in Command().child_processes("127.0.0.1:8000").values() if "rqworker" in argv]
-    periodic = [argv for argv in workers if PERIODIC_QUEUE in argv]
-    assert len(periodic) == 1
-    assert FLOW_QUEUE not in periodic[0] and RETRY_QUEUE not in periodic[0]
-    flow_worker = next(argv for argv in workers if FLOW_QUEUE in argv)
+    children = Command().child_processes("127.0.0.1:8000")
+    assert children["ops"][0][-1] == "ops"
+    flow_worker = children["worker"][0]
     assert flow_worker.index(RETRY_QUEUE) < flow_worker.index(FLOW_QUEUE)  # due retries before new work
 
 

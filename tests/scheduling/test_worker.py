@@ -37,7 +37,7 @@ def hog_size(seconds: float) -> int:
 
 
 class Sweeper:
-    """The dispatcher's recovery step, every 0.2 s in a thread, as the periodic worker runs it."""
+    """The dispatcher's recovery step, every 0.2 s in a thread, as the ops process runs it."""
 
     def __init__(self):
         self.abandoned, self._stop = [], threading.Event()

@@ -21,7 +21,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("figure_slas")]
 @pytest.fixture(autouse=True)
 def _window(settings):
     settings.RETRYOPS_FIGURES_WINDOW_SECONDS = history.HOUR
-    settings.RETRYOPS_FIGURES_REFRESH_SECONDS = 60
 
 
 def samples() -> dict[tuple[str, str], float]:

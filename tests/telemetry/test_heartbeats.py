@@ -1,26 +1,31 @@
 """Which workers and schedulers were seen: what RQ's own classes leave in the tests' Redis, and
-real processes started as `manage.py up` starts them."""
+real processes started as `manage.py up` starts them; and which ops processes PostgreSQL sees."""
 
 from datetime import timedelta
 
 import django_rq
+import psycopg
 import pytest
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from rq import Worker
-from rq.cron import CronScheduler
 from rq.scheduler import RQScheduler
 
+from retryops import ops
 from retryops.management.commands.up import Command as Up
 from telemetry import heartbeats
 from telemetry.heartbeats import (
-    CRON_CONFIGS,
+    OPS_APPLICATION_NAME,
+    OPS_LOCK_KEY,
     QUEUES,
     HeartbeatCollector,
+    ops_processes,
     sightings,
     silent_components,
 )
 from tests.telemetry.processes import running, wait_for, worker_command
+
+pytestmark = pytest.mark.django_db
 
 
 def worker_on(*queues: str) -> Worker:
@@ -36,50 +41,56 @@ def rq_scheduler_of(*queues: str) -> RQScheduler:
     return scheduler
 
 
-def cron_running(config: str) -> CronScheduler:
-    cron = CronScheduler(django_rq.get_connection("scheduler"))
-    cron.config_file = config
-    cron.register_birth()
-    cron.heartbeat()
-    return cron
+def ops_session(*, leading: bool) -> psycopg.Connection:
+    """A session as an ops process opens it: named, and holding the ops lock when it leads."""
+    session = ops.connect(application_name=OPS_APPLICATION_NAME)
+    if leading:
+        assert session.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
+    return session
+
+
+@pytest.fixture
+def ops_leader():
+    with ops_session(leading=True) as session:
+        yield session
 
 
 def everything_running() -> Worker:
-    """A worker on every queue (returned), RQ's scheduler of the delayed queues, every cron."""
+    """A worker on every queue (returned) and RQ's scheduler of the delayed queues."""
     worker = worker_on(*QUEUES)
     rq_scheduler_of(*heartbeats.DELAYED_QUEUES)
-    for config in CRON_CONFIGS:
-        cron_running(config)
     return worker
 
 
 def test_a_worker_is_counted_on_each_queue_it_takes_from(redis_conn):
     worker_on("retries", "flows")
     worker_on("flows")
-    assert sightings().workers == {"retries": 1, "flows": 2, "default": 0, "scheduler": 0}
+    assert sightings().workers == {"retries": 1, "flows": 2, "default": 0}
 
 
-def test_nothing_is_silent_when_every_worker_and_scheduler_heartbeats(redis_conn):
+def test_nothing_is_silent_when_every_worker_and_scheduler_heartbeats_and_an_ops_process_leads(redis_conn, ops_leader):
     everything_running()
     assert silent_components() == []
 
 
-def test_a_worker_whose_last_heartbeat_is_over_a_minute_old_is_silent(redis_conn):
+def test_ops_is_silent_while_no_ops_process_holds_the_lock(redis_conn):
+    everything_running()
+    with ops_session(leading=False):
+        assert ops_processes() == (1, 0)
+        assert silent_components() == ["ops"]
+    with ops_session(leading=False), ops_session(leading=True):
+        assert ops_processes() == (2, 1)
+        assert silent_components() == []
+
+
+def test_a_worker_whose_last_heartbeat_is_over_a_minute_old_is_silent(redis_conn, ops_leader):
     everything_running()
     in_61_seconds = timezone.now() + timedelta(seconds=61)
     assert silent_components(now=in_61_seconds) == [f"worker:{queue}" for queue in QUEUES] + [
         "scheduler:rq:retries", "scheduler:rq:flows"]
 
 
-def test_a_cron_scheduler_sleeping_its_longest_round_is_still_seen_and_then_silent(redis_conn):
-    # RQ's cron heartbeats after each round and sleeps up to 60 s: it gets 15 s on top of the minute.
-    everything_running()
-    assert not any("cron" in name for name in silent_components(now=timezone.now() + timedelta(seconds=70)))
-    assert [name for name in silent_components(now=timezone.now() + timedelta(seconds=76)) if "cron" in name] == [
-        f"scheduler:cron:{config}" for config in CRON_CONFIGS]
-
-
-def test_a_worker_that_stopped_is_silent_at_once(redis_conn):
+def test_a_worker_that_stopped_is_silent_at_once(redis_conn, ops_leader):
     everything_running().register_death()
     assert silent_components() == [f"worker:{queue}" for queue in QUEUES]
 
@@ -96,43 +107,33 @@ def test_an_rq_scheduler_whose_lock_outlived_its_heartbeat_is_silent(redis_conn)
         "scheduler:rq:retries", "scheduler:rq:flows"]
 
 
-def test_a_cron_started_with_a_file_path_counts_as_its_module(redis_conn):
-    cron_running("/srv/retryops/scheduling/cron.py")
-    cron_running("compensation.cron")
-    cron_running("reports.cron")  # not one of ours: counts for nothing
-    assert {name: count for name, count in sightings().schedulers.items() if name.startswith("cron:")} == {
-        "cron:scheduling.cron": 1, "cron:compensation.cron": 1, "cron:audit.cron": 0, "cron:telemetry.cron": 0}
-
-
-def test_every_component_is_silent_when_redis_does_not_answer(settings, redis_conn):
+def test_every_worker_and_scheduler_is_silent_when_redis_does_not_answer(settings, redis_conn, ops_leader):
     everything_running()
     settings.RQ_QUEUES = {name: {**config, "URL": "redis://127.0.0.1:9/0"} for name, config in settings.RQ_QUEUES.items()}
     assert silent_components() == heartbeats.NOBODY.silent
-    assert len(heartbeats.NOBODY.silent) == len(QUEUES) + 2 + len(CRON_CONFIGS)
+    assert len(heartbeats.NOBODY.silent) == len(QUEUES) + 2
 
 
-def test_the_collector_exports_the_workers_by_queue_and_each_scheduler(redis_conn):
-    worker_on("retries", "flows", "default")
+def test_the_collector_exports_the_workers_by_queue_each_scheduler_and_the_ops_processes(redis_conn, ops_leader):
+    worker_on("retries", "flows")
     rq_scheduler_of("retries", "flows")
-    cron_running("scheduling.cron")
     registry = CollectorRegistry()
     registry.register(HeartbeatCollector())
-    exported = generate_latest(registry).decode()
-    for line in ['retryops_workers_seen{queue="flows"} 1.0', 'retryops_workers_seen{queue="scheduler"} 0.0',
+    with ops_session(leading=False):
+        exported = generate_latest(registry).decode()
+    for line in ['retryops_workers_seen{queue="flows"} 1.0', 'retryops_workers_seen{queue="default"} 0.0',
                  'retryops_schedulers_seen{scheduler="rq:retries"} 1.0',
-                 'retryops_schedulers_seen{scheduler="cron:scheduling.cron"} 1.0',
-                 'retryops_schedulers_seen{scheduler="cron:audit.cron"} 0.0']:
+                 "retryops_ops_processes 2.0", "retryops_ops_leader 1.0"]:
         assert line in exported
 
 
-def test_up_starts_a_worker_for_every_queue_the_scheduler_and_every_cron_the_checks_expect():
+def test_up_starts_a_worker_for_every_queue_the_scheduler_and_the_ops_process():
     children = [command for command, _ in Up().child_processes("127.0.0.1:8000", receiver_port=None).values()]
-    crons = {command[command.index("rqcron") + 1] for command in children if "rqcron" in command}
     workers = [command for command in children if "rqworker" in command]
-    assert crons == set(CRON_CONFIGS)
     assert {queue for command in workers for queue in QUEUES if queue in command} == set(QUEUES)
     assert any("--with-scheduler" in command for command in workers)
     assert all(command[command.index("--worker-ttl") + 1] == str(heartbeats.WORKER_TTL) for command in workers)
+    assert [command[2:] for command in children if "ops" in command] == [["ops"]]
 
 
 @pytest.mark.slow

@@ -36,11 +36,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def short_intervals(settings):
-    """Background jobs every second: each grace the checker allows is a few seconds."""
-    settings.RETRYOPS_DISPATCH_INTERVAL = 1
-    settings.RETRYOPS_ESCALATE_INTERVAL = 1
-    settings.RETRYOPS_DEAD_LETTER_INTERVAL = 1
+def short_intervals(monkeypatch):
+    """Periodic steps every second: each grace the checker allows is a few seconds."""
+    monkeypatch.setattr("scheduling.jobs.DISPATCH_EVERY", 1)
+    monkeypatch.setattr("compensation.jobs.ESCALATE_EVERY", 1)
+    monkeypatch.setattr("compensation.jobs.DEAD_LETTERS_EVERY", 1)
 
 
 @pytest.fixture

@@ -28,9 +28,3 @@ def test_an_open_endpoint_without_a_token_stops_start_up():
 def test_a_short_token_stops_start_up_naming_the_variable():
     assert "RETRYOPS_METRICS_TOKEN must be at least 16 printable ASCII characters" in settings_error(
         RETRYOPS_METRICS_TOKEN="short")
-
-
-@pytest.mark.slow
-def test_a_rollup_interval_past_an_hour_stops_start_up_naming_the_variable():
-    assert "RETRYOPS_METRICS_ROLLUP_INTERVAL=99999999999999999999 must be at most 3600" in settings_error(
-        RETRYOPS_METRICS_ROLLUP_INTERVAL="99999999999999999999")

@@ -15,7 +15,7 @@ class Command(AuditedCommand):
     @property
     def help(self) -> str:
         # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Run the escalation the periodic job runs every RETRYOPS_ESCALATE_INTERVAL seconds: give "
+        return gettext("Run the escalation the ops process runs every minute: give "
                        "open dead letters without a live work order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
                        "most RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, "
                        "acknowledge, compensate) once. Prints a summary; exits non-zero when a step or a row failed. "

@@ -41,7 +41,7 @@ STEADY_SECONDS = 60
 
 class Command(BaseCommand):
     help = ("Run RetryOps on this machine: migrate, load the retry policies, create a demo pool and admin user, "
-            "then serve the web app with an RQ worker for flows, one for the periodic jobs, the periodic jobs' cron, "
+            "then serve the web app with an RQ worker for flows, the ops process that runs the periodic steps, "
             "and a demo receiver for the Slack and PagerDuty messages of channels nobody configured.")
 
     def add_arguments(self, parser):
@@ -171,12 +171,12 @@ class Command(BaseCommand):
 
     def child_processes(self, addrport: str, receiver_port: int | None = RECEIVER_PORT
                         ) -> dict[str, tuple[list[str], dict[str, str]]]:
-        """The command line and environment of each process `up` serves with, by name. The periodic
-        jobs have a worker of their own, so a backlog of flows never delays the dispatcher or the
-        batch ticks; the flow worker takes due retries before new tasks, and runs RQ's scheduler,
-        which moves delayed retries onto their queue. The demo receiver stands in for the
-        notification channels nobody configured (no receiver when `receiver_port` is None)."""
-        from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES
+        """The command line and environment of each process `up` serves with, by name. The ops
+        process runs the periodic steps outside RQ, so a backlog of flows never delays the
+        dispatcher or the batch ticks; the flow worker takes due retries before new tasks, and runs
+        RQ's scheduler, which moves delayed retries onto their queue. The demo receiver stands in
+        for the notification channels nobody configured (no receiver when `receiver_port` is None)."""
+        from scheduling.queueing import WORKER_QUEUES
         from telemetry.heartbeats import WORKER_TTL
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
@@ -193,12 +193,7 @@ class Command(BaseCommand):
         env |= routed
         children = {
             "worker": ([*manage, "rqworker", *WORKER_QUEUES, "--with-scheduler", *worker_options], env),
-            "periodic worker": ([*manage, "rqworker", PERIODIC_QUEUE, *worker_options], env),
-            "periodic jobs": ([*manage, "rqcron", "scheduling.cron"], env),
-            "dead letters": ([*manage, "rqcron", "compensation.cron"], env),
-            "stream publisher": ([*manage, "rqcron", "audit.cron"], env),  # audit/cron.py says why its own
-            # the metrics rollup, the acceptance figures' snapshot and the alerts' evaluation
-            "telemetry": ([*manage, "rqcron", "telemetry.cron"], env),
+            "ops": ([*manage, "ops"], env),
             "web": ([*manage, "runserver", addrport, "--noreload"], env),
         }
         if routed:

@@ -13,7 +13,7 @@ class Command(BaseCommand):
     @property
     def help(self) -> str:
         # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Evaluate the alert rules as the periodic job does every RETRYOPS_ALERT_INTERVAL seconds: "
+        return gettext("Evaluate the alert rules as the ops process does every 30 seconds: "
                        "fire an alert whose value is above its threshold, resolve one that stayed at or below its "
                        "clear level for RETRYOPS_ALERT_CLEAR_SECONDS, and notify the on-call either way. Prints "
                        "each rule's value, threshold and state; exits non-zero when a rule failed. --dry-run only "

@@ -13,7 +13,7 @@ from compensation import services
 from compensation.choices import BulkReplayState, DeadLetterState
 from compensation.errors import BadInput, BulkReplayRunning
 from compensation.models import BulkReplay, DeadLetter
-from tests.compensation.conftest import dead_tasks, work_periodic
+from tests.compensation.conftest import dead_tasks, work_default
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,7 +129,7 @@ def test_the_periodic_job_restarts_a_stalled_bulk_replay(letters, redis_conn):
     redis_conn.flushdb()  # the job enqueued at start is lost with its process
     BulkReplay.objects.filter(pk=bulk.pk).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
     assert services.restart_stalled_bulk_replays() == [bulk.pk]
-    work_periodic()
+    work_default()
     assert BulkReplay.objects.get(pk=bulk.pk).state == BulkReplayState.FINISHED
 
 

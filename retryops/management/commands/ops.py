@@ -1,0 +1,37 @@
+"""`manage.py ops`: the ops process (retryops.ops), which runs every app's periodic steps."""
+
+import signal
+
+from django.core.management.base import BaseCommand, CommandError
+
+from retryops import ops
+from retryops.migrated import refuse_unmigrated
+
+
+def cadence(text: str) -> tuple[str, float]:
+    name, _, seconds = text.partition("=")
+    try:
+        return name, float(seconds)
+    except ValueError:
+        raise CommandError(f"--every {text!r}: write STEP=SECONDS, e.g. dispatch=1") from None
+
+
+class Command(BaseCommand):
+    help = ("Run every periodic step of every app (dispatch, batch ticks, dead letters, notifications, escalation, "
+            "the event stream, the metrics rollup, alerts, clean-ups). Run two on two hosts: one runs the steps, "
+            "the other takes over within seconds when it dies.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--every", type=cadence, action="append", default=[], metavar="STEP=SECONDS",
+                            help="Run a step at another cadence (tests and benchmarks), e.g. --every dispatch=1.")
+
+    def handle(self, *args, every, **options):
+        refuse_unmigrated()
+        try:
+            steps = ops.with_cadences(dict(every))
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        process = ops.Ops(steps)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: process.stopping.set())
+        process.run()

@@ -1,0 +1,206 @@
+"""The ops process (`manage.py ops`): every periodic step of every app, in one process.
+
+Run two, the second on another host: only the holder of a PostgreSQL session-level advisory lock
+runs steps; the other tries for the lock every LOCK_RETRY_SECONDS and takes over within seconds of
+the holder's death. PostgreSQL rather than Redis or a coordinator of our own: it is the one clock
+and the one source of truth every step already depends on, so a leader that cannot reach it could
+do no step anyway; no second coordinator is added; and the lock lives as long as the lock's
+connection, so a process that dies (SIGKILL included) frees it with its connection. The lock's
+session is ended by the server after IDLE_SESSION_SECONDS without a query, so a leader paused that
+long loses the lock too; before each step the process asks that connection whether it still holds
+the lock, so a leader that woke up without it runs nothing more.
+
+Each step has a thread of its own, running it every `every` seconds: a step that hangs (a
+notification's HTTP call waiting out its timeout) never delays another, and a step never runs twice
+at once. Each statement of a step is bounded by STATEMENT_TIMEOUT. Each run is one log line (which
+process, which step, when, how long, ok or failed), which bench/ops_handover.py tabulates.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Callable
+
+import psycopg
+from django.db import close_old_connections, connection, connections
+
+from audit.jobs import (
+    PRUNE_IDEMPOTENCY_KEYS_EVERY,
+    PRUNE_STREAM_EVERY,
+    PUBLISH_STREAM_EVERY,
+    prune_idempotency_keys_job,
+    prune_stream_job,
+    publish_stream_job,
+)
+from compensation.jobs import (
+    DEAD_LETTERS_EVERY,
+    DLQ_CLEANUP_EVERY,
+    ESCALATE_EVERY,
+    dead_letters_job,
+    dlq_cleanup_job,
+    escalate_job,
+)
+from compensation.jobs_notifications import SEND_NOTIFICATIONS_EVERY, send_notifications_job
+from scheduling.jobs import BATCH_TICK_EVERY, DISPATCH_EVERY, batch_tick_job, dispatch_job
+from telemetry.alerts.jobs import EVALUATE_ALERTS_EVERY, evaluate_alerts_job
+from telemetry.figures.selectors import REFRESH_FIGURES_EVERY
+from telemetry.figures.services import refresh_figures_job
+from telemetry.heartbeats import OPS_APPLICATION_NAME, OPS_LOCK_KEY
+from telemetry.metrics.jobs import ROLL_UP_METRICS_EVERY, roll_up_metrics_job
+
+log = logging.getLogger(__name__)
+
+LOCK_RETRY_SECONDS = 1.0
+IDLE_SESSION_SECONDS = 10
+STATEMENT_TIMEOUT = "60s"
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    run: Callable[[], object]
+    every: float
+
+
+STEPS = (
+    Step("dispatch", dispatch_job, DISPATCH_EVERY),
+    Step("batch_ticks", batch_tick_job, BATCH_TICK_EVERY),
+    Step("dead_letters", dead_letters_job, DEAD_LETTERS_EVERY),
+    Step("dlq_cleanup", dlq_cleanup_job, DLQ_CLEANUP_EVERY),
+    Step("notifications", send_notifications_job, SEND_NOTIFICATIONS_EVERY),
+    Step("escalate", escalate_job, ESCALATE_EVERY),
+    Step("publish_stream", publish_stream_job, PUBLISH_STREAM_EVERY),
+    Step("prune_stream", prune_stream_job, PRUNE_STREAM_EVERY),
+    Step("prune_idempotency_keys", prune_idempotency_keys_job, PRUNE_IDEMPOTENCY_KEYS_EVERY),
+    Step("metrics_rollup", roll_up_metrics_job, ROLL_UP_METRICS_EVERY),
+    Step("figures_refresh", refresh_figures_job, REFRESH_FIGURES_EVERY),
+    Step("alerts", evaluate_alerts_job, EVALUATE_ALERTS_EVERY),
+)
+
+
+def with_cadences(cadences: dict[str, float], steps: tuple[Step, ...] = STEPS) -> tuple[Step, ...]:
+    """`steps` with some cadences changed (`manage.py ops --every dispatch=1`, for tests and benches)."""
+    unknown = set(cadences) - {step.name for step in steps}
+    if unknown:
+        raise ValueError(f"no step {', '.join(sorted(unknown))}; the steps: {', '.join(s.name for s in steps)}")
+    return tuple(replace(step, every=cadences.get(step.name, step.every)) for step in steps)
+
+
+def connect(**options) -> psycopg.Connection:
+    """A PostgreSQL connection of its own to the database Django uses, in autocommit."""
+    params = {key: value for key, value in connection.get_connection_params().items()
+              if key not in ("cursor_factory", "context")}  # Django's own adapters
+    return psycopg.connect(**params, autocommit=True, **options)
+
+
+class Lock:
+    """The ops lock, on a PostgreSQL connection of its own (not Django's: its connections belong
+    to one thread each, and this one is asked by every step's thread)."""
+
+    def __init__(self):
+        self.conn: psycopg.Connection | None = None
+        self.guard = threading.Lock()
+
+    def take(self) -> bool:
+        """Whether this process holds the lock now, trying for it if it does not."""
+        with self.guard:
+            try:
+                if self.conn is None:
+                    self.conn = connect(application_name=OPS_APPLICATION_NAME)
+                    self.conn.execute(f"SET idle_session_timeout = '{IDLE_SESSION_SECONDS}s'")
+                return self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
+            except psycopg.Error:
+                self._drop()
+                return False
+
+    def held(self) -> bool:
+        """Whether the lock's connection is alive and holds the lock, asking the server."""
+        with self.guard:
+            if self.conn is None:
+                return False
+            try:
+                return self.conn.execute(
+                    "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+                    "AND classid = 0 AND objid = %s AND objsubid = 1 AND granted)", [OPS_LOCK_KEY]).fetchone()[0]
+            except psycopg.Error:
+                self._drop()
+                return False
+
+    def release(self) -> None:
+        with self.guard:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()  # a session's advisory locks end with it
+            self.conn = None
+
+
+class Ops:
+    """The process: a thread per step, and the main loop keeping (or trying for) the lock."""
+
+    def __init__(self, steps: tuple[Step, ...] = STEPS, *, lock: Lock | None = None):
+        self.steps = steps
+        self.lock = lock or Lock()
+        self.leading = threading.Event()
+        self.stopping = threading.Event()
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+
+    def run(self) -> None:
+        threads = [threading.Thread(target=self.keep_running, args=(step,), name=f"ops-{step.name}", daemon=True)
+                   for step in self.steps]
+        for thread in threads:
+            thread.start()
+        try:
+            while not self.stopping.is_set():
+                leading = self.lock.held() or self.lock.take()
+                if leading != self.leading.is_set():
+                    log.info("ops process=%s leader=%s", self.process, str(leading).lower(),
+                             extra={"ops_process": self.process, "leader": leading})
+                    (self.leading.set if leading else self.leading.clear)()
+                self.stopping.wait(LOCK_RETRY_SECONDS)
+        finally:
+            self.leading.clear()
+            self.stopping.set()
+            for thread in threads:
+                thread.join()
+            self.lock.release()
+
+    def keep_running(self, step: Step) -> None:
+        due = time.monotonic()
+        while not self.stopping.is_set():
+            if not self.leading.wait(LOCK_RETRY_SECONDS):
+                due = time.monotonic()  # a new leader runs each step at once, then at its cadence
+                continue
+            if self.stopping.wait(max(0.0, due - time.monotonic())):
+                break
+            if self.run_step(step) is not None:
+                due = max(due + step.every, time.monotonic())
+
+    def run_step(self, step: Step) -> bool | None:
+        """Run `step` once if this process still holds the lock: whether it went well; None when
+        it did not run."""
+        if not self.lock.held():
+            self.leading.clear()
+            return None
+        started, began = datetime.now(UTC), time.monotonic()
+        ok = True
+        try:
+            close_old_connections()
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+            step.run()
+        except Exception:  # the step's own failure: logged, and the next run tries again
+            ok = False
+            log.exception("ops step %s failed", step.name)
+        finally:
+            connections.close_all()  # this thread's connections, so none outlives a lost server
+        seconds = time.monotonic() - began
+        log.info("ops step=%s process=%s started=%s seconds=%.3f ok=%s", step.name, self.process,
+                 started.isoformat(timespec="milliseconds"), seconds, str(ok).lower(),
+                 extra={"step": step.name, "ops_process": self.process, "seconds": round(seconds, 3), "ok": ok})
+        return ok
