@@ -4,11 +4,10 @@
 
 N tasks of the demo flow fail non-retryably (each with an error signature of its own, so each
 opens a work order of its own and pages), started evenly over S seconds, run by W flow
-SimpleWorkers; a worker for the periodic queue and `rqcron compensation.cron` run beside them, as
-`manage.py up` runs them. Slack and PagerDuty point at a local HTTP receiver (a thread here) that
+SimpleWorkers; the ops process (`manage.py ops`) runs beside them, as `manage.py up` runs it. Slack and PagerDuty point at a local HTTP receiver (a thread here) that
 records when each request arrives. For each death: task.finished_at -> its dead letter is in a
 work order (dead_letter.created_at), and -> the first request about that work order at the
-receiver. The dead-letter step (dead_letters_job, every RETRYOPS_DEAD_LETTER_INTERVAL s) is the
+receiver. The dead-letter step (dead_letters_job, every DEAD_LETTERS_EVERY s) is the
 only path from a death to its dead letter, so a flow worker that dies right after the commit
 changes nothing here. The figures are printed beside the operators' targets (p99 under 60 s; the
 SLA is 5 minutes) and the step's own bound (its interval). Runs in a database of its own beside the app's
@@ -71,12 +70,14 @@ setup_django("_bench_dlq_latency")
 import django_rq  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from compensation.jobs import DEAD_LETTERS_EVERY  # noqa: E402
+from compensation.jobs_notifications import SEND_NOTIFICATIONS_EVERY  # noqa: E402
 from compensation.models import DeadLetter  # noqa: E402
 import resources.services  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402
 from scheduling import services  # noqa: E402
 from scheduling.models import RetryPolicy  # noqa: E402
-from scheduling.queueing import PERIODIC_QUEUE, WORKER_QUEUES  # noqa: E402
+from scheduling.queueing import WORKER_QUEUES  # noqa: E402
 
 def bench_redis_url() -> str:
     url = settings.REDIS_URL
@@ -108,10 +109,9 @@ def run(tag: str, deaths: int, spread: float, workers: int, *, timeout: float) -
     resources.services.add_resources(pool=pool, resources=[{"key": f"r{n}"} for n in range(deaths)])
     flow_worker = ["rqworker", *WORKER_QUEUES, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"]
     running = [start(*flow_worker) for _ in range(workers)]
-    running.append(start("rqworker", PERIODIC_QUEUE, "--worker-class", "rq.worker.SimpleWorker", "--verbosity", "0"))
-    running.append(start("rqcron", "compensation.cron"))
+    running.append(start("ops"))
     try:
-        time.sleep(3)  # the workers and the cron are up before the first death
+        time.sleep(3)  # the workers and the ops process are up before the first death
         ids = []
         for n in range(deaths):
             error = f"PermissionError: account suspended by upstream for shop {tag} {word(n)}"
@@ -125,7 +125,7 @@ def run(tag: str, deaths: int, spread: float, workers: int, *, timeout: float) -
             if len(letters) == deaths and all(order in Receiver.arrivals for *_, order in letters):
                 break
             if any(process.poll() is not None for process in running):
-                raise SystemExit(f"a worker or the cron exited: {[p.args[-6:] for p in running]}")
+                raise SystemExit(f"a worker or the ops process exited: {[p.args[-6:] for p in running]}")
             if time.monotonic() > deadline:
                 paged = sum(order in Receiver.arrivals for *_, order in letters)
                 raise SystemExit(f"{len(letters)} of {deaths} dead letters, {paged} paged after {timeout:.0f} s")
@@ -163,17 +163,17 @@ def main() -> None:
         config["URL"] = bench_redis_url()
     RetryPolicy.objects.update_or_create(name="bench-dlq-latency", defaults=dict(
         max_attempts=3, backoff="fixed", initial_delay_seconds=0, max_delay_seconds=0))
-    print(f"{args.deaths} non-retryable deaths over {args.spread:g} s, {args.workers} flow SimpleWorkers, one periodic "
-          f"worker, rqcron compensation.cron (dead letters every {settings.RETRYOPS_DEAD_LETTER_INTERVAL} s, "
-          f"notifications every {settings.RETRYOPS_NOTIFY_INTERVAL} s), {os.cpu_count()} cores")
+    print(f"{args.deaths} non-retryable deaths over {args.spread:g} s, {args.workers} flow SimpleWorkers, the ops "
+          f"process (dead letters every {DEAD_LETTERS_EVERY} s, notifications every {SEND_NOTIFICATIONS_EVERY} s), "
+          f"{os.cpu_count()} cores")
     to_order, to_page = run(word(time.time_ns() // 1000 % 20**6), args.deaths, args.spread, args.workers,
                             timeout=args.timeout)
     print(f"  {Receiver.requests} requests received:")
     for what, times in (("death -> work order", to_order), ("death -> first notification", to_page)):
         figure(f"{what} p99", show(what, times), "s", target="< 60 s")
-    print(f"  the step's own bound: a dead letter within {settings.RETRYOPS_DEAD_LETTER_INTERVAL} s of a death "
+    print(f"  the step's own bound: a dead letter within {DEAD_LETTERS_EVERY} s of a death "
           f"plus one run of it; its pages are sent after that commit (else within "
-          f"{settings.RETRYOPS_NOTIFY_INTERVAL} s by the periodic send)")
+          f"{SEND_NOTIFICATIONS_EVERY} s by the periodic send)")
     write_figures(args.json, deaths=args.deaths, spread=args.spread, workers=args.workers)
 
 

@@ -3,13 +3,15 @@ then the invariant check. Not part of CI.
 
     .venv/bin/python bench/soak.py [--minutes 10] [--rate 10] [--clients 6] [--flow-workers 2]
                                    [--batch-tasks 10] [--batch-interval 5] [--redis-down 5] [--settle 300]
+                                   [--ops-processes 2] [--kill-ops-leader]
 
 What runs, each as deploy/Procfile runs it (the command lines come from `manage.py up`'s own list):
   web        gunicorn, 2 workers x 4 threads, on a free loopback port;
   workers    --flow-workers `rqworker retries flows default --with-scheduler` (as if on as many
-             hosts), the periodic worker and the four crons (scheduling, compensation, audit,
-             telemetry); a process that exits (a worker that lost Redis) is started again after a
-             second, as compose's `restart: unless-stopped` does, and counted;
+             hosts) and --ops-processes `ops` (one leads); a process that exits is started again
+             after a second, as compose's `restart: unless-stopped` does, and counted. With
+             --kill-ops-leader the leading ops process gets SIGKILL at three quarters of the load;
+             bench/ops_handover.py tables the ops processes' step runs and the handover;
   Redis      a redis-server of its own on a free loopback port, append-only as in
              deploy/compose.yaml (never the shared one); at half time it is stopped (SIGTERM), left
              down --redis-down seconds, and started again on the same port and file;
@@ -38,6 +40,7 @@ import collections
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +51,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+import ops_handover  # noqa: E402
 from common import (  # noqa: E402
     RedisServer,
     add_json_option,
@@ -324,7 +328,20 @@ def deployment_commands(args, env: dict) -> dict[str, tuple[list[str], dict]]:
     commands = Command().child_processes("127.0.0.1:0", receiver_port=None)
     del commands["web"]
     worker = commands.pop("worker")
-    return {**{f"worker {n + 1}": worker for n in range(args.flow_workers)}, **commands}
+    ops, ops_env = commands.pop("ops")
+    ops = ([*ops, "--every", f"batch_ticks={args.batch_interval}"], ops_env)
+    return {**{f"worker {n + 1}": worker for n in range(args.flow_workers)},
+            **{f"ops {n + 1}": ops for n in range(args.ops_processes)}, **commands}
+
+
+def kill_ops_leader(deployment: Deployment, logs: Path) -> tuple[float, int] | None:
+    """SIGKILL the ops process that ran the latest step: (when, its pid); None when none has."""
+    pid = ops_handover.leader_pid(logs)
+    if pid is None:
+        return None
+    os.kill(pid, signal.SIGKILL)
+    print(f"  killed the leading ops process (pid {pid})", flush=True)
+    return time.time(), pid
 
 
 def settle(seconds: float) -> tuple[float, int]:
@@ -412,18 +429,20 @@ def main() -> None:
     parser.add_argument("--batch-interval", type=int, default=5, help="Seconds between batch ticks.")
     parser.add_argument("--redis-down", type=float, default=5.0, help="Seconds Redis stays down at half time.")
     parser.add_argument("--settle", type=float, default=300.0, help="Seconds to wait for every task to finish.")
+    parser.add_argument("--ops-processes", type=int, default=2, help="Ops processes (manage.py ops): one leads.")
+    parser.add_argument("--kill-ops-leader", action="store_true",
+                        help="SIGKILL the leading ops process at three quarters of the load.")
     add_json_option(parser)
     args = parser.parse_args()
-    if args.minutes <= 0 or args.rate <= 0 or args.clients < 1 or args.flow_workers < 1:
-        parser.error("--minutes and --rate must be positive, --clients and --flow-workers at least 1")
+    if args.minutes <= 0 or args.rate <= 0 or args.clients < 1 or args.flow_workers < 1 or args.ops_processes < 1:
+        parser.error("--minutes and --rate must be positive, --clients, --flow-workers and --ops-processes at least 1")
     seconds = args.minutes * 60
 
     logs = Path(tempfile.mkdtemp(prefix="retryops-soak-"))
     redis = RedisServer(logs, append_only=True)  # as deploy/compose.yaml runs it
     redis.start()
     env = {"REDIS_URL": redis.url, "RETRYOPS_HTTP_CALL_URL": start_upstream(),
-           "RETRYOPS_BATCH_INTERVAL": str(args.batch_interval), "LOG_FORMAT": "text",
-           "DJANGO_SETTINGS_MODULE": "bench.settings"}
+           "LOG_FORMAT": "text", "DJANGO_SETTINGS_MODULE": "bench.settings"}
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
     fresh_database()
@@ -450,9 +469,11 @@ def main() -> None:
     restart_at, redis_down, exit_code = seconds / 2, 0.0, 1
     try:
         threads = driver.start(args.clients)
-        restarted = False
+        restarted, killed = False, None
         while any(thread.is_alive() for thread in threads):
             deployment.supervise()
+            if args.kill_ops_leader and killed is None and time.monotonic() - driver.started >= seconds * 0.75:
+                killed = kill_ops_leader(deployment, logs)
             if not restarted and time.monotonic() - driver.started >= restart_at:
                 restarted, down = True, time.monotonic()
                 print(f"  {time.monotonic() - driver.started:.0f} s: stopping Redis", flush=True)
@@ -475,11 +496,13 @@ def main() -> None:
             if not settled[1]:
                 break
         settled = (time.monotonic() - settle_began, settled[1])
-        # The dead letters' consumer and the escalation run on their own intervals: one more round of each.
-        from django.conf import settings
+        # The dead letters' consumer runs on its own cadence: one more round of it.
+        from compensation.jobs import DEAD_LETTERS_EVERY
 
-        time.sleep(settings.RETRYOPS_DEAD_LETTER_INTERVAL + 2)
+        time.sleep(DEAD_LETTERS_EVERY + 2)
         exit_code = report(args, driver, elapsed, restart_at, redis_down, deployment, settled)
+        if ops_handover.table(logs, killed_at=killed and killed[0], killed_pid=killed and killed[1]):
+            exit_code = 1
         print(f"machine: load average {os.getloadavg()[0]:.2f} at the end")
         write_figures(args.json, minutes=args.minutes, rate=args.rate)
     finally:

@@ -1,8 +1,7 @@
 """gunicorn's settings for RetryOps (deploy/Procfile, deploy/compose.yaml), from the environment:
 `gunicorn --config deploy/gunicorn.conf.py retryops.wsgi:application`. A bad value stops start-up
 with one line naming the variable (retryops.env, retryops.startup). A load balancer routes by
-/readyz?scope=web (PostgreSQL, migrations: not Redis, nor the workers and crons that /readyz also
-asks for) and restarts by /healthz."""
+/readyz (PostgreSQL, migrations) and restarts by /healthz."""
 
 from retryops.env import env_int, env_str
 from retryops.startup import read_settings_or_exit, refuse_bad_configuration

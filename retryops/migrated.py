@@ -1,4 +1,4 @@
-"""Whether the database has every migration this code needs: a worker, a cron or a web process
+"""Whether the database has every migration this code needs: a worker, the ops process or a web process
 started against an empty or older database would otherwise fail later, on a missing table or
 column in the middle of an attempt. Cheap enough for every readiness probe: the migrations on
 disk are read once per process, then one query of django_migrations."""

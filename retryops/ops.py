@@ -26,31 +26,17 @@ from datetime import UTC, datetime
 from typing import Callable
 
 import psycopg
-from django.db import close_old_connections, connection, connections
+from django.db import connection, connections
 
-from audit.jobs import (
-    PRUNE_IDEMPOTENCY_KEYS_EVERY,
-    PRUNE_STREAM_EVERY,
-    PUBLISH_STREAM_EVERY,
-    prune_idempotency_keys_job,
-    prune_stream_job,
-    publish_stream_job,
-)
-from compensation.jobs import (
-    DEAD_LETTERS_EVERY,
-    DLQ_CLEANUP_EVERY,
-    ESCALATE_EVERY,
-    dead_letters_job,
-    dlq_cleanup_job,
-    escalate_job,
-)
-from compensation.jobs_notifications import SEND_NOTIFICATIONS_EVERY, send_notifications_job
-from scheduling.jobs import BATCH_TICK_EVERY, DISPATCH_EVERY, batch_tick_job, dispatch_job
-from telemetry.alerts.jobs import EVALUATE_ALERTS_EVERY, evaluate_alerts_job
-from telemetry.figures.selectors import REFRESH_FIGURES_EVERY
-from telemetry.figures.services import refresh_figures_job
+from audit import jobs as audit
+from compensation import jobs as compensation
+from compensation import jobs_notifications as notifications
+from scheduling import jobs as scheduling
+from telemetry.alerts import jobs as alerts
+from telemetry.figures import selectors as figures
+from telemetry.figures import services as figures_services
 from telemetry.heartbeats import OPS_APPLICATION_NAME, OPS_LOCK_KEY
-from telemetry.metrics.jobs import ROLL_UP_METRICS_EVERY, roll_up_metrics_job
+from telemetry.metrics import jobs as metrics
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +53,18 @@ class Step:
 
 
 STEPS = (
-    Step("dispatch", dispatch_job, DISPATCH_EVERY),
-    Step("batch_ticks", batch_tick_job, BATCH_TICK_EVERY),
-    Step("dead_letters", dead_letters_job, DEAD_LETTERS_EVERY),
-    Step("dlq_cleanup", dlq_cleanup_job, DLQ_CLEANUP_EVERY),
-    Step("notifications", send_notifications_job, SEND_NOTIFICATIONS_EVERY),
-    Step("escalate", escalate_job, ESCALATE_EVERY),
-    Step("publish_stream", publish_stream_job, PUBLISH_STREAM_EVERY),
-    Step("prune_stream", prune_stream_job, PRUNE_STREAM_EVERY),
-    Step("prune_idempotency_keys", prune_idempotency_keys_job, PRUNE_IDEMPOTENCY_KEYS_EVERY),
-    Step("metrics_rollup", roll_up_metrics_job, ROLL_UP_METRICS_EVERY),
-    Step("figures_refresh", refresh_figures_job, REFRESH_FIGURES_EVERY),
-    Step("alerts", evaluate_alerts_job, EVALUATE_ALERTS_EVERY),
+    Step("dispatch", scheduling.dispatch_job, scheduling.DISPATCH_EVERY),
+    Step("batch_ticks", scheduling.batch_tick_job, scheduling.BATCH_TICK_EVERY),
+    Step("dead_letters", compensation.dead_letters_job, compensation.DEAD_LETTERS_EVERY),
+    Step("dlq_cleanup", compensation.dlq_cleanup_job, compensation.DLQ_CLEANUP_EVERY),
+    Step("notifications", notifications.send_notifications_job, notifications.SEND_NOTIFICATIONS_EVERY),
+    Step("escalate", compensation.escalate_job, compensation.ESCALATE_EVERY),
+    Step("publish_stream", audit.publish_stream_job, audit.PUBLISH_STREAM_EVERY),
+    Step("prune_stream", audit.prune_stream_job, audit.PRUNE_STREAM_EVERY),
+    Step("prune_idempotency_keys", audit.prune_idempotency_keys_job, audit.PRUNE_IDEMPOTENCY_KEYS_EVERY),
+    Step("metrics_rollup", metrics.roll_up_metrics_job, metrics.ROLL_UP_METRICS_EVERY),
+    Step("figures_refresh", figures_services.refresh_figures_job, figures.REFRESH_FIGURES_EVERY),
+    Step("alerts", alerts.evaluate_alerts_job, alerts.EVALUATE_ALERTS_EVERY),
 )
 
 
@@ -136,16 +122,15 @@ class Lock:
 
     def _drop(self) -> None:
         if self.conn is not None:
-            self.conn.close()  # a session's advisory locks end with it
-            self.conn = None
+            self.conn, conn = None, self.conn
+            conn.close()  # a session's advisory locks end with it
 
 
 class Ops:
     """The process: a thread per step, and the main loop keeping (or trying for) the lock."""
 
-    def __init__(self, steps: tuple[Step, ...] = STEPS, *, lock: Lock | None = None):
-        self.steps = steps
-        self.lock = lock or Lock()
+    def __init__(self, steps: tuple[Step, ...] = STEPS):
+        self.steps, self.lock = steps, Lock()
         self.leading = threading.Event()
         self.stopping = threading.Event()
         self.process = f"{socket.gethostname()}:{os.getpid()}"
@@ -187,10 +172,8 @@ class Ops:
         if not self.lock.held():
             self.leading.clear()
             return None
-        started, began = datetime.now(UTC), time.monotonic()
-        ok = True
+        started, began, ok = datetime.now(UTC), time.monotonic(), True
         try:
-            close_old_connections()
             with connection.cursor() as cursor:
                 cursor.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
             step.run()

@@ -417,9 +417,9 @@ RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS = 900
 
 # /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
 # every INTERVAL seconds across all web processes (0: never), in the background; it reports the
-# violations it counted, and is not ready because of them only when FAIL_ON_INVARIANTS is true (the
-# balancers' /readyz?scope=web neither runs nor reports them: a data problem should not take every
-# web process out of the load balancer). An unmigrated database is never ready.
+# violations it counted, and is not ready because of them only when FAIL_ON_INVARIANTS is true (a
+# data problem should not take every web process out of the load balancer). An unmigrated
+# database is never ready.
 RETRYOPS_READYZ_INVARIANTS_INTERVAL = 60
 RETRYOPS_READYZ_FAIL_ON_INVARIANTS = False
 
@@ -473,7 +473,6 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # One name for a set of choices several fields share.
     "ENUM_NAME_OVERRIDES": {
-        "ServerStateEnum": "retryops.api.views.SERVER_STATES",
         # Every model's `state` has choices of its own.
         "ResourceStateEnum": "resources.choices.ResourceState",
         "TaskStateEnum": "scheduling.choices.TaskState",

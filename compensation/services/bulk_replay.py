@@ -30,14 +30,14 @@ from retryops.inputs import flag, record_id
 
 MAX_RATE = 500
 # At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
-# (1 / rate), and the periodic jobs that share its queue would wait that long too.
+# (1 / rate), and the jobs that share its queue would wait that long too.
 MIN_RATE = 1
 # Replays per second when the request names no rate.
 DEFAULT_RATE = 10
 FILTER_FIELDS = ("flow", "error_signature", "pool", "resource", "died_after", "died_before")
 # A runner refreshes the heartbeat at every replay; one older than this has died.
 STALE_AFTER = timedelta(seconds=30)
-# Short, because the periodic jobs (the dead-letter consumer) share its queue and wait for it.
+# Short, because the jobs that share its queue (notification sends) wait for it.
 SLICE_SECONDS = 2.0
 
 

@@ -1,12 +1,7 @@
-"""The bases every app's endpoints derive from, and the API's own endpoints: health, 404."""
+"""The bases every app's endpoints derive from, and the API's own 404."""
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, serializers, viewsets
-from rest_framework.permissions import AllowAny
-from rest_framework.response import Response
-from rest_framework.views import APIView
+from rest_framework import generics, viewsets
 
-from retryops import probes
 from retryops.api.errors import error_body
 from retryops.api.idempotency import Idempotent
 
@@ -33,34 +28,6 @@ def parsed(serializer_class, request) -> dict:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
-
-
-# A server's state in the health check (SPECTACULAR_SETTINGS' ENUM_NAME_OVERRIDES names it).
-SERVER_STATES = ["ok", "down"]
-
-
-class HealthSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["ok", "degraded", "down"],
-                                     help_text="ok; degraded: Redis is down (requests are still taken: tasks wait in "
-                                               "the database); down: PostgreSQL is.")
-    database = serializers.ChoiceField(choices=SERVER_STATES)
-    redis = serializers.ChoiceField(choices=SERVER_STATES)
-
-
-class HealthView(APIView):
-    """For load balancers and probes: open, unthrottled, and 200 unless PostgreSQL is down."""
-
-    authentication_classes = []
-    permission_classes = [AllowAny]
-    throttle_classes = []
-
-    @extend_schema(operation_id="health", tags=["health"], responses={
-        200: HealthSerializer, 503: OpenApiResponse(HealthSerializer, description="PostgreSQL does not answer.")})
-    def get(self, request):
-        database, redis = probes.database_ok(), probes.redis_ok()
-        state = "down" if not database else "ok" if redis else "degraded"
-        return Response({"status": state, "database": "ok" if database else "down", "redis": "ok" if redis else "down"},
-                        status=200 if database else 503)
 
 
 def not_found(request, exception=None):

@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 
 # How long one dispatcher step may go on before it leaves the rest for the next pass, so that one
-# slow step (thousands of lost attempts after an outage) cannot hold up the periodic jobs queued
-# behind it. A row locked by someone else is skipped, not waited for (SKIP LOCKED, lock_timeout).
+# slow step (thousands of lost attempts after an outage) cannot hold up the dispatcher's next
+# pass. A row locked by someone else is skipped, not waited for (SKIP LOCKED, lock_timeout).
 STEP_BUDGET = 10.0
 
 

@@ -230,11 +230,10 @@ class NotificationFailed(AnyRule):
 
 
 class ComponentSilent(AnyRule):
-    """Workers and the RQ scheduler not seen for a minute: nothing runs the flows, the retries or
-    the periodic jobs. This alert is evaluated by a periodic job, so it cannot say that the
-    periodic worker itself is silent: /readyz says that to the load balancer, and Prometheus'
-    RetryOpsAlertsNotEvaluated to the on-call. The health checks' heartbeats (telemetry.heartbeats)
-    decide who is silent."""
+    """Workers and the RQ scheduler not seen for a minute, or no ops process leading: nothing runs
+    the flows, the retries or the periodic steps. This alert is evaluated by the ops process, so it
+    cannot say that no ops process runs: Prometheus' RetryOpsAlertsNotEvaluated says that to the
+    on-call. The heartbeats (telemetry.heartbeats) decide who is silent."""
 
     name = "component_silent"
     title = "Workers or scheduler silent"

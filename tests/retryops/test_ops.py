@@ -121,3 +121,11 @@ def test_with_cadences_refuses_a_step_nobody_runs():
     with pytest.raises(ValueError, match="no step dispach"):
         ops.with_cadences({"dispach": 1})
     assert {s.name: s.every for s in ops.with_cadences({"dispatch": 1})}["dispatch"] == 1
+
+
+def test_the_ops_command_refuses_a_transaction_pooler(settings):
+    from django.core.management import CommandError, call_command
+
+    settings.DB_TRANSACTION_POOLER = True
+    with pytest.raises(CommandError, match="point its DATABASE_URL at PostgreSQL itself"):
+        call_command("ops")

@@ -126,7 +126,7 @@ def by_id(attribute: str):
 
 
 API_READS = {
-    "api-schema": None, "api-docs": None, "api-redoc": None, "api-health": None,
+    "api-schema": None, "api-docs": None, "api-redoc": None,
     "api-tasks": None, "api-task": by_id("dead_task"),
     "api-dead-letters": None, "api-dead-letter": by_id("letter"),
     "api-bulk-replays": None, "api-bulk-replay": by_id("bulk"),

@@ -72,16 +72,9 @@ def test_readyz_says_a_migrated_database_has_its_migrations(client, db, redis_co
     assert "migrations" not in body["failing"]
 
 
-def test_readyz_for_balancers_is_not_ready_on_a_database_missing_a_migration(client, db, redis_conn):
-    missing = forget_latest_migration()
-    body = client.get("/readyz?scope=web").json()
-    assert (body["status"], body["failing"]) == ("not_ready", ["migrations"])
-    assert body["checks"]["migrations"]["missing"] == [missing]
-
-
 @pytest.mark.parametrize("command", [["rqworker", "default", "--burst"], ["rqworker-pool", "default", "--burst"],
-                                     ["rqcron", "scheduling.cron"]])
-def test_a_worker_or_cron_refuses_to_start_on_a_database_missing_a_migration(db, redis_conn, command):
+                                     ["ops"]])
+def test_a_worker_or_the_ops_process_refuses_to_start_on_a_database_missing_a_migration(db, redis_conn, command):
     missing = forget_latest_migration("scheduling")
     with pytest.raises(CommandError) as refused:
         call_command(*command)
@@ -188,13 +181,6 @@ def test_the_probe_runs_the_checks_at_most_once_per_interval(client, pool, probe
 def test_readyz_runs_no_checks_when_their_interval_is_zero(client, db, probe_settings):
     probe_settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
     assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "off"}
-    assert cache.get(readiness.LOCK_KEY) is None
-
-
-def test_readyz_for_balancers_neither_runs_nor_reports_the_invariant_checks(client, db, probe_settings):
-    # A data problem is for monitoring (/readyz), never a reason to take web processes off the balancer.
-    body = client.get("/readyz?scope=web").json()
-    assert "invariants" not in body["checks"]
     assert cache.get(readiness.LOCK_KEY) is None
 
 

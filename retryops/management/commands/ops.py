@@ -2,6 +2,7 @@
 
 import signal
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from retryops import ops
@@ -26,6 +27,10 @@ class Command(BaseCommand):
                             help="Run a step at another cadence (tests and benchmarks), e.g. --every dispatch=1.")
 
     def handle(self, *args, every, **options):
+        if settings.DB_TRANSACTION_POOLER:
+            # The lock lives as long as its session, which a transaction pooler hands to others.
+            raise CommandError("the ops process holds a session-level lock: point its DATABASE_URL at PostgreSQL "
+                               "itself, not at the transaction pooler, and leave DB_TRANSACTION_POOLER unset")
         refuse_unmigrated()
         try:
             steps = ops.with_cadences(dict(every))

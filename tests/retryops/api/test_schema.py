@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 schema, its docs page from vendored assets, and the health check: open to all.
+"""The OpenAPI 3.1 schema, its docs page from vendored assets: open to all.
 
 The schema's rules are checked here on the probe endpoint's urls and on the project's own
 (`ROOT_URLCONFS`), so that every endpoint any app adds is held to them."""
@@ -45,14 +45,13 @@ def test_the_schema_is_openapi_3_1_and_open_without_a_key(schema):
 def test_every_error_answer_of_every_operation_is_the_one_error_shape(schema):
     for path, method, operation in operations(schema):
         for status, response in operation["responses"].items():
-            if int(status) >= 400 and path != "/api/health/":
+            if int(status) >= 400:
                 assert response["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}, (path, method, status)
 
 
 def test_every_operation_that_needs_a_key_documents_401_403_and_429(schema):
     for path, method, operation in operations(schema):
-        if path != "/api/health/":
-            assert {"401", "403", "429"} <= set(operation["responses"]), (path, method)
+        assert {"401", "403", "429"} <= set(operation["responses"]), (path, method)
 
 
 def test_every_post_takes_an_idempotency_key_and_documents_its_409_and_422(schema):
@@ -126,24 +125,10 @@ def test_the_vendored_swagger_ui_is_served(client):
     assert response.status_code == 200
 
 
-def test_the_health_check_is_open_and_says_what_answers(client):
-    response = client.get("/api/health/")
-    assert (response.status_code, response.json()) == (200, {"status": "ok", "database": "ok", "redis": "ok"})
-
-
-def test_the_health_check_is_degraded_not_down_without_redis(client, settings):
-    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "default": {**settings.RQ_QUEUES["default"],
-                                                            "URL": "redis://127.0.0.1:9/0"}}
-    response = client.get("/api/health/")
-    assert (response.status_code, response.json()["status"], response.json()["redis"]) == (200, "degraded", "down")
-
-
 def test_every_endpoint_but_the_open_ones_refuses_a_request_without_a_key(client, django_db_blocker):
     schema = schema_of("retryops.urls", django_db_blocker)
     sample = {"{id}": "1", "{pool}": "accounts", "{key}": "alice@x"}
     for path, method, operation in operations(schema):
-        if path == "/api/health/":
-            continue
         for name, value in sample.items():
             path = path.replace(name, value)
         response = getattr(client, method)(path, {}, content_type="application/json")
