@@ -48,12 +48,13 @@ def overlaps(runs: list[dict]) -> int:
     return count
 
 
-def table(logs: Path, *, killed_at: float | None = None, killed_pid: int | None = None) -> int:
+def table(logs: Path, *, cadences: dict[str, float], killed_at: float | None = None,
+          killed_pid: int | None = None) -> int:
     """Print the step runs per step and process, the overlaps and the handover; the overlaps."""
-    from retryops.ops import STEPS
+    from retryops.ops import with_cadences
 
     runs = step_runs(logs)
-    cadence = {step.name: step.every for step in STEPS}
+    cadence = {step.name: step.every for step in with_cadences(cadences)}
     print(f"\nops step runs ({len(runs)}), per step and process:")
     print(f"{'step':24}{'process':22}{'runs':>6}{'failed':>8}{'every s':>9}{'gap p50':>9}{'gap max':>9}{'max s':>8}")
     by = {}

@@ -501,7 +501,8 @@ def main() -> None:
 
         time.sleep(DEAD_LETTERS_EVERY + 2)
         exit_code = report(args, driver, elapsed, restart_at, redis_down, deployment, settled)
-        if ops_handover.table(logs, killed_at=killed and killed[0], killed_pid=killed and killed[1]):
+        if ops_handover.table(logs, cadences={"batch_ticks": args.batch_interval}, killed_at=killed and killed[0],
+                              killed_pid=killed and killed[1]):
             exit_code = 1
         print(f"machine: load average {os.getloadavg()[0]:.2f} at the end")
         write_figures(args.json, minutes=args.minutes, rate=args.rate)

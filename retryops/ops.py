@@ -32,6 +32,7 @@ from audit import jobs as audit
 from compensation import jobs as compensation
 from compensation import jobs_notifications as notifications
 from scheduling import jobs as scheduling
+from telemetry import readiness
 from telemetry.alerts import jobs as alerts
 from telemetry.figures import selectors as figures
 from telemetry.figures import services as figures_services
@@ -65,6 +66,7 @@ STEPS = (
     Step("metrics_rollup", metrics.roll_up_metrics_job, metrics.ROLL_UP_METRICS_EVERY),
     Step("figures_refresh", figures_services.refresh_figures_job, figures.REFRESH_FIGURES_EVERY),
     Step("alerts", alerts.evaluate_alerts_job, alerts.EVALUATE_ALERTS_EVERY),
+    Step("invariants", readiness.check_invariants_job, readiness.INVARIANTS_EVERY),
 )
 
 

@@ -415,13 +415,6 @@ RETRYOPS_ALERT_NOTIFICATION_WINDOW_SECONDS = 3600
 # open on the server holds the rollup's watermark back (telemetry.metrics_watermark).
 RETRYOPS_ALERT_METRICS_WATERMARK_SECONDS = 900
 
-# /readyz (telemetry.readiness) runs the invariant checker's fast checks, read-only, at most once
-# every INTERVAL seconds across all web processes (0: never), in the background; it reports the
-# violations it counted, and is not ready because of them only when FAIL_ON_INVARIANTS is true (a
-# data problem should not take every web process out of the load balancer). An unmigrated
-# database is never ready.
-RETRYOPS_READYZ_INVARIANTS_INTERVAL = 60
-RETRYOPS_READYZ_FAIL_ON_INVARIANTS = False
 
 # The REST API (retryops/api/ and each app's api/): API keys per external system (audit.ApiClient)
 # or the admin's session; permissions are the admin's codenames on the key's service user.

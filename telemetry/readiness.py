@@ -1,24 +1,18 @@
-"""What /readyz says of the data, read-only: the invariant checker's fast checks
-(telemetry.invariants), counted, at most once every RETRYOPS_READYZ_INVARIANTS_INTERVAL seconds
-across all web processes (a lock in the shared cache), in a thread of their own so the probe never
-waits for them, in one read-only transaction whose statements together get BUDGET_MS at most.
+"""The data's health as metrics, read-only: the invariant checker's fast checks
+(telemetry.invariants), counted by the ops process every INVARIANTS_EVERY seconds in one read-only
+transaction whose statements together get BUDGET_MS at most, and kept in the shared cache for
+/metrics (`InvariantCollector`). A violation is a data problem: an alert, never a reason to take
+web processes off the balancer.
 
-A violation is a data problem: it is reported, and fails readiness only when
-RETRYOPS_READYZ_FAIL_ON_INVARIANTS says so (a balancer probing /readyz would otherwise take every
-web process out for one bad row, turning a data problem into an outage; balancers probe
-/readyz?scope=web, which runs no invariant check).
-
-It also says how this process last found the read replica (retryops.replica), never failing
-readiness for it: the primary serves its reads meanwhile."""
+It also says how this process last found the read replica (retryops.replica), which /readyz
+reports, never failing for it: the primary serves its reads meanwhile."""
 
 import logging
-import os
 import threading
 import time
 from contextlib import closing
 from dataclasses import replace
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
@@ -31,9 +25,9 @@ from telemetry.invariants import CHECKS, DEEP, Horizons
 
 log = logging.getLogger(__name__)
 
-REPORT_KEY = "readyz:invariants"
-LOCK_KEY = "readyz:invariants:lock"
-# The fast checks' statements together get this many milliseconds: a probe must answer quickly.
+REPORT_KEY = "invariants:report"
+INVARIANTS_EVERY = 60
+# The fast checks' statements together get this many milliseconds.
 BUDGET_MS = 2000
 # The checks a probe may run: every one but the full scans.
 FAST = tuple(name for name in CHECKS if name not in DEEP)
@@ -97,33 +91,15 @@ def check_now(*, budget_ms: int | None = None) -> dict:
     return report
 
 
-def _refresh() -> None:
-    try:
-        report = check_now()
-        cache.set(REPORT_KEY, report, timeout=3 * settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL)
-    except Exception:  # a thread's exception would only reach stderr; the next interval tries again
-        log.exception("readyz: the invariant checks failed")
-    finally:
-        connection.close()  # this thread's own connection, which nothing else would close
-
-
-def invariants_report() -> dict:
-    """The last report (state pending until the first is in; off when the interval is 0), starting
-    a refresh in the background when no process ran one within the interval."""
-    interval = settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL
-    if not interval:
-        return {"state": "off"}
-    try:
-        report = cache.get(REPORT_KEY)
-        if cache.add(LOCK_KEY, os.getpid(), timeout=interval):
-            threading.Thread(target=_refresh, name="readyz-invariants", daemon=True).start()
-    except Exception as exc:  # the cache's Redis; /readyz says Redis is down on its own
-        return {"state": "unknown", "error": type(exc).__name__}
-    return report or {"state": "pending"}
+def check_invariants_job() -> dict:
+    """Periodic: count the fast checks' violations, for /metrics."""
+    report = check_now()
+    cache.set(REPORT_KEY, report, timeout=3 * INVARIANTS_EVERY)
+    return report
 
 
 class InvariantCollector:
-    """/metrics: retryops_invariant_violations{check}, what /readyz's last run of the checks counted
+    """/metrics: retryops_invariant_violations{check}, what the last run of the checks counted
     (one read of the shared cache; no sample before the first run, nor for a check it did not
     finish)."""
 
@@ -131,10 +107,10 @@ class InvariantCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         family = GaugeMetricFamily("retryops_invariant_violations", "Rows breaking an invariant, by check, as "
-                                   "/readyz's last run of the invariant checker's fast checks counted them.",
+                                   "the last run of the invariant checker's fast checks counted them.",
                                    labels=["check"])
         try:
-            report = cache.get(REPORT_KEY) if settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL else None
+            report = cache.get(REPORT_KEY)
         except Exception:  # the cache's Redis: the heartbeats' gauges say it is down
             report = None
         for name, count in (report or {}).get("violations", {}).items():

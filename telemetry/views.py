@@ -1,6 +1,5 @@
 """/healthz and /readyz, for load balancers and orchestrators: JSON, open, never a secret in them."""
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
@@ -25,12 +24,12 @@ def readyz(request):
     each check says its state, and `failing` names the checks that make it not ready (/api/health/
     is the same view).
 
-    Redis, the read replica and the invariant checker's counts (telemetry.readiness) are reported,
-    never failing it (the counts do when RETRYOPS_READYZ_FAIL_ON_INVARIANTS is set): the console
-    and the API serve without Redis (the throttles let requests through, a task started waits in
-    the database for the dispatcher), and a Redis outage, a silent worker or a bad row, which every
-    web process shares, would take them all off the balancer: an outage. The workers', schedulers'
-    and ops processes' liveness are metrics with an alert (telemetry.heartbeats)."""
+    Redis and the read replica are reported, never failing it: the console and the API serve
+    without Redis (the throttles let requests through, a task started waits in the database for
+    the dispatcher), and a Redis outage, a silent worker or a bad row, which every web process
+    shares, would take them all off the balancer: an outage. The workers', schedulers' and ops
+    processes' liveness and the invariant counts are metrics with alerts (telemetry.heartbeats,
+    telemetry.readiness)."""
     database = probes.database_ok()
     checks = {"database": {"state": "ok" if database else "down"}}
     missing = None
@@ -47,13 +46,9 @@ def readyz(request):
     else:
         checks["migrations"] = {"state": "ok"}
     checks["redis"] = {"state": "ok" if probes.redis_ok(heartbeats.TIMEOUT) else "unreachable"}
-    checks["invariants"] = readiness.invariants_report() if missing == [] else {"state": "unknown"}
     # Reported, never failing: the primary serves the replica's reads while it is down or behind.
     checks["replica"] = readiness.replica_report()
-    fail_on_invariants = settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS
-    failing = [name for name, check in checks.items()
-               if check["state"] in ("down", "missing")
-               or (name == "invariants" and fail_on_invariants and check["state"] == "violations")]
+    failing = [name for name, check in checks.items() if check["state"] in ("down", "missing")]
     ready = not failing
     response = JsonResponse({"status": "ready" if ready else "not_ready", "checks": checks, "failing": failing},
                             status=200 if ready else 503)

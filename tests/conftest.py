@@ -33,13 +33,6 @@ def _default_language():
     translation.deactivate()
 
 
-@pytest.fixture(autouse=True)
-def _no_invariant_checks_behind_readyz(settings):
-    """/readyz's invariant checks run in a thread of their own, which would outlive a test that is
-    not transactional; tests/telemetry/test_readiness.py turns them on."""
-    settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _quick_passwords():
     """MD5 for every password a test makes: PBKDF2's million rounds cost about a second per hash

@@ -32,7 +32,7 @@ def test_readyz_is_ready_with_no_worker_scheduler_or_ops_process_running(client,
     assert (response.status_code, response.json()) == (200, {
         "status": "ready", "failing": [],
         "checks": {"database": {"state": "ok"}, "migrations": {"state": "ok"}, "redis": {"state": "ok"},
-                   "invariants": {"state": "off"}, "replica": {"state": "off"}}})
+                   "replica": {"state": "off"}}})
 
 
 def test_api_health_is_readyz_by_another_name(client, db, redis_conn):

@@ -1,6 +1,6 @@
 """/readyz and the data: an unmigrated database is not ready (and no worker starts on it); the
-invariant checker's fast checks are counted in the background, read-only, within a time budget,
-and reported without failing readiness unless a setting says so."""
+invariant checker's fast checks are counted by the ops process, read-only, within a time budget,
+for /metrics."""
 
 import socket
 import threading
@@ -36,23 +36,10 @@ def expire_lease(resource) -> None:
 
 @pytest.fixture(autouse=True)
 def cache_on_test_redis(settings):
-    """Django's cache, with its lock and report, in the tests' Redis database, in every thread: set
-    through the settings, which makes each thread open it anew (the probe's checks run in one of
-    their own), whenever the cache was first opened in this process."""
+    """Django's cache, with the checks' report, in the tests' Redis database: set through the
+    settings, which makes each thread open it anew, whenever the cache was first opened in this
+    process."""
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": servers.redis_url()}}
-
-
-@pytest.fixture
-def probe_settings(settings, redis_conn):
-    settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 60
-    settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS = False
-    return settings
-
-
-def invariants_once_checked(client) -> dict:
-    """/readyz's body once its background checks have reported."""
-    return wait_for(lambda: (body := client.get("/readyz").json())["checks"]["invariants"]["state"] != "pending"
-                    and body, timeout=20)
 
 
 def test_readyz_is_not_ready_on_a_database_missing_a_migration_and_names_it(client, db, redis_conn):
@@ -63,7 +50,6 @@ def test_readyz_is_not_ready_on_a_database_missing_a_migration_and_names_it(clie
     assert body["checks"]["migrations"] == {"state": "missing", "count": 1, "missing": [missing],
                                             "hint": "manage.py migrate"}
     assert "migrations" in body["failing"]
-    assert body["checks"]["invariants"] == {"state": "unknown"}  # not run on a schema they do not know
 
 
 def test_readyz_says_a_migrated_database_has_its_migrations(client, db, redis_conn):
@@ -156,39 +142,18 @@ def test_the_probes_overdue_check_reads_rq_jobs_from_the_queues_redis(db, redis_
     assert readiness.check_now()["violations"]["overdue_tasks"] == 0  # its wake-up is queued
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("fail_on_invariants", [False, True])
-def test_readyz_reports_invariant_violations_and_fails_on_them_only_when_told(client, claimed_alice, probe_settings,
-                                                                               fail_on_invariants):
-    probe_settings.RETRYOPS_READYZ_FAIL_ON_INVARIANTS = fail_on_invariants
+def test_readyz_neither_runs_nor_reports_the_invariant_checks(client, claimed_alice, redis_conn):
+    # A data problem is for the metrics and alerts, never a reason to take web processes off the balancer.
     expire_lease(claimed_alice)
-    assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "pending"}
-    body = invariants_once_checked(client)
-    invariants = body["checks"]["invariants"]
-    assert (invariants["state"], invariants["violations"]["lease_holders"]) == ("violations", 1)
-    assert ("invariants" in body["failing"]) is fail_on_invariants
+    body = client.get("/readyz").json()
+    assert (body["status"], "invariants" in body["checks"]) == ("ready", False)
+    assert cache.get(readiness.REPORT_KEY) is None
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_probe_runs_the_checks_at_most_once_per_interval(client, pool, probe_settings, redis_conn):
-    first = invariants_once_checked(client)["checks"]["invariants"]
-    assert first["state"] == "ok"
-    for _ in range(5):
-        assert client.get("/readyz").json()["checks"]["invariants"]["checked_at"] == first["checked_at"]
-    assert 0 < redis_conn.ttl(cache.make_and_validate_key(readiness.LOCK_KEY)) <= 60
-
-
-def test_readyz_runs_no_checks_when_their_interval_is_zero(client, db, probe_settings):
-    probe_settings.RETRYOPS_READYZ_INVARIANTS_INTERVAL = 0
-    assert client.get("/readyz").json()["checks"]["invariants"] == {"state": "off"}
-    assert cache.get(readiness.LOCK_KEY) is None
-
-
-@pytest.mark.django_db(transaction=True)
-def test_metrics_export_what_the_probes_last_checks_counted(client, claimed_alice, probe_settings):
+def test_metrics_export_what_the_last_checks_counted(client, claimed_alice, redis_conn):
     assert "retryops_invariant_violations{" not in client.get("/metrics").content.decode()  # not run yet
     expire_lease(claimed_alice)
-    invariants_once_checked(client)
+    assert readiness.check_invariants_job()["violations"]["lease_holders"] == 1
     scraped = client.get("/metrics").content.decode()
     assert 'retryops_invariant_violations{check="lease_holders"} 1.0' in scraped
     assert 'retryops_invariant_violations{check="double_leases"} 0.0' in scraped
