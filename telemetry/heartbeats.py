@@ -21,8 +21,8 @@ What each one leaves (rq 2.12):
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.utils import timezone
 from django.db import DatabaseError, connection
+from django.utils import timezone
 from redis.exceptions import RedisError
 from rq.scheduler import SCHEDULER_KEY_TEMPLATE, SCHEDULER_LOCKING_KEY_TEMPLATE
 from rq.utils import utcparse
@@ -61,11 +61,8 @@ class Sightings:
                 + [f"scheduler:{name}" for name, seen in self.schedulers.items() if not seen])
 
 
-def scheduler_names() -> list[str]:
-    return [f"rq:{queue}" for queue in DELAYED_QUEUES]
-
-
-NOBODY = Sightings(workers=dict.fromkeys(QUEUES, 0), schedulers=dict.fromkeys(scheduler_names(), 0))
+SCHEDULERS = [f"rq:{queue}" for queue in DELAYED_QUEUES]
+NOBODY = Sightings(workers=dict.fromkeys(QUEUES, 0), schedulers=dict.fromkeys(SCHEDULERS, 0))
 
 
 def _text(value) -> str:
@@ -85,7 +82,7 @@ def sightings(*, now: datetime | None = None, timeout: float = TIMEOUT) -> Sight
     answer within `timeout` seconds."""
     now = now or timezone.now()
     since = now - SEEN_WITHIN
-    workers, schedulers = dict.fromkeys(QUEUES, 0), dict.fromkeys(scheduler_names(), 0)
+    workers, schedulers = dict.fromkeys(QUEUES, 0), dict.fromkeys(SCHEDULERS, 0)
     # RQ keeps a worker and its scheduler in the Redis of their queues.
     for server in dict.fromkeys(map(queue_server, QUEUES)):
         redis = redis_client(server, timeout)
