@@ -56,7 +56,7 @@ def test_a_rate_out_of_range_is_refused_by_name(letters, rate):
 
 @pytest.mark.parametrize("rate", [0.5, 1e-300])
 def test_a_rate_below_one_a_second_is_refused_because_a_slice_waits_out_its_last_slot(letters, rate):
-    # A slice waits 1 / rate seconds after its last replay, holding the periodic queue that long.
+    # A slice waits 1 / rate seconds after its last replay, holding the default queue that long.
     with pytest.raises(BadInput, match="from 1 to 500") as refused:
         services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol", rate=rate)
     assert refused.value.details["field"] == "rate"
