@@ -40,10 +40,13 @@ if RETRYOPS_REQUIRE_CONFIG and (_missing := devservices.missing_configuration())
 SECRET_KEY = env_str("SECRET_KEY") or devservices.local_secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
+RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # Production behind TLS (`manage.py check --deploy` is clean once these are set, see deploy/).
-# Off by default: `manage.py up` and the tests serve plain http on loopback, where a secure
-# cookie would never come back and a redirect to https would lead nowhere.
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+# Cookies go over https only when operators open RetryOps over https: said once, by the public
+# URL. `manage.py up` and the tests serve plain http on loopback, where a secure cookie would
+# never come back and a redirect to https would lead nowhere.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = RETRYOPS_PUBLIC_URL.startswith("https://")
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 # Browsers remember HSTS for this many seconds: start small (3600) and raise it to a year
 # (31536000) once https is known to work for every host, subdomains included when said.
@@ -371,8 +374,6 @@ RETRYOPS_NOTIFY_RETRY_DELAY = 15
 # so a receiver down for hours still gets the page and a broken one is not tried forever.
 RETRYOPS_NOTIFY_RESEND_AFTER = 3600
 RETRYOPS_NOTIFY_MAX_RESENDS = 3
-# Where operators open RetryOps: the links in Slack messages and PagerDuty incidents start with it.
-RETRYOPS_PUBLIC_URL = (env_str("RETRYOPS_PUBLIC_URL", "") or "http://localhost:8000").rstrip("/")
 # httpx logs each request's URL at INFO, and a Slack webhook URL is a secret.
 LOGGING.setdefault("loggers", {}).update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
 # django-axes' failure and lockout lines stay; its start-up banner in every process does not.

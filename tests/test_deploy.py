@@ -27,7 +27,7 @@ PRODUCTION_ENV = {
     "SECRET_KEY": secrets.token_hex(32),
     "ALLOWED_HOSTS": "retryops.example.com",
     "CSRF_TRUSTED_ORIGINS": "https://retryops.example.com",
-    "SECURE_COOKIES": "true",
+    "RETRYOPS_PUBLIC_URL": "https://retryops.example.com",
     "SECURE_SSL_REDIRECT": "true",
     "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
     "SECURE_HSTS_SECONDS": "31536000",
@@ -110,7 +110,6 @@ def test_every_compose_service_of_the_app_requires_its_configuration():
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value, said", [
     ("RETRYOPS_REQUIRE_CONFIG", "always", "RETRYOPS_REQUIRE_CONFIG='always' is not a boolean"),
-    ("SECURE_COOKIES", "maybe", "SECURE_COOKIES='maybe' is not a boolean"),
     ("SECURE_SSL_REDIRECT", "2", "SECURE_SSL_REDIRECT='2' is not a boolean"),
     ("SECURE_HSTS_SECONDS", "-1", "SECURE_HSTS_SECONDS=-1 must be at least 0"),
     ("SECURE_HSTS_SECONDS", "1e9", "SECURE_HSTS_SECONDS='1e9' is not an integer"),

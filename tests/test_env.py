@@ -229,3 +229,14 @@ def test_without_required_configuration_an_unset_redis_url_falls_back_to_this_ho
     run = start_up("settings.REDIS_URL", RETRYOPS_REQUIRE_CONFIG="false")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]).startswith(("redis://127.0.0.1:6379", "unix://"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("public_url, secure", [("https://retryops.example.com", True),
+                                                ("http://10.0.0.5:8000", False)])
+def test_the_cookies_go_over_https_only_when_the_public_url_is_https(public_url, secure):
+    from tests.startup import start_up
+
+    run = start_up("[settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE]", RETRYOPS_PUBLIC_URL=public_url)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == [secure, secure]
