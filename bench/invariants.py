@@ -137,7 +137,7 @@ def enrich(size: int) -> None:
 def measure(repeat: int) -> list[dict]:
     from django.db import connection
 
-    from telemetry.invariants import CHECKS, DEEP, Horizons, check_invariants
+    from telemetry.health.invariants import CHECKS, DEEP, Horizons, check_invariants
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT at FROM bench_invariants_as_of")

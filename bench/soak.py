@@ -29,7 +29,7 @@ resources are claimed again by name), API retries of failed resources of the flo
 histories, and admin pages in a logged-in session.
 
 After the load: the batch config is disabled, every task is waited for until it has finished
-(--settle seconds at most), then the invariant check (telemetry.invariants, deep). Prints the
+(--settle seconds at most), then the invariant check (telemetry.health.invariants, deep). Prints the
 throughput, error counts by kind and p50 / p99 latency per operation, the tasks by final state
 (lost: not finished after the settle), the upstream's answers and repeated keys, the restarts,
 and the invariant result; exits 1 when an invariant fails or a task is lost.
@@ -361,7 +361,7 @@ def report(args, driver: Driver, elapsed: float, restart_at: float, redis_down: 
     from django.db.models import Count
 
     from scheduling.models import Attempt, Task
-    from telemetry.invariants import check_invariants
+    from telemetry.health.invariants import check_invariants
 
     print(f"\nload: {elapsed:.0f} s; Redis stopped at {restart_at:.0f} s for {redis_down:.1f} s")
     by_operation = collections.defaultdict(list)

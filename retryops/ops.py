@@ -32,11 +32,11 @@ from audit import jobs as audit
 from compensation import jobs as compensation
 from compensation import jobs_notifications as notifications
 from scheduling import jobs as scheduling
-from telemetry import readiness
+from telemetry.health import readiness
 from telemetry.alerts import jobs as alerts
 from telemetry.figures import selectors as figures
 from telemetry.figures import services as figures_services
-from telemetry.heartbeats import OPS_APPLICATION_NAME, OPS_LOCK_KEY
+from telemetry.health.heartbeats import OPS_APPLICATION_NAME, OPS_LOCK_KEY
 from telemetry.metrics import jobs as metrics
 
 log = logging.getLogger(__name__)

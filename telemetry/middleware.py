@@ -1,7 +1,7 @@
 """Answers the probes before the rest of the middleware; notes the request id each response carried."""
 
 from audit.middleware import REQUEST_ID_HEADER
-from telemetry import views
+from telemetry.health import views
 from telemetry.logs import remember_answered_request_id
 
 PROBES = {"/healthz": views.healthz, "/readyz": views.readyz}

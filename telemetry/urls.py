@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from telemetry import views
+from telemetry.health import views
 from telemetry.metrics_access import metrics_view
 
 urlpatterns = [

@@ -205,7 +205,7 @@ def test_a_worker_and_the_app_follow_a_sentinel_failover_with_no_setting_changed
 
 
 def _sightings_after_failover():
-    from telemetry.heartbeats import sightings
+    from telemetry.health.heartbeats import sightings
 
     try:
         return sightings()

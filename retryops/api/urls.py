@@ -9,7 +9,7 @@ from drf_spectacular.views import (
 )
 from rest_framework.permissions import AllowAny
 
-from telemetry.views import readyz
+from telemetry.health.views import readyz
 
 OPEN = {"authentication_classes": [], "permission_classes": [AllowAny]}
 

@@ -25,7 +25,7 @@ from compensation.notifications_models import Notification, NotificationState
 from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskState
 from scheduling.selectors import retry_outcomes, uncollected_dead_tasks
-from telemetry import heartbeats
+from telemetry.health import heartbeats
 from telemetry.figures.selectors import COMPLETION_TARGET, RETRY_SUCCESS_TARGET, Figure, latest_snapshot
 from telemetry.metrics.gauges import overdue_retries, rollup_age
 from telemetry.metrics.watermark import watermark_lag
@@ -233,7 +233,7 @@ class ComponentSilent(AnyRule):
     """Workers and the RQ scheduler not seen for a minute, or no ops process leading: nothing runs
     the flows, the retries or the periodic steps. This alert is evaluated by the ops process, so it
     cannot say that no ops process runs: Prometheus' RetryOpsAlertsNotEvaluated says that to the
-    on-call. The heartbeats (telemetry.heartbeats) decide who is silent."""
+    on-call. The heartbeats (telemetry.health.heartbeats) decide who is silent."""
 
     name = "component_silent"
     title = "Workers or scheduler silent"

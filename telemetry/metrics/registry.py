@@ -15,7 +15,7 @@ from prometheus_client.utils import floatToGoString
 
 from telemetry.alerts.collector import AlertCollector
 from telemetry.figures.selectors import AcceptanceCollector
-from telemetry.heartbeats import HeartbeatCollector
+from telemetry.health.heartbeats import HeartbeatCollector
 from telemetry.metrics.gauges import StateCollector, pool_label, pool_names
 from telemetry.metrics.rollup import (
     ATTEMPT_DURATION,
@@ -26,7 +26,7 @@ from telemetry.metrics.rollup import (
     counted_series,
 )
 from telemetry.metrics.watermark import WatermarkCollector
-from telemetry.readiness import InvariantCollector, ReplicaCollector
+from telemetry.health.readiness import InvariantCollector, ReplicaCollector
 
 COUNTER_HELP = {
     "task_retry_scheduled_total": "Retries scheduled (task.retry.scheduled events).",

@@ -15,7 +15,7 @@ from unittest import mock
 import psutil
 from redis import Redis
 
-from telemetry.heartbeats import WORKER_TTL
+from telemetry.health.heartbeats import WORKER_TTL
 from tests.http_server import free_port
 from tests.telemetry.processes import ROOT, environment, manage, stop, wait_for
 

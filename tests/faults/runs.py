@@ -17,7 +17,7 @@ from compensation.models import DeadLetter
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, Task
 from scheduling.services import start_task
-from telemetry.invariants import check_invariants
+from telemetry.health.invariants import check_invariants
 from tests.factories import ResourceFactory, ResourcePoolFactory, RetryPolicyFactory
 from tests.faults import report
 from tests.faults.cluster import Cluster, RedisServer, judged_by_cadences

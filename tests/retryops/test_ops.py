@@ -10,7 +10,7 @@ import time
 import pytest
 
 from retryops import ops
-from telemetry.heartbeats import OPS_LOCK_KEY, ops_processes
+from telemetry.health.heartbeats import OPS_LOCK_KEY, ops_processes
 from tests.telemetry.processes import environment, manage, stop, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,7 +21,7 @@ from django.urls import reverse
 from retryops import replica as replicas
 from retryops.replica import REPLICA, from_replica, read_alias, replica_reads
 from scheduling.models import RetryPolicy
-from telemetry.readiness import ReplicaCollector
+from telemetry.health.readiness import ReplicaCollector
 from tests.factories import RetryPolicyFactory
 from tests.http_server import free_port
 from tests.startup import start_up

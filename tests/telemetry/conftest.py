@@ -41,7 +41,7 @@ def settle_dead_letters(n: int) -> None:
 def heartbeats(monkeypatch):
     """The health checks' heartbeats, saying who is silent: `heartbeats.silent = [...]`."""
     said = types.SimpleNamespace(silent=[])
-    monkeypatch.setattr("telemetry.heartbeats.silent_components", lambda *, now: list(said.silent))
+    monkeypatch.setattr("telemetry.health.heartbeats.silent_components", lambda *, now: list(said.silent))
     return said
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 from redis import Redis
 
-from telemetry.heartbeats import QUEUES, WORKER_TTL
+from telemetry.health.heartbeats import QUEUES, WORKER_TTL
 from tests import servers
 from tests.http_server import free_port
 

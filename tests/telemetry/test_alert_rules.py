@@ -218,7 +218,7 @@ def test_rules_speak_the_readers_language():
 
 
 def test_with_no_worker_running_the_silence_rule_names_every_queue_and_scheduler(redis_conn):
-    from telemetry.heartbeats import QUEUES
+    from telemetry.health.heartbeats import QUEUES
 
     reading = read("component_silent")
 

@@ -13,8 +13,8 @@ from rq.scheduler import RQScheduler
 
 from retryops import ops
 from retryops.management.commands.up import Command as Up
-from telemetry import heartbeats
-from telemetry.heartbeats import (
+from telemetry.health import heartbeats
+from telemetry.health.heartbeats import (
     OPS_APPLICATION_NAME,
     OPS_LOCK_KEY,
     QUEUES,

@@ -15,7 +15,7 @@ from django.utils import timezone
 from compensation.models import WorkOrder
 from resources.models import ResourcePool
 from scheduling.models import RetryPolicy
-from telemetry.invariants import CHECKS, DEEP, check_invariants
+from telemetry.health.invariants import CHECKS, DEEP, check_invariants
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""The invariant checker (telemetry.invariants, manage.py check_invariants): a system built through
+"""The invariant checker (telemetry.health.invariants, manage.py check_invariants): a system built through
 the real services passes; each kind of corruption, made by writing rows directly, is reported with
 its ids, and the command exits non-zero."""
 
@@ -23,7 +23,7 @@ from scheduling import services
 from scheduling.choices import TaskEventKind, TaskState
 from scheduling.models import Task
 from scheduling.queueing import WORKER_QUEUES, enqueue_attempt
-from telemetry.invariants import CHECKS, STRANDED_SECOND_LOOK, check_invariants
+from telemetry.health.invariants import CHECKS, STRANDED_SECOND_LOOK, check_invariants
 from tests.factories import (
     AttemptFactory,
     ResourceFactory,

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from resources.models import Resource
 from scheduling.queueing import enqueue_attempt
-from telemetry import readiness
+from telemetry.health import readiness
 from tests import servers
 from tests.factories import TaskFactory
 from tests.telemetry.processes import wait_for

@@ -177,10 +177,10 @@ class Command(BaseCommand):
         RQ's scheduler, which moves delayed retries onto their queue. The demo receiver stands in
         for the notification channels nobody configured (no receiver when `receiver_port` is None)."""
         from scheduling.queueing import WORKER_QUEUES
-        from telemetry.heartbeats import WORKER_TTL
+        from telemetry.health.heartbeats import WORKER_TTL
 
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
-        # A short TTL makes an idle worker heartbeat every 30 s, so /readyz sees it (telemetry.heartbeats).
+        # A short TTL makes an idle worker heartbeat every 30 s, so /readyz sees it (telemetry.health.heartbeats).
         worker_options = ["--worker-ttl", str(WORKER_TTL)]
         # The children inherit DATABASE_URL and REDIS_URL (devservices wrote them), so they use the
         # servers this process chose, embedded ones included, which live as long as it does.

@@ -1,4 +1,4 @@
-"""Check the invariants the services keep, from the shell or a cron; see telemetry.invariants."""
+"""Check the invariants the services keep, from the shell or a cron; see telemetry.health.invariants."""
 
 import json
 
@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from telemetry.invariants import CHECKS, DEEP, DEFAULT_LIMIT, check_invariants
+from telemetry.health.invariants import CHECKS, DEEP, DEFAULT_LIMIT, check_invariants
 
 
 class Command(BaseCommand):

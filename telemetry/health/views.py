@@ -6,7 +6,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from retryops import migrated, probes
-from telemetry import heartbeats, readiness
+from telemetry.health import heartbeats, readiness
 
 
 @never_cache
@@ -28,8 +28,8 @@ def readyz(request):
     without Redis (the throttles let requests through, a task started waits in the database for
     the dispatcher), and a Redis outage, a silent worker or a bad row, which every web process
     shares, would take them all off the balancer: an outage. The workers', schedulers' and ops
-    processes' liveness and the invariant counts are metrics with alerts (telemetry.heartbeats,
-    telemetry.readiness)."""
+    processes' liveness and the invariant counts are metrics with alerts (telemetry.health.heartbeats,
+    telemetry.health.readiness)."""
     database = probes.database_ok()
     checks = {"database": {"state": "ok" if database else "down"}}
     missing = None

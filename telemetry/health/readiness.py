@@ -1,5 +1,5 @@
 """The data's health as metrics, read-only: the invariant checker's fast checks
-(telemetry.invariants), counted by the ops process every INVARIANTS_EVERY seconds in one read-only
+(telemetry.health.invariants), counted by the ops process every INVARIANTS_EVERY seconds in one read-only
 transaction whose statements together get BUDGET_MS at most, and kept in the shared cache for
 /metrics (`InvariantCollector`). A violation is a data problem: an alert, never a reason to take
 web processes off the balancer.
@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from retryops import probes, redis_servers, replica
 from scheduling.queueing import FLOW_QUEUE
-from telemetry.invariants import CHECKS, DEEP, Horizons
+from telemetry.health.invariants import CHECKS, DEEP, Horizons
 
 log = logging.getLogger(__name__)
 

@@ -99,7 +99,7 @@ class Horizons:
     since: datetime
     # Where overdue_tasks reads RQ's jobs. None: the flow queue's connection, on which a Redis error
     # reports each overdue task with its status unknown. A caller that brings its own client (the
-    # probe's, with a short timeout: telemetry.readiness) gets the error raised, to report it itself.
+    # probe's, with a short timeout: telemetry.health.readiness) gets the error raised, to report it itself.
     jobs_redis: "Redis | None" = None
 
     @classmethod
