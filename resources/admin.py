@@ -7,6 +7,7 @@ ResourcePageExtension (scheduling adds "retry this resource"): resources may imp
 import json
 
 from django.contrib import admin
+from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.template.defaultfilters import truncatechars
@@ -220,7 +221,7 @@ class ResourceAdmin(MaskedWhenReadOnly, EditsWhatThePageShowed, ResourceBulkActi
 
     def get_actions(self, request):
         actions = super().get_actions(request)
-        if actions or self.actions:  # none in a popup
+        if self.actions is not None and IS_POPUP_VAR not in request.GET:  # as Django's: none in a popup
             for extension in self.extensions:
                 for action in extension.actions(request):
                     func, name, description = self.get_action(action)

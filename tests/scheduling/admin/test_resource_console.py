@@ -180,3 +180,10 @@ def test_retry_selected_of_two_resources_one_order_failed_on_promises_one_start(
     assert f"Will be refused: task {dead_order.pk} (demo) starts again above, on account alice@x" in confirmation_row(
         page, "bob@x")
     assert "1 of 2 started" in choose(carol, [failed_alice, bob], confirmed=True).content.decode()
+
+
+def test_a_popup_of_the_resource_list_offers_no_retry_selected(carol, failed_alice):
+    # The list a raw-id or related field opens to pick one resource has no actions at all, as
+    # Django's own get_actions decides for a popup: nor the one the console adds.
+    page = carol.get(RESOURCES, {"_popup": "1", "_to_field": "id"}).content.decode()
+    assert 'value="retry_selected"' not in page and 'name="_selected_action"' not in page
