@@ -1,6 +1,6 @@
 """/metrics: retryops_alert_firing{alert}, 1 for each alert rule that is firing and 0 for the others,
-and retryops_alert_evaluation_age_seconds, how long ago the evaluator last ran (so Prometheus can
-say that it stopped, which the app cannot)."""
+and retryops_alert_evaluation_age_seconds, how long ago the rule evaluated longest ago was (so
+Prometheus can say that the evaluator, or one of its rules, stopped, which the app cannot)."""
 
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
@@ -14,8 +14,8 @@ class AlertCollector:
     few rows per scrape."""
 
     def collect(self):
-        rows = list(Alert.objects.values_list("rule", "state", "evaluated_at"))
-        firing = {rule for rule, state, _at in rows if state == AlertState.FIRING}
+        rows = list(Alert.objects.filter(rule__in=RULES).values_list("rule", "state", "since", "evaluated_at"))
+        firing = {rule for rule, state, _since, _at in rows if state == AlertState.FIRING}
         family = GaugeMetricFamily("retryops_alert_firing", "Whether each RetryOps alert is firing (1) or not (0).",
                                    labels=["alert"])
         # Every rule, also one not evaluated yet (no row): a series that appears only when it fires
@@ -24,8 +24,10 @@ class AlertCollector:
             family.add_metric([name], 1 if name in firing else 0)
         yield family
         age = GaugeMetricFamily("retryops_alert_evaluation_age_seconds",
-                                "Seconds since the alert rules were last evaluated (never: absent).")
-        last = max((at for _rule, _state, at in rows if at is not None), default=None)
-        if last is not None:
-            age.add_metric([], max(0.0, (timezone.now() - last).total_seconds()))
+                                "Seconds since the rule evaluated longest ago was evaluated (none yet: absent).")
+        # The oldest, not the newest: a rule that raises at every run keeps its last state while the
+        # others run. One never evaluated ages from when its row was made.
+        oldest = min((at or since for _rule, _state, since, at in rows), default=None)
+        if oldest is not None:
+            age.add_metric([], max(0.0, (timezone.now() - oldest).total_seconds()))
         yield age

@@ -54,9 +54,9 @@ def prometheus_rules(*, public_url: str) -> str:
                f"max(retryops_alert_evaluation_age_seconds) > {stale} "
                'or (absent(retryops_alert_evaluation_age_seconds) and on() max(up{job="retryops"}) == 1)',
                "critical", "RetryOps has stopped evaluating its alert rules",
-               f"The app answers but its alert rules were not evaluated for {stale} s (or never), so every other "
-               "RetryOps alert stays as it was. Check that an ops process (manage.py ops) runs and leads "
-               "(retryops_ops_leader).",
+               f"The app answers but an alert rule was not evaluated for {stale} s (or never), so its alert "
+               "stays as it was. Check that an ops process (manage.py ops) runs and leads (retryops_ops_leader), "
+               "and its log for a rule whose evaluation fails.",
                public_url + "/admin/", **{"for": "1m"}),
     ]
     body = yaml.safe_dump({"groups": [{"name": "retryops", "interval": "30s", "rules": alerts}]},

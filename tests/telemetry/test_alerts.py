@@ -241,6 +241,42 @@ def test_the_collector_says_nothing_of_the_evaluations_age_before_the_first_one(
     assert age.samples == []
 
 
+def test_the_evaluations_age_is_the_age_of_the_rule_evaluated_longest_ago(levels, no_channels, monkeypatch):
+    # A rule that raises at every run keeps its last state (firing or not) while the others run:
+    # Prometheus must see it as not evaluated, or its alert is frozen without anyone told.
+    evaluate_alerts(now=timezone.now() - timedelta(minutes=10))
+
+    def broken(*, now):
+        raise RuntimeError("database on fire")
+
+    monkeypatch.setattr(RULES["dlq_length"], "read", broken)
+    evaluate_alerts()
+
+    _firing, age = AlertCollector().collect()
+
+    assert age.samples[0].value >= 600
+
+
+def test_a_rule_that_never_evaluated_ages_from_when_its_row_was_made(levels, no_channels, monkeypatch):
+    monkeypatch.setattr(RULES["dlq_length"], "read", lambda *, now: 1 / 0)
+    evaluate_alerts()
+    Alert.objects.filter(rule="dlq_length").update(since=timezone.now() - timedelta(minutes=10))
+
+    _firing, age = AlertCollector().collect()
+
+    assert age.samples[0].value >= 600
+
+
+def test_the_row_of_a_rule_no_longer_shipped_does_not_age_the_evaluation(levels, no_channels):
+    evaluate_alerts()
+    Alert.objects.create(rule="retired_rule", threshold=1, clear_level=0,
+                         evaluated_at=timezone.now() - timedelta(days=30))
+
+    _firing, age = AlertCollector().collect()
+
+    assert age.samples[0].value < 600
+
+
 def test_metrics_export_the_firing_alerts(levels, no_channels):
     from telemetry.metrics.registry import exposition
 
