@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from compensation.choices import DeadLetterState
 from compensation.models import DeadLetter
 from compensation.notifications_models import Notification, NotificationState
+from compensation.selectors import live_work_order_board
 from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskState
 from scheduling.selectors import retry_outcomes, uncollected_dead_tasks
@@ -386,8 +387,33 @@ class FiguresBelowTarget(AnyRule):
         return reverse("admin:index")  # the ops dashboard shows the figures beside their targets
 
 
+class WorkOrderSLABreached(AnyRule):
+    """Live work orders past one of their SLA clocks (notice, acknowledge, compensate), for as long
+    as they are. Escalation re-pages each breach once through the channels; this is what a site
+    paged by Alertmanager alone hears, and what says a breach escalation failed to page."""
+
+    name = "work_order_sla_breached"
+    title = "Work order SLA breached"
+    label = _("Work order SLA breached")
+    severity = "warning"
+
+    def read(self, *, now: datetime) -> Reading:
+        board = live_work_order_board(now=now, limit=0)
+        return Reading(board["past_sla"], {"past": board["past_sla"], **board["past_by_clock"]})
+
+    def describe(self, facts):
+        return ngettext("%(past)d live work order past its SLA (notice %(notice)d, acknowledge %(acknowledge)d, "
+                        "compensate %(compensate)d)",
+                        "%(past)d live work orders past their SLA (notice %(notice)d, acknowledge %(acknowledge)d, "
+                        "compensate %(compensate)d)", facts["past"]) % facts
+
+    def rows_url(self) -> str:
+        return reverse("admin:compensation_workorder_changelist")
+
+
 # Every rule, by name, in the order the admin lists them.
 RULES: dict[str, Rule] = {rule.name: rule for rule in (RetryFailureRate(), DeadLetterQueueLength(),
                                                        WorkOrderCreationFailed(), NotificationFailed(),
                                                        ComponentSilent(), MetricsWatermarkStuck(), RetriesOverdue(),
-                                                       MetricsRollupStale(), FiguresBelowTarget())}
+                                                       MetricsRollupStale(), FiguresBelowTarget(),
+                                                       WorkOrderSLABreached())}

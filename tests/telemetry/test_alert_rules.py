@@ -14,7 +14,7 @@ from telemetry.alerts.rules import RULES
 from telemetry.figures.models import AcceptanceSnapshot
 from telemetry.metrics.rollup import roll_up_metrics
 from tests.compensation.conftest import dead_tasks
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, WorkOrderFactory
 from tests.compensation.notify_fixtures import page
 from tests.telemetry.conftest import open_dead_letters, retries
 
@@ -184,6 +184,21 @@ def test_the_rollup_is_stale_by_the_age_of_its_last_pass(pool):
 
     assert reading.value > RULES["metrics_rollup_stale"].threshold()
     assert reading.detail == "the metrics rollup last ran 3 min ago"
+
+
+# work order SLA breached
+
+
+def test_live_work_orders_past_an_sla_clock_are_counted_with_their_clocks():
+    # Escalation pages each breach once, through the channels; this is what a site paged by
+    # Alertmanager alone, or one whose escalation step fails, still hears.
+    WorkOrderFactory(created_at=timezone.now() - timedelta(seconds=1000))  # open past the 900 s to acknowledge
+    WorkOrderFactory(state="acknowledged", acknowledged_at=timezone.now())
+    WorkOrderFactory(state="closed", created_at=timezone.now() - timedelta(days=3), acknowledged_at=timezone.now(),
+                     ended_at=timezone.now())
+
+    assert read("work_order_sla_breached") == Said(
+        1, "1 live work order past its SLA (notice 0, acknowledge 1, compensate 0)")
 
 
 # acceptance figures below target

@@ -231,7 +231,7 @@ def test_the_collector_says_which_alerts_fire_and_which_do_not(levels, no_channe
     assert {sample.labels["alert"]: sample.value for sample in family.samples} == {
         "retry_failure_rate": 0, "dlq_length": 1, "work_order_creation_failed": 0, "notification_failed": 0,
         "component_silent": 0, "metrics_watermark_stuck": 0, "retries_overdue": 0, "metrics_rollup_stale": 0,
-        "figures_below_target": 0}
+        "figures_below_target": 0, "work_order_sla_breached": 0}
     assert age.name == "retryops_alert_evaluation_age_seconds" and 0 <= age.samples[0].value < 60
 
 
