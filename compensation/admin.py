@@ -26,7 +26,6 @@ from compensation.admin_filters import (
     FirstDeadFilter,
     PagedFilter,
 )
-from compensation.admin_runbooks import RunbooksOnWorkOrder
 from compensation.admin_work_orders import WorkOrderConsole
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
@@ -37,6 +36,7 @@ from compensation.models import (
     DeadLetter,
     WorkOrder,
 )
+from compensation.runbooks.admin import RunbooksOnWorkOrder
 from compensation.selectors import breached_clocks
 from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError

@@ -21,10 +21,10 @@ from django.utils.translation import gettext_lazy as _
 from compensation import services
 from compensation.admin_console import audit_url
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
-from compensation.admin_runbooks import run_buttons
 from compensation.choices import DeadLetterState
 from compensation.forms import WorkOrderTransitionForm
 from compensation.models import WorkOrder
+from compensation.runbooks.admin import run_buttons
 from compensation.selectors import (
     SlaClock,
     dead_letter_states_of,

@@ -7,7 +7,7 @@ import django_filters
 
 from compensation.choices import DeadLetterState, WorkOrderSource, WorkOrderState
 from compensation.models import DeadLetter, WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
+from compensation.runbooks.models import RunbookRun, RunbookRunState
 from scheduling.filtersets import IdFilter
 
 

@@ -17,12 +17,12 @@ def dead_letters_job() -> dict:
     """Periodic, every few seconds: the one path from a task's death to its dead letter and work
     order (collect the dead tasks not collected yet), then follow the replays that ended, restart
     the bulk replays whose runner died, and end the runbook runs whose runner died."""
+    from compensation.runbooks.services import fail_interrupted_runbook_runs
     from compensation.services import (
         collect_dead_letters,
         follow_replays,
         restart_stalled_bulk_replays,
     )
-    from compensation.services.runbooks import fail_interrupted_runbook_runs
 
     made = 0
     while batch := collect_dead_letters():

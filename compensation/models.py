@@ -248,4 +248,4 @@ class BulkReplay(models.Model):
 
 
 from compensation.notifications_models import Notification  # noqa: E402, F401  (notifications: their own module)
-from compensation.runbook_models import RunbookRun  # noqa: E402, F401  (runbooks: their own module)
+from compensation.runbooks.models import RunbookRun  # noqa: E402, F401  (runbooks: their own package)

@@ -35,7 +35,7 @@ from compensation.notifications_models import (
     NotificationState,
     NotificationSubject,
 )
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
 from retryops.inputs import record_id
 
 

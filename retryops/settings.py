@@ -473,7 +473,7 @@ SPECTACULAR_SETTINGS = {
         "DeadLetterStateEnum": "compensation.choices.DeadLetterState",
         "BulkReplayStateEnum": "compensation.choices.BulkReplayState",
         "WorkOrderStateEnum": "compensation.choices.WorkOrderState",
-        "RunbookRunStateEnum": "compensation.runbook_models.RunbookRunState",
+        "RunbookRunStateEnum": "compensation.runbooks.models.RunbookRunState",
         # A resource's last failure and a task's attempt share the categories.
         "FailureCategoryEnum": "resources.choices.FailureCategory",
     },

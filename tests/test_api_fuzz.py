@@ -35,7 +35,7 @@ from schemathesis.specs.openapi.checks import (
 from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import DeadLetter
-from compensation.services.runbooks import request_runbook_action
+from compensation.runbooks.services import request_runbook_action
 import resources.services
 from retryops import roles
 from retryops.api.schema import IDEMPOTENCY_KEY

@@ -5,8 +5,8 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
-from compensation.runbook_models import RunbookRun
-from compensation.runbooks import TOKEN
+from compensation.runbooks.catalog import TOKEN
+from compensation.runbooks.models import RunbookRun
 from compensation.services.bulk_replay import DEFAULT_RATE, MAX_RATE, MIN_RATE
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.api.schema import NOT_BLANK

@@ -40,7 +40,13 @@ from compensation.filtersets import (
 )
 from compensation.flags import require_dlq_inspector
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
+from compensation.runbooks.services import (
+    approve_runbook_action,
+    reject_runbook_action,
+    request_runbook_action,
+    run_runbook_action,
+)
 from compensation.selectors import (
     get_bulk_replay,
     get_dead_letter,
@@ -48,7 +54,6 @@ from compensation.selectors import (
     runbook_runs_for,
     work_order_detail,
 )
-from compensation.services import runbooks
 from resources.api.views import LOCATION
 from retryops.api.authentication import actor_of
 from retryops.api.schema import error_response
@@ -331,7 +336,7 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
                                                                "same request: that run, as it is now; nothing new.")})
     def post(self, request, id):
         data = parsed(RunbookRequestSerializer, request)
-        run, first = runbooks.request_runbook_action(
+        run, first = request_runbook_action(
             work_order=int(id), runbook=data["runbook"], action=data["action"], input=data["input"],
             token=data.get("token") or uuid.uuid4().hex, actor=actor_of(request))
         if not first:
@@ -358,7 +363,7 @@ class Approve(RowAction):
     required_permissions = {"POST": [APPROVE]}
 
     def act(self, row_id, actor, data):
-        return runbooks.approve_runbook_action(run=row_id, actor=actor)
+        return approve_runbook_action(run=row_id, actor=actor)
 
 
 class Reject(RowAction):
@@ -373,7 +378,7 @@ class Reject(RowAction):
             self.permission_denied(request, message=f"this action needs the permission {APPROVE} or {RUN}")
 
     def act(self, row_id, actor, data):
-        return runbooks.reject_runbook_action(run=row_id, actor=actor, reason=data["reason"])
+        return reject_runbook_action(run=row_id, actor=actor, reason=data["reason"])
 
 
 class Run(RowAction):
@@ -386,4 +391,4 @@ class Run(RowAction):
     required_permissions = {"POST": [RUN]}
 
     def act(self, row_id, actor, data):
-        return runbooks.run_runbook_action(run=row_id, actor=actor)
+        return run_runbook_action(run=row_id, actor=actor)

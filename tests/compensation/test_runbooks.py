@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from compensation.runbooks import (
+from compensation.runbooks.catalog import (
     RunbookInvalid,
     load_runbooks,
     parse_runbook,
@@ -22,7 +22,7 @@ applies_to:
   signatures: ['time(d)?[ _-]?out']
 actions:
   - name: resolve
-    callable: compensation.actions.dead_letters.resolve_dead_letters
+    callable: compensation.runbooks.actions.dead_letters.resolve_dead_letters
     description: Resolve them.
     input_schema: {type: object}
 ---
@@ -53,9 +53,11 @@ def test_a_good_runbook_is_parsed_with_its_steps():
 
 @pytest.mark.parametrize(("change", "field"), [
     (("    input_schema: {type: object}\n", ""), "actions[0].input_schema"),
-    (("callable: compensation.actions.dead_letters.resolve_dead_letters", "callable: compensation.actions.nope.x"),
+    (("callable: compensation.runbooks.actions.dead_letters.resolve_dead_letters",
+      "callable: compensation.runbooks.actions.nope.x"),
      "actions[0].callable"),
-    (("callable: compensation.actions.dead_letters.resolve_dead_letters", "callable: compensation.actions"),
+    (("callable: compensation.runbooks.actions.dead_letters.resolve_dead_letters",
+      "callable: compensation.runbooks.actions"),
      "actions[0].callable"),
     (("['time(d)?[ _-]?out']", "['time(out']"), "applies_to.signatures[0]"),
     (("{type: object}", "{type: objekt}"), "actions[0].input_schema.type"),
@@ -79,7 +81,7 @@ def test_a_runbook_without_front_matter_is_refused():
 
 
 def test_a_second_action_of_the_same_name_is_refused():
-    twice = GOOD.replace("---\n1.", "  - name: resolve\n    callable: compensation.actions.dead_letters."
+    twice = GOOD.replace("---\n1.", "  - name: resolve\n    callable: compensation.runbooks.actions.dead_letters."
                                     "resolve_dead_letters\n    description: Again.\n    input_schema: {}\n---\n1.")
     assert invalid(twice).details["field"] == "actions[1].name"
 

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from compensation.runbook_models import RunbookRun
-from compensation.services.runbooks import request_runbook_action
+from compensation.runbooks.models import RunbookRun
+from compensation.runbooks.services import request_runbook_action
 
 pytestmark = pytest.mark.django_db
 

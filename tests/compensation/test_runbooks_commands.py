@@ -10,7 +10,7 @@ from audit.choices import AuditAction
 from audit.models import AuditEntry
 from compensation import services
 from compensation.models import DeadLetter, WorkOrder
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db

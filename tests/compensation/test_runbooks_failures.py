@@ -18,8 +18,8 @@ from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter, WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
-from compensation.services.runbooks import (
+from compensation.runbooks.models import RunbookRun, RunbookRunState
+from compensation.runbooks.services import (
     RUNNER_LOCK,
     fail_interrupted_runbook_runs,
     request_runbook_action,
@@ -41,7 +41,7 @@ actions:
     description: Resolves the first dead letter, then the operator presses Ctrl-C.
     input_schema: {type: object}
   - name: resolve_all
-    callable: compensation.actions.dead_letters.resolve_dead_letters
+    callable: compensation.runbooks.actions.dead_letters.resolve_dead_letters
     description: Resolves them all.
     input_schema: {type: object}
 ---

@@ -14,15 +14,15 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.errors import BadInput, IllegalTransition
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
-from compensation.runbooks import (
+from compensation.runbooks.models import RunbookRun, RunbookRunState
+from compensation.runbooks.catalog import (
     ApprovalRequired,
     FourEyes,
     TokenReused,
     UnknownRunbook,
     UnknownRunbookAction,
 )
-from compensation.services.runbooks import (
+from compensation.runbooks.services import (
     approve_runbook_action,
     reject_runbook_action,
     request_runbook_action,

@@ -15,7 +15,7 @@ from django.utils.translation import gettext
 
 from compensation import services as compensation
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
 from retryops import roles
 from scheduling import services
 from tests.e2e.conftest import log_in

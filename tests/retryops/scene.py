@@ -14,8 +14,8 @@ from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
 from compensation.notifications_models import Notification, NotificationState
-from compensation.runbook_models import RunbookRun
-from compensation.services.runbooks import request_runbook_action
+from compensation.runbooks.models import RunbookRun
+from compensation.runbooks.services import request_runbook_action
 from resources import services as resources
 from resources.models import Resource, ResourcePool
 from scheduling import services as scheduling

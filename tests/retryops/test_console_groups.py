@@ -5,7 +5,7 @@ import pytest
 from django.urls import reverse
 
 from compensation.models import DeadLetter
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
 from resources.models import Resource
 from scheduling.models import RetryPolicy, RetryPolicyChange, Task
 from tests.retryops import scene as scenes

@@ -12,9 +12,9 @@ from django.utils.translation import gettext_lazy as _
 from audit.context import current
 from audit.management.base import AuditedCommand
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
-from compensation.runbooks import get_runbook, runbooks, suggest_for_work_order
-from compensation.services.runbooks import (
+from compensation.runbooks.catalog import get_runbook, runbooks, suggest_for_work_order
+from compensation.runbooks.models import RunbookRun, RunbookRunState
+from compensation.runbooks.services import (
     approve_runbook_action,
     check_runbook_request,
     reject_runbook_action,

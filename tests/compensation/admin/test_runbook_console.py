@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation.runbook_models import RunbookRun
-from compensation.services.runbooks import request_runbook_action
+from compensation.runbooks.models import RunbookRun
+from compensation.runbooks.services import request_runbook_action
 from tests.compensation.admin.conftest import said
 
 pytestmark = pytest.mark.django_db

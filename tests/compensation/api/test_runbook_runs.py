@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from audit.services import create_api_client
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun
+from compensation.runbooks.models import RunbookRun
 from tests.api_fixtures import grant, keyed_client
 from tests.api_helpers import error_of, ok, post
 from tests.compensation.admin.conftest import said

@@ -9,11 +9,11 @@ import pytest
 from django.utils import timezone
 
 from compensation import services
-from compensation.actions.dead_letters import replay_dead_letters
 from compensation.choices import DeadLetterState
 from compensation.errors import ReplayRefused
 from compensation.models import BulkReplay, DeadLetter
-from compensation.runbooks import ActionContext
+from compensation.runbooks.actions.dead_letters import replay_dead_letters
+from compensation.runbooks.catalog import ActionContext
 from resources.choices import FailureCategory
 from scheduling.choices import TaskState
 from scheduling.models import Task

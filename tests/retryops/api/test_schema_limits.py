@@ -12,7 +12,7 @@ from django.test import Client
 from jsonschema import Draft202012Validator
 
 from audit.services import idempotency_key
-from compensation.runbooks import is_token
+from compensation.runbooks.catalog import is_token
 from retryops import roles
 from retryops.api.pagination import CursorPage
 from retryops.errors import BadInput

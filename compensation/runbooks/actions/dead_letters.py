@@ -3,7 +3,7 @@
 from compensation.choices import DeadLetterState
 from compensation.errors import ReplayRefused
 from compensation.models import DeadLetter
-from compensation.runbooks import ActionContext
+from compensation.runbooks.catalog import ActionContext
 from compensation.services.dead_letters import resolve_dead_letter
 from compensation.services.replay import replay_dead_letter
 

@@ -19,8 +19,7 @@ from audit.services import record_audit
 from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
 from compensation.errors import BadInput, IllegalTransition
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
-from compensation.runbooks import (
+from compensation.runbooks.catalog import (
     ActionContext,
     ApprovalRequired,
     FourEyes,
@@ -32,6 +31,7 @@ from compensation.runbooks import (
     get_runbook,
     is_token,
 )
+from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.services.common import actor_name, locked, text
 from compensation.services.work_orders import start_work_order
 from retryops.errors import DomainError

@@ -6,7 +6,7 @@ import httpx
 from django.conf import settings
 
 from compensation.models import DeadLetter
-from compensation.runbooks import ActionContext
+from compensation.runbooks.catalog import ActionContext
 
 
 # Seconds for the billing system to answer (connect, read, write).

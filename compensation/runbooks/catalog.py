@@ -5,7 +5,7 @@ flows of scheduling.flows), with a JSON Schema for its input; `external: true` m
 that moves state outside the app, which needs a second operator's approval before it runs.
 
 Loading checks everything and refuses a bad runbook whole, naming its file and field. Reads
-only: the runs are written by compensation.services.runbooks.
+only: the runs are written by compensation.runbooks.services.
 
     ---
     name: replay-after-upstream-outage
@@ -15,7 +15,7 @@ only: the runs are written by compensation.services.runbooks.
       signatures: ['time(d)?[ _-]?out']  # regexes searched in the error signature; empty: any
     actions:
       - name: replay_dead_letters
-        callable: compensation.actions.dead_letters.replay_dead_letters
+        callable: compensation.runbooks.actions.dead_letters.replay_dead_letters
         description: Replay the work order's open dead letters on their resources.
         external: false
         input_schema: {type: object, properties: {any_resource: {type: boolean}}}

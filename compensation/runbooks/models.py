@@ -1,5 +1,5 @@
 """Runs of runbook actions for work orders: who asked, with what input, who approved, what came
-of it. Written only by compensation.services.runbooks."""
+of it. Written only by compensation.runbooks.services."""
 
 from django.db import models
 from django.db.models import F, Q
@@ -63,7 +63,7 @@ class RunbookRun(models.Model):
         verbose_name = _("runbook run")
         verbose_name_plural = _("runbook runs")
         ordering = ["-id"]
-        # The console's runbook actions (compensation.admin_runbooks checks them on the server):
+        # The console's runbook actions (compensation.runbooks.admin checks them on the server):
         # operators request and run actions; approvers approve another operator's external one.
         permissions = [
             ("run_runbook_action", _("Can request and run a runbook action")),

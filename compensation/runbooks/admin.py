@@ -1,6 +1,6 @@
 """The runbooks in the admin: on a work order's page its suggested runbooks (steps rendered) and
 its runs with their approve, run and reject buttons; a page per work order to request an action;
-approve, run and reject as admin actions too. Everything goes through compensation.services.runbooks;
+approve, run and reject as admin actions too. Everything goes through compensation.runbooks.services;
 no form writes a run's columns.
 
 Permissions, checked by every view and action: compensation.run_runbook_action to request and run
@@ -29,9 +29,9 @@ from django.views.decorators.http import require_POST
 from compensation.admin_console import work_order_link, work_order_shown
 from compensation.forms import ReasonForm
 from compensation.models import WorkOrder
-from compensation.runbook_models import RunbookRun, RunbookRunState
-from compensation.runbooks import suggest_for_work_order
-from compensation.services.runbooks import (
+from compensation.runbooks.catalog import suggest_for_work_order
+from compensation.runbooks.models import RunbookRun, RunbookRunState
+from compensation.runbooks.services import (
     approve_runbook_action,
     reject_runbook_action,
     request_runbook_action,

@@ -1,7 +1,7 @@
 """Actions on the resources behind a work order's dead letters."""
 
 from compensation.models import DeadLetter
-from compensation.runbooks import ActionContext
+from compensation.runbooks.catalog import ActionContext
 from resources.errors import IllegalTransition
 from resources.models import Resource
 from resources.services import quarantine
