@@ -71,7 +71,7 @@ import django_rq  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from compensation.jobs import DEAD_LETTERS_EVERY  # noqa: E402
-from compensation.jobs_notifications import SEND_NOTIFICATIONS_EVERY  # noqa: E402
+from compensation.notifications.jobs import SEND_NOTIFICATIONS_EVERY  # noqa: E402
 from compensation.models import DeadLetter  # noqa: E402
 import resources.services  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402

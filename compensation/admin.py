@@ -265,4 +265,4 @@ class BulkReplayAdmin(DlqInspectorPage, BulkReplayConsole, ReadOnlyAdmin):
     list_filter = ("state",)
     readonly_fields = [f.name for f in BulkReplay._meta.fields]
 
-from compensation import admin_notifications  # noqa: E402, F401  (the notifications admin: its own module)
+import compensation.notifications.admin  # noqa: E402, F401  (the notifications admin: its own package)

@@ -247,5 +247,5 @@ class BulkReplay(models.Model):
         return gettext("bulk replay %(id)s") % {"id": self.pk}
 
 
-from compensation.notifications_models import Notification  # noqa: E402, F401  (notifications: their own module)
+from compensation.notifications.models import Notification  # noqa: E402, F401  (notifications: their own package)
 from compensation.runbooks.models import RunbookRun  # noqa: E402, F401  (runbooks: their own package)

@@ -29,7 +29,7 @@ from compensation.choices import (
 )
 from compensation.errors import BadInput, NotFound
 from compensation.models import SLA_CLOCKS, SLA_START, BulkReplay, DeadLetter, WorkOrder
-from compensation.notifications_models import (
+from compensation.notifications.models import (
     Notification,
     NotificationEvent,
     NotificationState,

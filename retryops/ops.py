@@ -30,7 +30,7 @@ from django.db import connection, connections
 
 from audit import jobs as audit
 from compensation import jobs as compensation
-from compensation import jobs_notifications as notifications
+from compensation.notifications import jobs as notifications
 from scheduling import jobs as scheduling
 from telemetry.health import readiness
 from telemetry.alerts import jobs as alerts

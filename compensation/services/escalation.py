@@ -40,18 +40,18 @@ from compensation.choices import (
 )
 from compensation.errors import BadInput
 from compensation.models import SLA_CLOCKS, SLA_START, DeadLetter, WorkOrder
-from compensation.notifications import (
-    queue_notification,
-    send_after_commit,
-    work_order_dedup_key,
-)
-from compensation.notifications_models import (
+from compensation.notifications.models import (
     Notification,
     NotificationEvent,
     NotificationState,
     NotificationSubject,
 )
-from compensation.notifiers import NOTIFIERS
+from compensation.notifications.notifiers import NOTIFIERS
+from compensation.notifications.services import (
+    queue_notification,
+    send_after_commit,
+    work_order_dedup_key,
+)
 from compensation.selectors import sla_limits
 from compensation.services.work_orders import join_work_order
 from retryops.inputs import flag, record_id

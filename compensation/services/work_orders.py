@@ -19,7 +19,7 @@ from compensation.choices import (
 )
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter, WorkOrder
-from compensation.notifications import queue_notification, work_order_dedup_key
+from compensation.notifications.services import queue_notification, work_order_dedup_key
 from compensation.services.common import actor_name, locked, text
 from resources.models import ResourcePool
 from resources.selectors import get_pool

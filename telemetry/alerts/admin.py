@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from compensation.notifications_models import NotificationSubject
+from compensation.notifications.models import NotificationSubject
 from scheduling.admin import ReadOnlyAdmin
 from telemetry.alerts.models import Alert, AlertEvent, AlertEventKind, AlertState
 from telemetry.alerts.rules import RULES

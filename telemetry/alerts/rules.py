@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import DeadLetterState
 from compensation.models import DeadLetter
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications.models import Notification, NotificationState
 from compensation.selectors import live_work_order_board
 from compensation.services.escalation import orphaned_dead_letters
 from scheduling.choices import TaskState

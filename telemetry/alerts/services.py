@@ -24,8 +24,8 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone, translation
 
-from compensation.notifications import queue_notification
-from compensation.notifications_models import NotificationEvent, NotificationSubject
+from compensation.notifications.models import NotificationEvent, NotificationSubject
+from compensation.notifications.services import queue_notification
 from retryops.errors import BadInput
 from retryops.jsonsafe import clean_text, make_storable
 from telemetry.alerts.models import (

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from compensation.choices import WORK_ORDER_LIVE
 from compensation.models import SLA_CLOCKS
-from compensation.notifications_models import (
+from compensation.notifications.models import (
     Notification,
     NotificationChannel,
     NotificationState,

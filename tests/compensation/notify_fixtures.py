@@ -11,8 +11,8 @@ from django.utils import timezone
 from jsonschema import Draft4Validator
 from pytest_httpserver import HTTPServer
 
-from compensation.notifications import queue_notification, work_order_dedup_key
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications.models import Notification, NotificationState
+from compensation.notifications.services import queue_notification, work_order_dedup_key
 
 PAGERDUTY_SPEC = Path(django_settings.BASE_DIR) / "docs" / "reference" / "pagerduty-events-v2.openapi.json"
 SLACK_PATH = "/services/T000/B000/XXXX"

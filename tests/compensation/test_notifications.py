@@ -15,14 +15,14 @@ from django.utils import timezone
 from werkzeug import Response
 
 from audit.models import AuditEntry
-from compensation.notifications import (
+from compensation.notifications.models import Notification, NotificationState
+from compensation.notifications.services import (
     BadInput,
     IllegalTransition,
     NotificationNotFound,
     resend_notifications,
     send_due_notifications,
 )
-from compensation.notifications_models import Notification, NotificationState
 from tests import servers
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
@@ -414,7 +414,8 @@ def test_two_concurrent_senders_send_each_notification_once(threaded_receiver, s
     assert set(Notification.objects.values_list("state", "attempts")) == {("sent", 1)}
 
 
-SENDER = "import django; django.setup(); from compensation.notifications import send_due_notifications as s; s()"
+SENDER = ("import django; django.setup(); "
+          "from compensation.notifications.services import send_due_notifications as s; s()")
 
 
 @pytest.mark.slow

@@ -4,8 +4,8 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation.notifications import send_due_notifications
-from compensation.notifications_models import Notification
+from compensation.notifications.models import Notification
+from compensation.notifications.services import send_due_notifications
 from tests.compensation.notify_fixtures import PAGERDUTY_PATH, page
 
 pytestmark = pytest.mark.django_db

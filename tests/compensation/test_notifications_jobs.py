@@ -7,8 +7,8 @@ from django.conf import settings
 from django.db import transaction
 from rq import SimpleWorker
 
-from compensation.jobs_notifications import send_notifications_job
-from compensation.notifications_models import Notification
+from compensation.notifications.jobs import send_notifications_job
+from compensation.notifications.models import Notification
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
     SLACK_PATH,

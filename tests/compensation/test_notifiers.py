@@ -6,7 +6,7 @@ import time
 import pytest
 from werkzeug import Response
 
-from compensation.notifiers import (
+from compensation.notifications.notifiers import (
     Message,
     PagerDutyNotifier,
     SlackNotifier,

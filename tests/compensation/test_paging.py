@@ -6,7 +6,7 @@ import pytest
 from compensation import services
 from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
-from compensation.notifications import send_due_notifications, work_order_dedup_key
+from compensation.notifications.services import send_due_notifications, work_order_dedup_key
 from scheduling import services as scheduling
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,

@@ -14,7 +14,6 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.errors import BadInput, IllegalTransition
 from compensation.models import WorkOrder
-from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.runbooks.catalog import (
     ApprovalRequired,
     FourEyes,
@@ -22,6 +21,7 @@ from compensation.runbooks.catalog import (
     UnknownRunbook,
     UnknownRunbookAction,
 )
+from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.runbooks.services import (
     approve_runbook_action,
     reject_runbook_action,

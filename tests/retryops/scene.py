@@ -13,7 +13,7 @@ from audit.models import AuditEntry
 from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import BulkReplay, DeadLetter, WorkOrder
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications.models import Notification, NotificationState
 from compensation.runbooks.models import RunbookRun
 from compensation.runbooks.services import request_runbook_action
 from resources import services as resources

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from compensation.notifiers import Message, PagerDutyNotifier, SlackNotifier
+from compensation.notifications.notifiers import Message, PagerDutyNotifier, SlackNotifier
 from retryops.management.commands.demo_receiver import (
     PAGERDUTY_PATH,
     SLACK_PATH,

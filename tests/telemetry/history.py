@@ -5,7 +5,7 @@ the hand calculation."""
 
 from datetime import timedelta
 
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications.models import Notification, NotificationState
 from tests.factories import (
     AttemptFactory,
     TaskEventFactory,

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from compensation.notifications_models import Notification
+from compensation.notifications.models import Notification
 from telemetry.alerts.services import evaluate_alert
 from telemetry.alerts.models import Alert
 from tests.retryops.conftest import logged_in, member

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation.notifications import send_due_notifications
-from compensation.notifications_models import Notification
+from compensation.notifications.services import send_due_notifications
+from compensation.notifications.models import Notification
 from telemetry.alerts.services import evaluate_alert
 from telemetry.alerts.models import Alert
 from tests.compensation.notify_fixtures import (

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from compensation import services as compensation
 from compensation.models import DeadLetter
-from compensation.notifications_models import NotificationState
+from compensation.notifications.models import NotificationState
 from scheduling.selectors import retry_outcomes
 from telemetry.alerts.rules import RULES
 from telemetry.figures.models import AcceptanceSnapshot

@@ -10,7 +10,7 @@ import pytest
 from django.db import connections, transaction
 from django.utils import timezone
 
-from compensation.notifications_models import Notification
+from compensation.notifications.models import Notification
 from retryops.errors import BadInput
 from telemetry.alerts import services as alerts
 from telemetry.alerts.services import (

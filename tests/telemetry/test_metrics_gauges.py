@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation.notifications_models import Notification
+from compensation.notifications.models import Notification
 from telemetry.metrics.rollup import roll_up_metrics
 from tests.factories import (
     AttemptFactory,

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation.notifications import send_due_notifications
-from compensation.notifications_models import Notification, NotificationState
+from compensation.notifications.models import Notification, NotificationState
+from compensation.notifications.services import send_due_notifications
 from telemetry.alerts.services import FIRED, RESOLVED, evaluate_alert
 from tests.compensation.notify_fixtures import PAGERDUTY_PATH, SLACK_PATH, page
 
@@ -63,8 +63,8 @@ def test_a_dead_letter_stamped_before_its_task_died_by_another_hosts_clock_keeps
 
 
 def test_an_alerts_page_does_not_count_as_the_page_of_the_work_order_with_its_id(both_channels):
-    from compensation.notifications import queue_notification
-    from compensation.notifications_models import NotificationSubject
+    from compensation.notifications.models import NotificationSubject
+    from compensation.notifications.services import queue_notification
     from telemetry.figures.selectors import acceptance_figures
     from tests.factories import WorkOrderFactory
 

@@ -8,7 +8,7 @@ from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter, Notification, WorkOrder
-from compensation.notifiers import NOTIFIERS
+from compensation.notifications.notifiers import NOTIFIERS
 from compensation.services import dead_letters
 from scheduling import services as scheduling
 from scheduling.models import Task

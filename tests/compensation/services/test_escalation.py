@@ -13,12 +13,12 @@ from compensation import services
 from compensation.choices import WorkOrderState
 from compensation.errors import BadInput
 from compensation.models import DeadLetter, WorkOrder
-from compensation.notifications import (
+from compensation.notifications.models import Notification, NotificationState
+from compensation.notifications.services import (
     queue_notification,
     send_due_notifications,
     work_order_dedup_key,
 )
-from compensation.notifications_models import Notification, NotificationState
 from compensation.services import escalation
 from tests.compensation.conftest import dead_tasks
 from tests.compensation.notify_fixtures import (

@@ -1,7 +1,7 @@
 """RQ job that sends the due notifications: enqueued after a commit that queued some, and run by
 the ops process every SEND_NOTIFICATIONS_EVERY seconds for retries and for anything an enqueue missed."""
 
-from compensation.notifications import send_due_notifications
+from compensation.notifications.services import send_due_notifications
 from retryops.language import in_stored_language
 
 SEND_NOTIFICATIONS_EVERY = 30

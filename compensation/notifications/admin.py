@@ -1,6 +1,6 @@
 """Notifications in the admin: what the on-call was told, what the receivers answered, and a
 "send again" action for failed or skipped ones. Read-only otherwise: rows change only through
-the sender and compensation.notifications.resend_notifications."""
+the sender and compensation.notifications.services.resend_notifications."""
 
 import json
 
@@ -11,12 +11,12 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from audit.admin import CappedCountPaginator
-from compensation.notifications import resend_notifications
-from compensation.notifications_models import (
+from compensation.notifications.models import (
     Notification,
     NotificationState,
     NotificationSubject,
 )
+from compensation.notifications.services import resend_notifications
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 

@@ -26,14 +26,14 @@ from redis.exceptions import RedisError
 from audit.choices import AuditAction
 from audit.services import Target, record_audit
 from compensation.choices import state_words
-from compensation.notifications_models import (
+from compensation.notifications.models import (
     MAX_DEDUP_KEY_LENGTH,
     Notification,
     NotificationEvent,
     NotificationState,
     NotificationSubject,
 )
-from compensation.notifiers import (
+from compensation.notifications.notifiers import (
     NOTIFIERS,
     PAGERDUTY_SEVERITIES,
     Message,
@@ -186,7 +186,7 @@ def send_after_commit() -> None:
 
 def _enqueue_send() -> None:
     # Imported here: the jobs module imports this one.
-    from compensation.jobs_notifications import send_notifications_job
+    from compensation.notifications.jobs import send_notifications_job
 
     try:
         django_rq.get_queue("default").enqueue(send_notifications_job, result_ttl=0)

@@ -1,6 +1,6 @@
 """The notification outbox: one row per message to one channel (a Slack post, a PagerDuty event),
 written in the transaction that made it necessary and sent afterwards by
-compensation.notifications.send_due_notifications. Like Healthchecks' Notification rows, it is
+compensation.notifications.services.send_due_notifications. Like Healthchecks' Notification rows, it is
 the record of what the on-call was told, when, and what the receiver answered."""
 
 from django.db import models

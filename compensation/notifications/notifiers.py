@@ -17,7 +17,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from compensation.notifications_models import NotificationChannel, NotificationEvent
+from compensation.notifications.models import NotificationChannel, NotificationEvent
 
 # PagerDuty truncates a longer summary; we cut it ourselves so the stored payload is what arrives.
 PAGERDUTY_MAX_SUMMARY = 1024
