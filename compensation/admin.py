@@ -1,45 +1,21 @@
-"""The operators' console for dead letters, work orders and bulk replays. Every state change
-goes through compensation.services (actions and save_model); the columns they own are read-only.
-The console's pages are mixed in from their own modules: admin_dead_letters (the DLQ grouped by
-flow and signature; replay, discard, resolve), admin_work_orders (a work order's page and its
-transitions), admin_runbooks, admin_bulk_replay and admin_notifications."""
+"""The operators' console for dead letters and bulk replays. Every state change goes through
+compensation.services (actions); the columns they own are read-only. The pages are mixed in from
+their own modules: admin_dead_letters (the DLQ grouped by flow and signature; replay, discard,
+resolve) and admin_bulk_replay. Work orders, runbook runs and notifications have their admin in
+their own packages, imported at the end of this module for the admin's autodiscovery."""
 
-from django import forms
-from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
+from django.contrib import admin
 from django.template.defaultfilters import truncatechars
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html
-from django.utils.translation import gettext, ngettext_lazy
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from compensation import services
 from compensation.admin_bulk_replay import BulkReplayConsole
-from compensation.admin_console import run_each, work_order_link, work_order_shown
+from compensation.admin_console import work_order_link, work_order_shown
 from compensation.admin_dead_letters import DeadLetterConsole
-from compensation.admin_filters import (
-    CompensatedAtFilter,
-    CompensateDueFilter,
-    CompletedInTimeFilter,
-    FirstDeadFilter,
-    PagedFilter,
-)
-from compensation.admin_work_orders import WorkOrderConsole
-from compensation.choices import WORK_ORDER_LIVE
 from compensation.flags import dlq_inspector_on
-from compensation.models import (
-    SLA_CLOCK_NAMES,
-    SLA_CLOCKS,
-    BulkReplay,
-    DeadLetter,
-    WorkOrder,
-)
-from compensation.runbooks.admin import RunbooksOnWorkOrder
-from compensation.selectors import breached_clocks
-from resources.admin import EditsWhatThePageShowed
-from retryops.errors import DomainError
+from compensation.models import BulkReplay, DeadLetter
 from scheduling.admin import ReadOnlyAdmin
 from scheduling.admin_filters import FlowFilter
 
@@ -113,151 +89,6 @@ def _task_link(task_id: int | None) -> str:
                        gettext("task %(id)s") % {"id": task_id})
 
 
-class WorkOrderForm(forms.ModelForm):
-    """What an operator types on a work order; the state and the clocks are the services'."""
-
-    class Meta:
-        model = WorkOrder
-        fields = ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution"]
-
-
-@admin.register(WorkOrder)
-class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):
-    form = WorkOrderForm
-    list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
-                    "acknowledged_at", "compensated_at")
-    list_filter = ("state", "source", "flow", PagedFilter, CompletedInTimeFilter, FirstDeadFilter,
-                   CompensatedAtFilter, CompensateDueFilter)
-    list_select_related = ("pool",)
-    search_fields = ("=id", "title", "error_signature", "assignee")
-    show_full_result_count = False
-    actions = ["acknowledge", "start", "compensate", "close", "cancel"]
-    # What an operator types on a live work order; the rest is the services'.
-    _TYPED = ("assignee", "runbook", "notes", "resolution")
-    _TIMES = ("first_dead_at", "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at",
-              "ended_at", "notice_breached_at", "acknowledge_breached_at", "compensate_breached_at", "updated_at")
-    _OWNED = ("title", "flow", "pool", "state", "source", "error_signature", "opened_by", "dead_letter_count",
-              *_TIMES, "runbooks_panel")
-
-    def get_readonly_fields(self, request, obj=None):
-        if obj is None:
-            return ()
-        return self._OWNED if obj.state in WORK_ORDER_LIVE else (*self._OWNED, *self._TYPED)
-
-    def get_fieldsets(self, request, obj=None):
-        if obj is None:
-            return [(None, {"fields": ["title", "flow", "pool", "assignee", "runbook", "notes"]})]
-        # The state, the clocks, the dead letters and the runs are above the form (WorkOrderConsole).
-        return [
-            (None, {"fields": ["title", ("flow", "pool"), "error_signature", ("source", "opened_by"), *self._TYPED]}),
-            (_("Runbooks"), {"fields": ["runbooks_panel"]}),
-            (_("Times"), {"classes": ["collapse"], "fields": ["dead_letter_count", *self._TIMES]}),
-        ]
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    @admin.display(description=_("SLA"))
-    def sla(self, order):
-        """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
-        each ran out: a marked breach stays shown after the work order moved on."""
-        marked = {clock: at for clock in SLA_CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
-        clocks = breached_clocks(order)
-        if not clocks:
-            return format_html('<span style="color:{}">{}</span>', "#447e36", gettext("ok"))
-        since = {clock: gettext(" (since %(at)s)") % {"at": date_format(timezone.localtime(at), "SHORT_DATETIME_FORMAT")}
-                 for clock, at in marked.items()}
-        return format_html('<span style="color:#ba2121">{}</span>', gettext("breached: %(clocks)s") % {
-            "clocks": ", ".join(f"{SLA_CLOCK_NAMES[clock]}{since.get(clock, '')}" for clock in clocks)})
-
-    def save_model(self, request, obj, form, change):
-        actor = request.user.get_username()
-        data = form.cleaned_data
-        if not change:
-            created = services.open_work_order(title=data["title"], actor=actor, flow=data.get("flow") or "",
-                                               pool=data.get("pool"), runbook=data.get("runbook") or "",
-                                               notes=data.get("notes") or "", assignee=data.get("assignee") or "")
-            obj.pk = created.pk
-            return
-        edited = {f: data[f] for f in self._TYPED if f in form.changed_data}
-        if edited:
-            try:
-                services.change_work_order(work_order=obj.pk, actor=actor, **edited)
-            except DomainError as exc:
-                # Another operator closed it since the page rendered, or the text cannot be kept:
-                # said on the page it comes back to, instead of a traceback.
-                request.console_refusal = exc
-
-    def log_change(self, request, obj, message):
-        if getattr(request, "console_refusal", None) is None:
-            return super().log_change(request, obj, message)
-        return None
-
-    def response_change(self, request, obj):
-        refusal = getattr(request, "console_refusal", None)
-        if refusal is None:
-            return super().response_change(request, obj)
-        self.message_user(request, gettext("Nothing saved: %(reason)s") % {"reason": refusal}, messages.ERROR)
-        return HttpResponseRedirect(request.path)
-
-    def save_related(self, request, form, formsets, change):
-        pass  # nothing related is edited here
-
-    @admin.action(description=_("Acknowledge"), permissions=["change"])
-    def acknowledge(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor),
-                 done=work_orders_done("acknowledged"))
-
-    @admin.action(description=_("Start compensation"), permissions=["change"])
-    def start(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor),
-                 done=work_orders_done("started"))
-
-    @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
-                  permissions=["change"])
-    def compensate(self, request, queryset):
-        resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
-                                                                  resolution=resolutions.get(pk, "")),
-                 done=work_orders_done("compensated"))
-
-    @admin.action(description=_("Close"), permissions=["change"])
-    def close(self, request, queryset):
-        resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
-                                                             resolution=resolutions.get(pk, "")),
-                 done=work_orders_done("closed"))
-
-    @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
-    def cancel(self, request, queryset):
-        # The reason is kept (audit entry, resolution): in English, like all stored text.
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
-                                                              reason=f"cancelled in the admin by {actor}"),
-                 done=work_orders_done("cancelled"))
-
-
-# What a list action on work orders says it did.
-WORK_ORDERS_DONE = {
-    "acknowledged": ngettext_lazy("Acknowledged %(count)d work order.", "Acknowledged %(count)d work orders.",
-                                  "count"),
-    "started": ngettext_lazy("Started compensating %(count)d work order.",
-                             "Started compensating %(count)d work orders.", "count"),
-    "compensated": ngettext_lazy("Marked %(count)d work order compensated.",
-                                 "Marked %(count)d work orders compensated.", "count"),
-    "closed": ngettext_lazy("Closed %(count)d work order.", "Closed %(count)d work orders.", "count"),
-    "cancelled": ngettext_lazy("Cancelled %(count)d work order.", "Cancelled %(count)d work orders.", "count"),
-}
-
-
-def work_orders_done(transition: str):
-    return lambda changed: WORK_ORDERS_DONE[transition] % {"count": len(changed)}
-
-
 @admin.register(BulkReplay)
 class BulkReplayAdmin(DlqInspectorPage, BulkReplayConsole, ReadOnlyAdmin):
     list_display = ("id", "state", "filter", "rate", "selected", "done", "refused", "requested_by", "created_at",
@@ -265,4 +96,6 @@ class BulkReplayAdmin(DlqInspectorPage, BulkReplayConsole, ReadOnlyAdmin):
     list_filter = ("state",)
     readonly_fields = [f.name for f in BulkReplay._meta.fields]
 
-import compensation.notifications.admin  # noqa: E402, F401  (the notifications admin: its own package)
+import compensation.notifications.admin  # noqa: E402, F401
+import compensation.runbooks.admin  # noqa: E402, F401
+import compensation.work_orders.admin  # noqa: E402, F401

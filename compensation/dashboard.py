@@ -19,7 +19,7 @@ from django.views.decorators.http import require_safe
 from compensation import selectors as compensation
 from compensation.choices import WorkOrderState
 from compensation.flags import dlq_inspector_on
-from compensation.models import SLA_CLOCK_NAMES
+from compensation.work_orders.models import SLA_CLOCK_NAMES
 from scheduling import selectors as scheduling
 from scheduling.services.recovery import OVERDUE_GRACE
 

@@ -6,8 +6,9 @@ filtered one way is what a bulk replay with that filter replays (of its open one
 import django_filters
 
 from compensation.choices import DeadLetterState, WorkOrderSource, WorkOrderState
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.runbooks.models import RunbookRun, RunbookRunState
+from compensation.work_orders.models import WorkOrder
 from scheduling.filtersets import IdFilter
 
 

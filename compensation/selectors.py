@@ -28,7 +28,7 @@ from compensation.choices import (
     WorkOrderState,
 )
 from compensation.errors import BadInput, NotFound
-from compensation.models import SLA_CLOCKS, SLA_START, BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
 from compensation.notifications.models import (
     Notification,
     NotificationEvent,
@@ -36,6 +36,7 @@ from compensation.notifications.models import (
     NotificationSubject,
 )
 from compensation.runbooks.models import RunbookRun
+from compensation.work_orders.models import SLA_CLOCKS, SLA_START, WorkOrder
 from retryops.inputs import record_id
 
 

@@ -36,6 +36,7 @@ from audit.services import create_api_client
 from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.runbooks.services import request_runbook_action
+from compensation.work_orders.services import open_work_order
 import resources.services
 from retryops import roles
 from retryops.api.schema import IDEMPOTENCY_KEY
@@ -108,7 +109,7 @@ def committed_rows(runbooks) -> dict:
     dead_tasks(pool=pool, policy=policy, resource=alice)
     compensation.collect_dead_letters()
     letter = DeadLetter.objects.exclude(task=dead).get()  # dead_tasks's; `dead` has one of its own too
-    order = compensation.open_work_order(title="fuzz", actor="fuzz", flow="demo")
+    order = open_work_order(title="fuzz", actor="fuzz", flow="demo")
     with override_settings(RETRYOPS_RUNBOOK_DIR=runbooks):
         run, _ = request_runbook_action(work_order=order, runbook="fuzz-book", action="note", input={},
                                         token="fuzz-1", actor="fuzz")

@@ -4,10 +4,11 @@ which fields may be sent); what a value may do is the services' decision."""
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
 from compensation.runbooks.catalog import TOKEN
 from compensation.runbooks.models import RunbookRun
 from compensation.services.bulk_replay import DEFAULT_RATE, MAX_RATE, MIN_RATE
+from compensation.work_orders.models import WorkOrder
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.api.schema import NOT_BLANK
 from retryops.inputs import MAX_ID

@@ -39,7 +39,7 @@ from compensation.filtersets import (
     WorkOrderFilterSet,
 )
 from compensation.flags import require_dlq_inspector
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
 from compensation.runbooks.models import RunbookRun
 from compensation.runbooks.services import (
     approve_runbook_action,
@@ -53,6 +53,16 @@ from compensation.selectors import (
     get_runbook_run,
     runbook_runs_for,
     work_order_detail,
+)
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import (
+    acknowledge_work_order,
+    cancel_work_order,
+    change_work_order,
+    close_work_order,
+    compensate_work_order,
+    open_work_order,
+    start_work_order,
 )
 from resources.api.views import LOCATION
 from retryops.api.authentication import actor_of
@@ -230,7 +240,7 @@ class WorkOrderList(mixins.ListModelMixin, ApiView):
     @extend_schema(request=WorkOrderOpenSerializer, responses={201: WorkOrderSerializer}, parameters=[LOCATION])
     def post(self, request):
         """Open a work order by hand, for a case no dead letter opened: the on-call is paged."""
-        order = services.open_work_order(**parsed(WorkOrderOpenSerializer, request), actor=actor_of(request))
+        order = open_work_order(**parsed(WorkOrderOpenSerializer, request), actor=actor_of(request))
         return Response(WorkOrderSerializer(order).data, status=status.HTTP_201_CREATED,
                         headers={"Location": f"/api/ops/workorders/{order.pk}/"})
 
@@ -251,7 +261,7 @@ class WorkOrderDetail(ApiView):
         409: error_response(409, "illegal_transition: the work order is closed, compensated or cancelled, and "
                                  "no longer changes.")})
     def patch(self, request, id):
-        order = services.change_work_order(work_order=int(id), actor=actor_of(request),
+        order = change_work_order(work_order=int(id), actor=actor_of(request),
                                            **parsed(WorkOrderPatchSerializer, request))
         return Response(WorkOrderSerializer(order).data)
 
@@ -269,7 +279,7 @@ class Acknowledge(Transition):
     to the caller if nobody has it."""
 
     def act(self, row_id, actor, data):
-        return services.acknowledge_work_order(work_order=row_id, actor=actor)
+        return acknowledge_work_order(work_order=row_id, actor=actor)
 
 
 class Start(Transition):
@@ -278,7 +288,7 @@ class Start(Transition):
     input_serializer = StartSerializer
 
     def act(self, row_id, actor, data):
-        return services.start_work_order(work_order=row_id, actor=actor, runbook=data.get("runbook"))
+        return start_work_order(work_order=row_id, actor=actor, runbook=data.get("runbook"))
 
 
 class Compensate(Transition):
@@ -288,7 +298,7 @@ class Compensate(Transition):
     input_serializer = CompensateSerializer
 
     def act(self, row_id, actor, data):
-        return services.compensate_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
+        return compensate_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
 
 
 class Close(Transition):
@@ -297,7 +307,7 @@ class Close(Transition):
     input_serializer = CloseSerializer
 
     def act(self, row_id, actor, data):
-        return services.close_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
+        return close_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
 
 
 class CancelOrder(Transition):
@@ -306,7 +316,7 @@ class CancelOrder(Transition):
     input_serializer = RequiredReasonSerializer
 
     def act(self, row_id, actor, data):
-        return services.cancel_work_order(work_order=row_id, actor=actor, reason=data["reason"])
+        return cancel_work_order(work_order=row_id, actor=actor, reason=data["reason"])
 
 
 # Runbook runs

@@ -8,7 +8,7 @@ an action, compensation.approve_runbookrun to approve one; rejecting takes eithe
 turns a request down, an operator withdraws one). That the requester of an external action cannot
 approve it (four eyes) is the service's rule, and the database's.
 
-The work order's ModelAdmin (compensation.admin) mixes in RunbooksOnWorkOrder."""
+The work order's ModelAdmin (compensation.work_orders.admin) mixes in RunbooksOnWorkOrder."""
 
 import json
 import uuid
@@ -28,7 +28,6 @@ from django.views.decorators.http import require_POST
 
 from compensation.admin_console import work_order_link, work_order_shown
 from compensation.forms import ReasonForm
-from compensation.models import WorkOrder
 from compensation.runbooks.catalog import suggest_for_work_order
 from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.runbooks.services import (
@@ -37,6 +36,7 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.work_orders.models import WorkOrder
 from resources.admin import masked_json_display
 from retryops.errors import DomainError
 

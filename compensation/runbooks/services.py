@@ -18,7 +18,7 @@ from audit.context import identity_of
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
 from compensation.errors import BadInput, IllegalTransition
-from compensation.models import WorkOrder
+from compensation.inputs import actor_name, locked, text
 from compensation.runbooks.catalog import (
     ActionContext,
     ApprovalRequired,
@@ -32,8 +32,8 @@ from compensation.runbooks.catalog import (
     is_token,
 )
 from compensation.runbooks.models import RunbookRun, RunbookRunState
-from compensation.services.common import actor_name, locked, text
-from compensation.services.work_orders import start_work_order
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import start_work_order
 from retryops.errors import DomainError
 from retryops.jsonsafe import UnstorableValue, make_storable, refuse_unstorable
 

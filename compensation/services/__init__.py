@@ -1,6 +1,6 @@
-"""Dead letters, work orders, replays: the only code that changes them. The admin, jobs,
+"""Dead letters, bulk replays and escalation: the only code that changes them. The admin, jobs,
 commands and the API call these. One module per use case; the public names are re-exported here.
-Reads live in compensation.selectors."""
+Reads live in compensation.selectors; work orders have their own (compensation.work_orders.services)."""
 
 from compensation.services.bulk_replay import (
     bulk_replay_preview,
@@ -30,16 +30,6 @@ from compensation.services.escalation import (
     resendable_notifications,
 )
 from compensation.services.replay import replay_dead_letter
-from compensation.services.work_orders import (
-    acknowledge_work_order,
-    assign_work_order,
-    cancel_work_order,
-    change_work_order,
-    close_work_order,
-    compensate_work_order,
-    open_work_order,
-    start_work_order,
-)
 
 __all__ = [
     "bulk_replay_preview", "cancel_bulk_replay", "restart_stalled_bulk_replays", "run_bulk_replay",
@@ -47,7 +37,5 @@ __all__ = [
     "Cleanup", "cleanup_dead_letters", "cleanup_queryset", "parse_states",
     "Escalation", "breached_work_orders", "escalate", "mark_breach", "orphaned_dead_letters",
     "resendable_notifications",
-    "acknowledge_work_order", "assign_work_order", "cancel_work_order", "change_work_order", "close_work_order", "collect_dead_letters",
-    "compensate_work_order", "discard_dead_letter", "follow_replays", "open_work_order", "replay_dead_letter",
-    "resolve_dead_letter", "start_work_order",
+    "collect_dead_letters", "discard_dead_letter", "follow_replays", "replay_dead_letter", "resolve_dead_letter",
 ]

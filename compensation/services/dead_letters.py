@@ -15,9 +15,9 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState, state_words
 from compensation.errors import IllegalTransition
+from compensation.inputs import actor_name, locked, text
 from compensation.models import DeadLetter
-from compensation.services.common import actor_name, locked, text
-from compensation.services.work_orders import join_work_order
+from compensation.work_orders.services import join_work_order
 from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.services import claim_dead_tasks
 

@@ -39,7 +39,7 @@ from compensation.choices import (
     WorkOrderState,
 )
 from compensation.errors import BadInput
-from compensation.models import SLA_CLOCKS, SLA_START, DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.notifications.models import (
     Notification,
     NotificationEvent,
@@ -53,7 +53,8 @@ from compensation.notifications.services import (
     work_order_dedup_key,
 )
 from compensation.selectors import sla_limits
-from compensation.services.work_orders import join_work_order
+from compensation.work_orders.models import SLA_CLOCKS, SLA_START, WorkOrder
+from compensation.work_orders.services import join_work_order
 from retryops.inputs import flag, record_id
 
 log = logging.getLogger(__name__)

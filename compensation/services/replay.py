@@ -9,8 +9,8 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import REPLAYABLE_STATES, DeadLetterState, state_words
 from compensation.errors import BadInput, IllegalTransition, ReplayRefused
+from compensation.inputs import actor_name, locked, text
 from compensation.models import DeadLetter
-from compensation.services.common import actor_name, locked, text
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
 from resources.models import Resource

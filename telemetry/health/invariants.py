@@ -33,9 +33,10 @@ from compensation.choices import (
     WorkOrderSource,
     WorkOrderState,
 )
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.services.cleanup import RETENTION_DAYS
 from compensation.services.escalation import orphaned_dead_letters
+from compensation.work_orders.models import WorkOrder
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
 from scheduling import jobs as scheduling_jobs

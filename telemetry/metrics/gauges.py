@@ -16,13 +16,13 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from compensation.choices import WORK_ORDER_LIVE
-from compensation.models import SLA_CLOCKS
 from compensation.notifications.models import (
     Notification,
     NotificationChannel,
     NotificationState,
 )
 from compensation.selectors import dead_letter_queue_by_flow, live_work_order_board
+from compensation.work_orders.models import SLA_CLOCKS
 from resources.choices import ResourceState
 from resources.models import ResourcePool
 from resources.selectors import pool_state_counts

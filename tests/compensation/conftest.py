@@ -52,7 +52,7 @@ def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstr
 def order(pool, instant_policy):
     """The work order the dead-letter step opens for two demo tasks that died (runbooks act on it)."""
     from compensation import services
-    from compensation.models import WorkOrder
+    from compensation.work_orders.models import WorkOrder
 
     dead_tasks(pool=pool, policy=instant_policy, n=2)
     services.collect_dead_letters()

@@ -8,7 +8,9 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import acknowledge_work_order
 import resources.services
 from tests.compensation.conftest import dead_tasks
 
@@ -109,7 +111,7 @@ def test_the_sla_column_shows_a_breach_escalate_marked_after_the_work_order_move
     services.escalate(now=order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1),
                       steps="breaches")
     settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read ok
-    services.acknowledge_work_order(work_order=order, actor="dave")
+    acknowledge_work_order(work_order=order, actor="dave")
     page = admin_client.get(reverse("admin:compensation_workorder_changelist"))
     assert b"acknowledge (since " in page.content
 
@@ -141,7 +143,7 @@ def test_with_the_dlq_inspector_off_a_bulk_replay_cannot_be_cancelled(admin_clie
 def test_saving_a_work_order_page_keeps_an_assignee_a_service_set_since_it_was_shown(admin_client, letters):
     order = letters[0].work_order
     shown = {"assignee": "", "runbook": "", "notes": "", "resolution": ""}
-    services.acknowledge_work_order(work_order=order, actor="oncall:dave")  # sets the assignee meanwhile
+    acknowledge_work_order(work_order=order, actor="oncall:dave")  # sets the assignee meanwhile
     url = reverse("admin:compensation_workorder_change", args=[order.pk])
     posted = {**shown, "notes": "called upstream", **{f"initial-{name}": value for name, value in shown.items()}}
     assert admin_client.post(url, posted).status_code == 302

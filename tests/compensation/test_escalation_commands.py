@@ -9,9 +9,10 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation.models import DeadLetter, WorkOrder
 from compensation import services
+from compensation.models import DeadLetter
 from compensation.services import escalation
+from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,9 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import BulkReplayState, DeadLetterState
 from compensation.jobs import dead_letters_job, dlq_cleanup_job, escalate_job
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
 from compensation.services.cleanup import RETENTION_DAYS
+from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 from tests.scheduling.helpers import CountingWorker
 

@@ -3,10 +3,10 @@ PagerDuty (a real local HTTP server) -> compensated -> the page resolved with th
 
 import pytest
 
-from compensation import services
 from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
 from compensation.notifications.services import send_due_notifications, work_order_dedup_key
+from compensation.work_orders import services
 from scheduling import services as scheduling
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,

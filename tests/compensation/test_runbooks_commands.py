@@ -9,8 +9,9 @@ from django.core.management import CommandError, call_command
 from audit.choices import AuditAction
 from audit.models import AuditEntry
 from compensation import services
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.runbooks.models import RunbookRun
+from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.jobs import dead_letters_job
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.runbooks.services import (
     RUNNER_LOCK,
@@ -25,6 +25,7 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.work_orders.models import WorkOrder
 
 pytestmark = pytest.mark.django_db
 

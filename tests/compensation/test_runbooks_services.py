@@ -13,7 +13,6 @@ from audit.context import acting_as
 from audit.models import AuditEntry
 from compensation import services
 from compensation.errors import BadInput, IllegalTransition
-from compensation.models import WorkOrder
 from compensation.runbooks.catalog import (
     ApprovalRequired,
     FourEyes,
@@ -28,6 +27,8 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import close_work_order
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -366,7 +367,7 @@ def test_a_rejected_run_can_be_neither_approved_nor_run(order):
 
 
 def test_no_runbook_action_is_requested_for_a_closed_work_order(order):
-    services.close_work_order(work_order=order, actor="ops:carol")
+    close_work_order(work_order=order, actor="ops:carol")
     with pytest.raises(IllegalTransition, match="it is closed; only a live work order"):
         request(order)
     assert not RunbookRun.objects.exists()

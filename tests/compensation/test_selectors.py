@@ -6,8 +6,9 @@ import pytest
 from django.utils import timezone
 
 from compensation import services
-from compensation.models import WorkOrder
 from compensation.selectors import dead_letters_by_signature, sla_of
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import acknowledge_work_order
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def test_a_work_order_opened_within_the_notice_and_acknowledged_in_time_is_ok(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy)
     services.collect_dead_letters()
-    order = services.acknowledge_work_order(work_order=WorkOrder.objects.get(), actor="ops:carol")
+    order = acknowledge_work_order(work_order=WorkOrder.objects.get(), actor="ops:carol")
     sla = sla_of(order)
     assert (sla.state, sla.breached) == ("ok", ())
     assert 0 <= sla.notice_seconds <= sla.acknowledge_seconds

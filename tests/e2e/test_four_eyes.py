@@ -14,8 +14,8 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext
 
 from compensation import services as compensation
-from compensation.models import WorkOrder
 from compensation.runbooks.models import RunbookRun
+from compensation.work_orders.models import WorkOrder
 from retryops import roles
 from scheduling import services
 from tests.e2e.conftest import log_in

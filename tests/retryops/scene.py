@@ -12,10 +12,12 @@ from rq.job import Job
 from audit.models import AuditEntry
 from audit.services import create_api_client
 from compensation import services as compensation
-from compensation.models import BulkReplay, DeadLetter, WorkOrder
+from compensation.models import BulkReplay, DeadLetter
 from compensation.notifications.models import Notification, NotificationState
 from compensation.runbooks.models import RunbookRun
 from compensation.runbooks.services import request_runbook_action
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import change_work_order, open_work_order, start_work_order
 from resources import services as resources
 from resources.models import Resource, ResourcePool
 from scheduling import services as scheduling
@@ -93,10 +95,10 @@ def build(settings) -> Scene:
     letters = compensation.collect_dead_letters()
     letter = next(one for one in letters if one.task_id == dead.pk)
     order = WorkOrder.objects.get(pk=letter.work_order_id)
-    started = compensation.start_work_order(
-        work_order=compensation.open_work_order(title="refund the March orders", actor="carol"), actor="carol")
+    started = start_work_order(
+        work_order=open_work_order(title="refund the March orders", actor="carol"), actor="carol")
     # The resolution the "mark compensated" action takes from the work order.
-    started = compensation.change_work_order(work_order=started, actor="carol", resolution="refunded by hand")
+    started = change_work_order(work_order=started, actor="carol", resolution="refunded by hand")
     requested, _ = request_runbook_action(work_order=order, runbook="refund-failed-charges", action="request_refund",
                                           input={"kind": "credit", "ticket": "OPS-1"}, token="walk-refund",
                                           actor="carol")

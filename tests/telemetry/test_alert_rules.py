@@ -9,6 +9,7 @@ from django.utils import timezone
 from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.notifications.models import NotificationState
+from compensation.work_orders.services import cancel_work_order
 from scheduling.selectors import retry_outcomes
 from telemetry.alerts.rules import RULES
 from telemetry.figures.models import AcceptanceSnapshot
@@ -107,7 +108,7 @@ def test_open_dead_letters_of_a_cancelled_work_order_count_from_the_cancellation
     [letter, _] = compensation.collect_dead_letters()
     delay = timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
     DeadLetter.objects.update(died_at=timezone.now() - 2 * delay)  # they died long ago
-    compensation.cancel_work_order(work_order=letter.work_order_id, actor="ops:carol", reason="opened by mistake")
+    cancel_work_order(work_order=letter.work_order_id, actor="ops:carol", reason="opened by mistake")
 
     assert read("work_order_creation_failed").value == 0
     assert read("work_order_creation_failed", now=timezone.now() + delay).value == 2

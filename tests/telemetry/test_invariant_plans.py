@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from compensation.models import WorkOrder
+from compensation.work_orders.models import WorkOrder
 from resources.models import ResourcePool
 from scheduling.models import RetryPolicy
 from telemetry.health.invariants import CHECKS, DEEP, check_invariants

@@ -16,7 +16,9 @@ from rq import SimpleWorker, Worker
 from rq.job import Job
 
 from compensation import services as compensation
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import acknowledge_work_order, open_work_order
 import resources.services
 from resources.models import Resource
 from scheduling import services
@@ -59,8 +61,8 @@ def system(redis_conn, pool, alice, bob, instant_policy, default_policy, short_i
     resources.services.claim_by_id(resource_id=dave.pk, holder="billing-sync")
     compensation.collect_dead_letters()  # what the consumer has not collected on the task's commit already
     letter = DeadLetter.objects.get(task=dead)
-    compensation.acknowledge_work_order(work_order=letter.work_order_id, actor="ops:carol")
-    manual = compensation.open_work_order(title="refund by hand", actor="ops:carol")
+    acknowledge_work_order(work_order=letter.work_order_id, actor="ops:carol")
+    manual = open_work_order(title="refund by hand", actor="ops:carol")
     return {"succeeded": succeeded, "dead": dead, "held": held, "carol": carol, "dave": dave, "letter": letter,
             "manual": manual}
 

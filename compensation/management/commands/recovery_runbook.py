@@ -11,7 +11,6 @@ from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
 from audit.management.base import AuditedCommand
-from compensation.models import WorkOrder
 from compensation.runbooks.catalog import get_runbook, runbooks, suggest_for_work_order
 from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.runbooks.services import (
@@ -21,6 +20,7 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.work_orders.models import WorkOrder
 from retryops.errors import DomainError
 
 

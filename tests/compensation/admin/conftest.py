@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 
 from compensation import services
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
+from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 from tests.scheduling.admin.conftest import staff_user
 

@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from audit.models import AuditEntry
 from compensation import services
-from compensation.models import WorkOrder
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import acknowledge_work_order
 from tests.compensation.admin.conftest import said, states
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +51,7 @@ def test_a_clock_escalation_marked_shows_when_it_ran_out_after_the_step_was_take
     ran_out = order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS)
     services.escalate(now=ran_out + timedelta(seconds=1), steps="breaches")
     settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read within its limit
-    services.acknowledge_work_order(work_order=order, actor="dave")
+    acknowledge_work_order(work_order=order, actor="dave")
     acknowledge = clocks(carol, order)["Acknowledge"]
     assert (acknowledge["tone"], acknowledge["marked_at"]) == ("breached", ran_out)
     assert "escalation marked it" in page(carol, order).content.decode()
@@ -97,14 +98,14 @@ def test_acknowledge_confirmed_acknowledges_through_the_service_and_comes_back(c
 
 
 def test_compensate_without_a_resolution_is_refused_on_the_field_and_changes_nothing(carol, order):
-    services.acknowledge_work_order(work_order=order, actor="carol")
+    acknowledge_work_order(work_order=order, actor="carol")
     response = carol.post(transition_url(order, "compensate"), {"resolution": "  "})
     assert response.context["form"].errors == {"resolution": ["resolution must not be empty"]}
     assert state_of(order) == "acknowledged"
 
 
 def test_compensate_with_a_resolution_compensates_and_resolves_its_open_dead_letters(carol, order, letters):
-    services.acknowledge_work_order(work_order=order, actor="carol")
+    acknowledge_work_order(work_order=order, actor="carol")
     carol.post(transition_url(order, "compensate"), {"resolution": "refunded the three orders"})
     row = WorkOrder.objects.get(pk=order.pk)
     assert (row.state, row.resolution) == ("compensated", "refunded the three orders")
@@ -150,7 +151,7 @@ def test_notes_the_service_refuses_are_said_on_the_page_and_nothing_is_saved(car
 
 
 def test_the_page_links_to_the_work_orders_audit_log(admin_client, order):
-    services.acknowledge_work_order(work_order=order, actor="carol")
+    acknowledge_work_order(work_order=order, actor="carol")
     url = page(admin_client, order).context["console_audit_url"]
     entries = admin_client.get(url).context["cl"].result_list
     assert [(e.action, e.target_id) for e in entries] == [("work_order.transition", str(order.pk))]

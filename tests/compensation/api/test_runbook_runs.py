@@ -6,8 +6,8 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.services import create_api_client
-from compensation.models import WorkOrder
 from compensation.runbooks.models import RunbookRun
+from compensation.work_orders.models import WorkOrder
 from tests.api_fixtures import grant, keyed_client
 from tests.api_helpers import error_of, ok, post
 from tests.compensation.admin.conftest import said

@@ -4,7 +4,8 @@ edited where operators edit them, and moved through each transition the services
 import pytest
 
 from audit.models import AuditEntry
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
+from compensation.work_orders.models import WorkOrder
 from tests.api_helpers import error_of, ok, post
 from tests.factories import WorkOrderFactory
 

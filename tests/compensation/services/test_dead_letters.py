@@ -7,9 +7,11 @@ import pytest
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import IllegalTransition
-from compensation.models import DeadLetter, Notification, WorkOrder
+from compensation.models import DeadLetter, Notification
 from compensation.notifications.notifiers import NOTIFIERS
 from compensation.services import dead_letters
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import close_work_order
 from scheduling import services as scheduling
 from scheduling.models import Task
 from tests.compensation.conftest import dead_tasks
@@ -96,7 +98,7 @@ def test_a_death_after_its_work_order_was_closed_opens_a_new_one(pool, instant_p
     dead_tasks(pool=pool, policy=instant_policy)
     services.collect_dead_letters()
     first = WorkOrder.objects.get()
-    services.close_work_order(work_order=first, actor="ops:carol", resolution="upstream fixed")
+    close_work_order(work_order=first, actor="ops:carol", resolution="upstream fixed")
     dead_tasks(pool=pool, policy=instant_policy)
     [letter] = services.collect_dead_letters()
     assert letter.work_order_id != first.pk

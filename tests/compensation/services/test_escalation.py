@@ -12,7 +12,7 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import WorkOrderState
 from compensation.errors import BadInput
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
 from compensation.notifications.models import Notification, NotificationState
 from compensation.notifications.services import (
     queue_notification,
@@ -20,6 +20,13 @@ from compensation.notifications.services import (
     work_order_dedup_key,
 )
 from compensation.services import escalation
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import (
+    acknowledge_work_order,
+    cancel_work_order,
+    close_work_order,
+    start_work_order,
+)
 from tests.compensation.conftest import dead_tasks
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
@@ -61,7 +68,7 @@ def breach_pages(order, clock):
 
 
 def test_dead_letters_left_open_by_a_cancelled_work_order_get_a_new_one(order):
-    services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
+    cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     result = services.escalate()
     new = WorkOrder.objects.exclude(pk=order.pk).get()
     assert (result.orphans, result.work_orders) == (2, 1)
@@ -79,7 +86,7 @@ def test_an_open_dead_letter_without_a_work_order_joins_the_live_one_of_its_sign
 
 
 def test_a_settled_dead_letter_of_a_cancelled_work_order_needs_no_work_order(order):
-    services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
+    cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     for letter in DeadLetter.objects.all():
         services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
     assert services.escalate().orphans == 0
@@ -162,21 +169,21 @@ def test_a_breach_is_marked_once_when_escalate_runs_twice(order, settings):
 
 
 def test_an_acknowledged_work_order_breaches_no_acknowledge_clock(order, settings):
-    services.acknowledge_work_order(work_order=order, actor="ops:carol")
+    acknowledge_work_order(work_order=order, actor="ops:carol")
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60))
     assert result.breaches["acknowledge"] == 0
     assert WorkOrder.objects.get(pk=order.pk).acknowledge_breached_at is None
 
 
 def test_a_live_work_order_past_its_compensate_clock_is_marked(order, settings):
-    services.start_work_order(work_order=order, actor="ops:carol")
+    start_work_order(work_order=order, actor="ops:carol")
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
     assert result.breaches == {"notice": 1, "acknowledge": 0, "compensate": 1}
     assert WorkOrder.objects.get(pk=order.pk).compensate_breached_at is not None
 
 
 def test_an_ended_work_order_is_not_marked(order, settings):
-    services.close_work_order(work_order=order, actor="ops:carol")
+    close_work_order(work_order=order, actor="ops:carol")
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
     assert result.breaches == {"notice": 0, "acknowledge": 0, "compensate": 0}
 
@@ -266,7 +273,7 @@ def test_a_work_order_closed_while_its_breach_is_marked_is_not_paged_after_its_r
             connections.close_all()
 
     with transaction.atomic():
-        services.close_work_order(work_order=order.pk, actor="ops:carol")
+        close_work_order(work_order=order.pk, actor="ops:carol")
         racer = threading.Thread(target=escalate_now)
         racer.start()
         wait_for_a_lock_wait()
@@ -322,7 +329,7 @@ def test_a_work_order_whose_breach_fails_does_not_stop_the_others(order, pool, i
 
 
 def test_a_dry_run_counts_what_it_would_do_and_changes_nothing(order, settings):
-    services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
+    cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     audit_before = AuditEntry.objects.count()
     result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), dry_run=True)
     assert (result.dry_run, result.orphans, result.work_orders) == (True, 2, 1)
@@ -332,7 +339,7 @@ def test_a_dry_run_counts_what_it_would_do_and_changes_nothing(order, settings):
 
 
 def test_an_unknown_step_is_refused_by_name_before_anything_runs(order):
-    services.cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
+    cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     with pytest.raises(BadInput, match="unknown escalation step breach: use work_orders, notifications") as refused:
         services.escalate(steps="work_orders,breach")
     assert refused.value.details["field"] == "steps"

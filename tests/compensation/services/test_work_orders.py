@@ -7,7 +7,17 @@ from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import BadInput, IllegalTransition
-from compensation.models import DeadLetter, WorkOrder
+from compensation.models import DeadLetter
+from compensation.work_orders.models import WorkOrder
+from compensation.work_orders.services import (
+    acknowledge_work_order,
+    assign_work_order,
+    cancel_work_order,
+    close_work_order,
+    compensate_work_order,
+    open_work_order,
+    start_work_order,
+)
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -19,19 +29,19 @@ def audit_of(order):
 
 
 def test_a_work_order_runs_from_open_to_compensated_with_its_sla_times(order):
-    services.acknowledge_work_order(work_order=order, actor="ops:carol")
-    services.start_work_order(work_order=order.pk, actor="ops:carol", runbook="refund-signup")
-    done = services.compensate_work_order(work_order=order, actor="ops:carol", resolution="refunded both")
+    acknowledge_work_order(work_order=order, actor="ops:carol")
+    start_work_order(work_order=order.pk, actor="ops:carol", runbook="refund-signup")
+    done = compensate_work_order(work_order=order, actor="ops:carol", resolution="refunded both")
     assert (done.state, done.assignee, done.runbook, done.resolution) == (
         WorkOrderState.COMPENSATED, "ops:carol", "refund-signup", "refunded both")
     assert order.first_dead_at <= done.created_at <= done.acknowledged_at <= done.started_at <= done.compensated_at
 
 
 def test_every_work_order_action_writes_exactly_one_audit_entry(order):
-    services.assign_work_order(work_order=order, assignee="dave", actor="ops:carol")
-    services.acknowledge_work_order(work_order=order, actor="dave")
-    services.start_work_order(work_order=order, actor="dave")
-    services.close_work_order(work_order=order, actor="dave", resolution="nothing to repair")
+    assign_work_order(work_order=order, assignee="dave", actor="ops:carol")
+    acknowledge_work_order(work_order=order, actor="dave")
+    start_work_order(work_order=order, actor="dave")
+    close_work_order(work_order=order, actor="dave", resolution="nothing to repair")
     assert audit_of(order) == [AuditAction.WORK_ORDER_CHANGE] + [AuditAction.WORK_ORDER_TRANSITION] * 3
 
 
@@ -40,9 +50,9 @@ def test_collecting_dead_letters_writes_no_audit_entry(order):
 
 
 def test_closing_a_work_order_twice_names_both_states_and_changes_nothing(order):
-    services.close_work_order(work_order=order, actor="ops:carol")
+    close_work_order(work_order=order, actor="ops:carol")
     with pytest.raises(IllegalTransition, match="cannot close work order .*: it is closed") as refused:
-        services.close_work_order(work_order=order, actor="ops:carol", resolution="again")
+        close_work_order(work_order=order, actor="ops:carol", resolution="again")
     assert (refused.value.code, refused.value.details["from_state"], refused.value.details["to_state"]) == (
         "illegal_transition", "closed", "closed")
     assert WorkOrder.objects.get(pk=order.pk).resolution == ""
@@ -51,24 +61,24 @@ def test_closing_a_work_order_twice_names_both_states_and_changes_nothing(order)
 
 def test_an_open_work_order_cannot_be_compensated_before_it_is_acknowledged(order):
     with pytest.raises(IllegalTransition, match="it is open"):
-        services.compensate_work_order(work_order=order, actor="ops:carol", resolution="done")
+        compensate_work_order(work_order=order, actor="ops:carol", resolution="done")
 
 
 def test_compensating_a_work_order_resolves_its_open_dead_letters(order):
-    services.start_work_order(work_order=order, actor="ops:carol")
-    services.compensate_work_order(work_order=order, actor="ops:carol", resolution="refunded")
+    start_work_order(work_order=order, actor="ops:carol")
+    compensate_work_order(work_order=order, actor="ops:carol", resolution="refunded")
     assert set(DeadLetter.objects.values_list("state", flat=True)) == {DeadLetterState.RESOLVED}
 
 
 def test_cancelling_a_work_order_needs_a_reason_and_leaves_its_dead_letters_open(order):
     with pytest.raises(BadInput, match="reason must not be empty"):
-        services.cancel_work_order(work_order=order, actor="ops:carol", reason=" ")
-    services.cancel_work_order(work_order=order, actor="ops:carol", reason="opened by a test")
+        cancel_work_order(work_order=order, actor="ops:carol", reason=" ")
+    cancel_work_order(work_order=order, actor="ops:carol", reason="opened by a test")
     assert set(DeadLetter.objects.values_list("state", flat=True)) == {DeadLetterState.OPEN}
 
 
 def test_an_operator_opens_a_work_order_by_hand_with_one_audit_entry(pool):
-    order = services.open_work_order(title="Refund 12 orders charged twice", actor="ops:carol", pool="accounts",
+    order = open_work_order(title="Refund 12 orders charged twice", actor="ops:carol", pool="accounts",
                                      runbook="refund")
     assert (order.state, order.source, order.opened_by, order.pool_id) == ("open", "manual", "ops:carol", pool.pk)
     assert audit_of(order) == [AuditAction.WORK_ORDER_OPEN]
@@ -82,13 +92,13 @@ def test_an_operator_opens_a_work_order_by_hand_with_one_audit_entry(pool):
 ])
 def test_opening_a_work_order_with_bad_input_names_the_field_and_writes_nothing(db, kwargs, field):
     with pytest.raises(BadInput) as refused:
-        services.open_work_order(**{"actor": "ops:carol", **kwargs})
+        open_work_order(**{"actor": "ops:carol", **kwargs})
     assert refused.value.details["field"] == field
     assert not WorkOrder.objects.exists()
 
 
 def test_a_manual_work_order_for_a_signature_does_not_take_its_dead_letters(pool, instant_policy):
-    services.open_work_order(title="watch timeouts", actor="ops:carol", flow="demo")
+    open_work_order(title="watch timeouts", actor="ops:carol", flow="demo")
     dead_tasks(pool=pool, policy=instant_policy)
     [letter] = services.collect_dead_letters()
     assert letter.work_order.source == "dead_letters"

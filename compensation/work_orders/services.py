@@ -18,9 +18,10 @@ from compensation.choices import (
     state_words,
 )
 from compensation.errors import IllegalTransition
-from compensation.models import DeadLetter, WorkOrder
+from compensation.inputs import actor_name, locked, text
+from compensation.models import DeadLetter
 from compensation.notifications.services import queue_notification, work_order_dedup_key
-from compensation.services.common import actor_name, locked, text
+from compensation.work_orders.models import WorkOrder
 from resources.models import ResourcePool
 from resources.selectors import get_pool
 

@@ -6,33 +6,45 @@ runbook, notes, resolution) and the suggested runbooks; below it, what the on-ca
 A transition (acknowledge, start, compensate, close, cancel) asks for confirmation, with the text
 it takes, and calls its service; it needs the work order's change permission, checked by the view
 itself. An illegal transition is refused by the service, whose sentence the operator sees. Reads
-go through compensation.selectors. The work order's ModelAdmin (compensation.admin) mixes in
-WorkOrderConsole."""
+go through compensation.selectors. WorkOrderAdmin, below, mixes in WorkOrderConsole."""
 
-from django.contrib import messages
+from django import forms
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.translation import gettext
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from compensation import services
-from compensation.admin_console import audit_url
+from compensation.admin_console import audit_url, run_each
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
-from compensation.choices import DeadLetterState
+from compensation.choices import WORK_ORDER_LIVE, DeadLetterState
 from compensation.forms import WorkOrderTransitionForm
-from compensation.models import WorkOrder
-from compensation.runbooks.admin import run_buttons
+from compensation.runbooks.admin import RunbooksOnWorkOrder, run_buttons
 from compensation.selectors import (
     SlaClock,
+    breached_clocks,
     dead_letter_states_of,
     notifications_of,
     runbook_runs_of,
     sla_clocks,
 )
-from compensation.services.work_orders import TRANSITIONS
+from compensation.work_orders import services
+from compensation.work_orders.admin_filters import (
+    CompensatedAtFilter,
+    CompensateDueFilter,
+    CompletedInTimeFilter,
+    FirstDeadFilter,
+    PagedFilter,
+)
+from compensation.work_orders.models import SLA_CLOCK_NAMES, SLA_CLOCKS, WorkOrder
+from compensation.work_orders.services import TRANSITIONS
+from resources.admin import EditsWhatThePageShowed
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 
@@ -196,3 +208,148 @@ class WorkOrderConsole:
                                           f"?subject_type__exact=work_order&subject_id={obj.pk}",
             )
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+
+class WorkOrderForm(forms.ModelForm):
+    """What an operator types on a work order; the state and the clocks are the services'."""
+
+    class Meta:
+        model = WorkOrder
+        fields = ["title", "flow", "pool", "assignee", "runbook", "notes", "resolution"]
+
+
+@admin.register(WorkOrder)
+class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrder, admin.ModelAdmin):
+    form = WorkOrderForm
+    list_display = ("id", "title", "state", "sla", "dead_letter_count", "assignee", "first_dead_at", "created_at",
+                    "acknowledged_at", "compensated_at")
+    list_filter = ("state", "source", "flow", PagedFilter, CompletedInTimeFilter, FirstDeadFilter,
+                   CompensatedAtFilter, CompensateDueFilter)
+    list_select_related = ("pool",)
+    search_fields = ("=id", "title", "error_signature", "assignee")
+    show_full_result_count = False
+    actions = ["acknowledge", "start", "compensate", "close", "cancel"]
+    # What an operator types on a live work order; the rest is the services'.
+    _TYPED = ("assignee", "runbook", "notes", "resolution")
+    _TIMES = ("first_dead_at", "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at",
+              "ended_at", "notice_breached_at", "acknowledge_breached_at", "compensate_breached_at", "updated_at")
+    _OWNED = ("title", "flow", "pool", "state", "source", "error_signature", "opened_by", "dead_letter_count",
+              *_TIMES, "runbooks_panel")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return self._OWNED if obj.state in WORK_ORDER_LIVE else (*self._OWNED, *self._TYPED)
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [(None, {"fields": ["title", "flow", "pool", "assignee", "runbook", "notes"]})]
+        # The state, the clocks, the dead letters and the runs are above the form (WorkOrderConsole).
+        return [
+            (None, {"fields": ["title", ("flow", "pool"), "error_signature", ("source", "opened_by"), *self._TYPED]}),
+            (_("Runbooks"), {"fields": ["runbooks_panel"]}),
+            (_("Times"), {"classes": ["collapse"], "fields": ["dead_letter_count", *self._TIMES]}),
+        ]
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description=_("SLA"))
+    def sla(self, order):
+        """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
+        each ran out: a marked breach stays shown after the work order moved on."""
+        marked = {clock: at for clock in SLA_CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
+        clocks = breached_clocks(order)
+        if not clocks:
+            return format_html('<span style="color:{}">{}</span>', "#447e36", gettext("ok"))
+        since = {clock: gettext(" (since %(at)s)") % {"at": date_format(timezone.localtime(at), "SHORT_DATETIME_FORMAT")}
+                 for clock, at in marked.items()}
+        return format_html('<span style="color:#ba2121">{}</span>', gettext("breached: %(clocks)s") % {
+            "clocks": ", ".join(f"{SLA_CLOCK_NAMES[clock]}{since.get(clock, '')}" for clock in clocks)})
+
+    def save_model(self, request, obj, form, change):
+        actor = request.user.get_username()
+        data = form.cleaned_data
+        if not change:
+            created = services.open_work_order(title=data["title"], actor=actor, flow=data.get("flow") or "",
+                                               pool=data.get("pool"), runbook=data.get("runbook") or "",
+                                               notes=data.get("notes") or "", assignee=data.get("assignee") or "")
+            obj.pk = created.pk
+            return
+        edited = {f: data[f] for f in self._TYPED if f in form.changed_data}
+        if edited:
+            try:
+                services.change_work_order(work_order=obj.pk, actor=actor, **edited)
+            except DomainError as exc:
+                # Another operator closed it since the page rendered, or the text cannot be kept:
+                # said on the page it comes back to, instead of a traceback.
+                request.console_refusal = exc
+
+    def log_change(self, request, obj, message):
+        if getattr(request, "console_refusal", None) is None:
+            return super().log_change(request, obj, message)
+        return None
+
+    def response_change(self, request, obj):
+        refusal = getattr(request, "console_refusal", None)
+        if refusal is None:
+            return super().response_change(request, obj)
+        self.message_user(request, gettext("Nothing saved: %(reason)s") % {"reason": refusal}, messages.ERROR)
+        return HttpResponseRedirect(request.path)
+
+    def save_related(self, request, form, formsets, change):
+        pass  # nothing related is edited here
+
+    @admin.action(description=_("Acknowledge"), permissions=["change"])
+    def acknowledge(self, request, queryset):
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor),
+                 done=work_orders_done("acknowledged"))
+
+    @admin.action(description=_("Start compensation"), permissions=["change"])
+    def start(self, request, queryset):
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor),
+                 done=work_orders_done("started"))
+
+    @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
+                  permissions=["change"])
+    def compensate(self, request, queryset):
+        resolutions = dict(queryset.values_list("pk", "resolution"))
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
+                                                                  resolution=resolutions.get(pk, "")),
+                 done=work_orders_done("compensated"))
+
+    @admin.action(description=_("Close"), permissions=["change"])
+    def close(self, request, queryset):
+        resolutions = dict(queryset.values_list("pk", "resolution"))
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
+                                                             resolution=resolutions.get(pk, "")),
+                 done=work_orders_done("closed"))
+
+    @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
+    def cancel(self, request, queryset):
+        # The reason is kept (audit entry, resolution): in English, like all stored text.
+        run_each(self, request, queryset,
+                 lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
+                                                              reason=f"cancelled in the admin by {actor}"),
+                 done=work_orders_done("cancelled"))
+
+
+# What a list action on work orders says it did.
+WORK_ORDERS_DONE = {
+    "acknowledged": ngettext_lazy("Acknowledged %(count)d work order.", "Acknowledged %(count)d work orders.",
+                                  "count"),
+    "started": ngettext_lazy("Started compensating %(count)d work order.",
+                             "Started compensating %(count)d work orders.", "count"),
+    "compensated": ngettext_lazy("Marked %(count)d work order compensated.",
+                                 "Marked %(count)d work orders compensated.", "count"),
+    "closed": ngettext_lazy("Closed %(count)d work order.", "Closed %(count)d work orders.", "count"),
+    "cancelled": ngettext_lazy("Cancelled %(count)d work order.", "Cancelled %(count)d work orders.", "count"),
+}
+
+
+def work_orders_done(transition: str):
+    return lambda changed: WORK_ORDERS_DONE[transition] % {"count": len(changed)}
