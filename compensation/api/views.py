@@ -40,13 +40,8 @@ from compensation.filtersets import (
 )
 from compensation.flags import require_dlq_inspector
 from compensation.models import BulkReplay, DeadLetter
+from compensation.runbooks import services as runbooks
 from compensation.runbooks.models import RunbookRun
-from compensation.runbooks.services import (
-    approve_runbook_action,
-    reject_runbook_action,
-    request_runbook_action,
-    run_runbook_action,
-)
 from compensation.selectors import (
     get_bulk_replay,
     get_dead_letter,
@@ -54,16 +49,8 @@ from compensation.selectors import (
     runbook_runs_for,
     work_order_detail,
 )
+from compensation.work_orders import services as work_orders
 from compensation.work_orders.models import WorkOrder
-from compensation.work_orders.services import (
-    acknowledge_work_order,
-    cancel_work_order,
-    change_work_order,
-    close_work_order,
-    compensate_work_order,
-    open_work_order,
-    start_work_order,
-)
 from resources.api.views import LOCATION
 from retryops.api.authentication import actor_of
 from retryops.api.schema import error_response
@@ -240,7 +227,7 @@ class WorkOrderList(mixins.ListModelMixin, ApiView):
     @extend_schema(request=WorkOrderOpenSerializer, responses={201: WorkOrderSerializer}, parameters=[LOCATION])
     def post(self, request):
         """Open a work order by hand, for a case no dead letter opened: the on-call is paged."""
-        order = open_work_order(**parsed(WorkOrderOpenSerializer, request), actor=actor_of(request))
+        order = work_orders.open_work_order(**parsed(WorkOrderOpenSerializer, request), actor=actor_of(request))
         return Response(WorkOrderSerializer(order).data, status=status.HTTP_201_CREATED,
                         headers={"Location": f"/api/ops/workorders/{order.pk}/"})
 
@@ -261,8 +248,8 @@ class WorkOrderDetail(ApiView):
         409: error_response(409, "illegal_transition: the work order is closed, compensated or cancelled, and "
                                  "no longer changes.")})
     def patch(self, request, id):
-        order = change_work_order(work_order=int(id), actor=actor_of(request),
-                                           **parsed(WorkOrderPatchSerializer, request))
+        order = work_orders.change_work_order(work_order=int(id), actor=actor_of(request),
+                                              **parsed(WorkOrderPatchSerializer, request))
         return Response(WorkOrderSerializer(order).data)
 
 
@@ -279,7 +266,7 @@ class Acknowledge(Transition):
     to the caller if nobody has it."""
 
     def act(self, row_id, actor, data):
-        return acknowledge_work_order(work_order=row_id, actor=actor)
+        return work_orders.acknowledge_work_order(work_order=row_id, actor=actor)
 
 
 class Start(Transition):
@@ -288,7 +275,7 @@ class Start(Transition):
     input_serializer = StartSerializer
 
     def act(self, row_id, actor, data):
-        return start_work_order(work_order=row_id, actor=actor, runbook=data.get("runbook"))
+        return work_orders.start_work_order(work_order=row_id, actor=actor, runbook=data.get("runbook"))
 
 
 class Compensate(Transition):
@@ -298,7 +285,7 @@ class Compensate(Transition):
     input_serializer = CompensateSerializer
 
     def act(self, row_id, actor, data):
-        return compensate_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
+        return work_orders.compensate_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
 
 
 class Close(Transition):
@@ -307,7 +294,7 @@ class Close(Transition):
     input_serializer = CloseSerializer
 
     def act(self, row_id, actor, data):
-        return close_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
+        return work_orders.close_work_order(work_order=row_id, actor=actor, resolution=data["resolution"])
 
 
 class CancelOrder(Transition):
@@ -316,7 +303,7 @@ class CancelOrder(Transition):
     input_serializer = RequiredReasonSerializer
 
     def act(self, row_id, actor, data):
-        return cancel_work_order(work_order=row_id, actor=actor, reason=data["reason"])
+        return work_orders.cancel_work_order(work_order=row_id, actor=actor, reason=data["reason"])
 
 
 # Runbook runs
@@ -346,7 +333,7 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
                                                                "same request: that run, as it is now; nothing new.")})
     def post(self, request, id):
         data = parsed(RunbookRequestSerializer, request)
-        run, first = request_runbook_action(
+        run, first = runbooks.request_runbook_action(
             work_order=int(id), runbook=data["runbook"], action=data["action"], input=data["input"],
             token=data.get("token") or uuid.uuid4().hex, actor=actor_of(request))
         if not first:
@@ -373,7 +360,7 @@ class Approve(RowAction):
     required_permissions = {"POST": [APPROVE]}
 
     def act(self, row_id, actor, data):
-        return approve_runbook_action(run=row_id, actor=actor)
+        return runbooks.approve_runbook_action(run=row_id, actor=actor)
 
 
 class Reject(RowAction):
@@ -388,7 +375,7 @@ class Reject(RowAction):
             self.permission_denied(request, message=f"this action needs the permission {APPROVE} or {RUN}")
 
     def act(self, row_id, actor, data):
-        return reject_runbook_action(run=row_id, actor=actor, reason=data["reason"])
+        return runbooks.reject_runbook_action(run=row_id, actor=actor, reason=data["reason"])
 
 
 class Run(RowAction):
@@ -401,4 +388,4 @@ class Run(RowAction):
     required_permissions = {"POST": [RUN]}
 
     def act(self, row_id, actor, data):
-        return run_runbook_action(run=row_id, actor=actor)
+        return runbooks.run_runbook_action(run=row_id, actor=actor)

@@ -79,7 +79,7 @@ def test_cancelling_a_work_order_needs_a_reason_and_leaves_its_dead_letters_open
 
 def test_an_operator_opens_a_work_order_by_hand_with_one_audit_entry(pool):
     order = open_work_order(title="Refund 12 orders charged twice", actor="ops:carol", pool="accounts",
-                                     runbook="refund")
+                            runbook="refund")
     assert (order.state, order.source, order.opened_by, order.pool_id) == ("open", "manual", "ops:carol", pool.pk)
     assert audit_of(order) == [AuditAction.WORK_ORDER_OPEN]
 
