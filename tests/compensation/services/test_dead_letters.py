@@ -7,7 +7,8 @@ import pytest
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.errors import IllegalTransition
-from compensation.models import DeadLetter, Notification
+from compensation.models import DeadLetter
+from compensation.notifications.models import Notification
 from compensation.notifications.notifiers import NOTIFIERS
 from compensation.services import dead_letters
 from compensation.work_orders.models import WorkOrder
