@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from audit.models import AuditEntry
 from compensation.choices import DeadLetterState
+from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
 from resources.models import Resource
 from scheduling.models import Task
@@ -132,7 +133,8 @@ def test_the_dashboard_shows_a_new_failure_without_a_reload(page, shot, carol, a
     expect(panel).not_to_contain_text("e2e_upstream_down")
     page.evaluate("window.e2eSamePage = true")  # a reload would forget it
 
-    order(ResourceFactory(pool=accounts, key="erin@x"), 44, "once")  # dies: a new dead letter of that flow
+    order(ResourceFactory(pool=accounts, key="erin@x"), 44, "once")  # dies
+    dead_letters_job()  # the ops process's step: a new dead letter of that flow
 
     # It refreshes itself every few seconds: its "DLQ by flow" now names the flow.
     expect(panel).to_contain_text("e2e_upstream_down", timeout=30_000)
