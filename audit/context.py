@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import structlog
 
 from audit.choices import Channel
-from audit.errors import AuditError
+from retryops.errors import BadInput
 from retryops.jsonsafe import clean_text
 
 SYSTEM_ACTOR = "system"
@@ -89,10 +89,9 @@ def accepted_request_id(value: str | None) -> str | None:
 
 
 def checked_channel(channel: str) -> str:
-    """`channel` if it is one of Channel, else AuditError."""
+    """`channel` if it is one of Channel, else BadInput."""
     if channel not in Channel.values:
-        raise AuditError(f"channel must be one of {', '.join(Channel.values)}, got {channel!r}",
-                         code="bad_input", field="channel")
+        raise BadInput(f"channel must be one of {', '.join(Channel.values)}, got {channel!r}", field="channel")
     return channel
 
 
@@ -103,10 +102,10 @@ def acting_as(*, actor: str | Callable[[], str], channel: str, request_id: str |
     user named `user` if any. Without a request id a new one is made, so every entry of one job
     or command run shares it."""
     if not callable(actor) and (not isinstance(actor, str) or not actor.strip()):
-        raise AuditError("actor must name who acts (a user name, a command, a job)", code="bad_input", field="actor")
+        raise BadInput("actor must name who acts (a user name, a command, a job)", field="actor")
     if request_id is not None and accepted_request_id(request_id) is None:
-        raise AuditError(f"request id {request_id!r} is not a token of at most {MAX_REQUEST_ID_LENGTH} characters",
-                         code="bad_input", field="request_id")
+        raise BadInput(f"request id {request_id!r} is not a token of at most {MAX_REQUEST_ID_LENGTH} characters",
+                       field="request_id")
     context = AuditContext(channel=checked_channel(channel), request_id=request_id or new_request_id(),
                            actor_source=actor, user_source=user)
     token = _current.set(context)

@@ -59,10 +59,10 @@ class AuditEntry(models.Model):
                                    name="audit_actor_and_target_named"),
         ]
         indexes = [
-            # A target's history, newest first (history_of, the target's admin page); also the
+            # A target's history, newest first (the target's admin page); also the
             # admin's target type filter, which walks its distinct leading values.
             models.Index(fields=["target_type", "target_id", "-id"], name="audit_target_history_idx"),
-            # Everything one request, command or job run did (entries_of_request, admin search).
+            # Everything one request, command or job run did (the admin's search).
             models.Index(fields=["request_id"], name="audit_request_idx"),
             # Recent entries by time ("last 7 days"): rows arrive in time order and are never
             # updated, which is exactly where a BRIN index is tiny and exact enough. Newest first

@@ -1,5 +1,4 @@
-"""Reading the audit log: a target's history, a request's entries, the target types and recent
-actors; and the API client a key belongs to."""
+"""Reading the audit log: the target types and recent actors; and the API client a key belongs to."""
 
 import functools
 import hmac
@@ -7,30 +6,12 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection, models
+from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
 from audit.models import ApiClient, AuditEntry
-from audit.services import (
-    KEY_LENGTH,
-    KEY_TAG,
-    PREFIX_LENGTH,
-    Target,
-    hash_key,
-    target_of,
-)
-
-
-def history_of(target: models.Model | Target) -> QuerySet[AuditEntry]:
-    """A target's entries, newest first (audit_target_history_idx)."""
-    what = target_of(target)
-    return AuditEntry.objects.filter(target_type=what.type, target_id=str(what.id)).order_by("-id")
-
-
-def entries_of_request(request_id: str) -> QuerySet[AuditEntry]:
-    """Everything one web request, command run or job run recorded, in order (audit_request_idx)."""
-    return AuditEntry.objects.filter(request_id=request_id).order_by("id")
+from audit.services import KEY_LENGTH, KEY_TAG, PREFIX_LENGTH, hash_key
 
 
 def target_types() -> list[str]:

@@ -19,14 +19,8 @@ from django.utils import timezone, translation
 
 from audit import context
 from audit.choices import AuditAction, IdempotencyState
-from audit.errors import (
-    ApiClientError,
-    ApiClientNotFound,
-    AuditError,
-    IdempotencyKeyInProgress,
-    IdempotencyKeyReused,
-    BadInput,
-)
+from audit.errors import IdempotencyKeyInProgress, IdempotencyKeyReused
+from retryops.errors import BadInput, DomainError, IllegalTransition, NotFound
 from audit.models import ApiClient, AuditEntry, IdempotencyKey
 from audit.streaming import delete_in_batches, stream_audit_entry
 from retryops.inputs import record_id
@@ -49,16 +43,15 @@ def target_of(obj: models.Model | Target) -> Target:
     """The target of a model instance: its model as app_label.model_name, its pk, its str()."""
     if isinstance(obj, Target):
         if not str(obj.type).strip() or not str(obj.id).strip():
-            raise AuditError(f"a target needs a type and an id, got {obj!r}", code="bad_input", field="target")
+            raise BadInput(f"a target needs a type and an id, got {obj!r}", field="target")
         return obj
     if isinstance(obj, models.Model):
         if obj.pk is None:
-            raise AuditError(f"cannot audit an unsaved {obj._meta.verbose_name}: it has no id yet",
-                             code="bad_input", field="target")
+            raise BadInput(f"cannot audit an unsaved {obj._meta.verbose_name}: it has no id yet", field="target")
         with translation.override(None):  # stored: the label stays English whoever reads the log
             return Target(type=obj._meta.label_lower, id=obj.pk, label=str(obj))
-    raise AuditError(f"target must be a saved model instance or an audit Target, got {type(obj).__name__}",
-                     code="bad_input", field="target")
+    raise BadInput(f"target must be a saved model instance or an audit Target, got {type(obj).__name__}",
+                   field="target")
 
 
 def _storable(value: Any, name: str, repairs: list[str]) -> Any:
@@ -86,11 +79,10 @@ def record_audit(*, action: str, target: models.Model | Target, before: Any = No
     if not connection.in_atomic_block:
         # Outside a transaction the entry would commit on its own: an entry for a change that
         # then rolled back, or a change without its entry.
-        raise AuditError(f"record_audit({action!r}) must run inside the transaction of the change it records",
-                         code="not_in_transaction", action=action)
+        raise DomainError(f"record_audit({action!r}) must run inside the transaction of the change it records",
+                          code="not_in_transaction", action=action)
     if action not in AuditAction.values:
-        raise AuditError(f"unknown audit action {action!r}: add it to audit.choices.AuditAction",
-                         code="bad_input", field="action")
+        raise BadInput(f"unknown audit action {action!r}: add it to audit.choices.AuditAction", field="action")
     what = target_of(target)
     acting = context.current()
     repairs: list[str] = []
@@ -195,8 +187,8 @@ def _client(client: ApiClient | int | str) -> ApiClient:
     else:
         found = queryset.filter(pk=record_id(client, field="client", error=BadInput)).first()
     if found is None:
-        raise ApiClientNotFound(f"no active API client {client!r}" if isinstance(client, str)
-                                else f"no API client {client!r}", client=str(client))
+        raise NotFound(f"no active API client {client!r}" if isinstance(client, str) else f"no API client {client!r}",
+                       code="api_client_not_found", client=str(client))
     return found
 
 
@@ -208,8 +200,8 @@ def revoke_api_client(*, client: ApiClient | int | str, actor: str | None = None
     with transaction.atomic():
         current = _client(client)
         if current.revoked_at is not None:
-            raise ApiClientError(f"API client {current.name} ({current.key_prefix}) was revoked already, at "
-                                 f"{current.revoked_at.isoformat()}", code="illegal_transition", client=current.pk)
+            raise IllegalTransition(f"API client {current.name} ({current.key_prefix}) was revoked already, at "
+                                    f"{current.revoked_at.isoformat()}", client=current.pk)
         current.revoked_at = timezone.now()
         current.save(update_fields=["revoked_at"])
         record_audit(action=AuditAction.API_CLIENT_REVOKE, target=current, before={"revoked_at": None},

@@ -30,7 +30,7 @@ from django.utils import timezone
 from redis import Redis
 from redis.exceptions import RedisError
 
-from audit.errors import AuditError
+from retryops.errors import BadInput, DomainError
 from audit.models import AUDIT_STREAM, STREAMS, AuditEntry, StreamMessage
 from retryops import flags
 
@@ -52,12 +52,12 @@ def add_to_stream(*, stream: str, event: str, data: dict[str, Any]) -> StreamMes
     if not flags.enabled(flags.AUDIT_STREAMING):
         return None
     if not connection.in_atomic_block:
-        raise AuditError(f"add_to_stream({event!r}) must run inside the transaction of the change it describes",
-                         code="not_in_transaction", action=event)
+        raise DomainError(f"add_to_stream({event!r}) must run inside the transaction of the change it describes",
+                          code="not_in_transaction", action=event)
     if stream not in STREAMS:
-        raise AuditError(f"unknown stream {stream!r}: one of {', '.join(STREAMS)}", code="bad_input", field="stream")
+        raise BadInput(f"unknown stream {stream!r}: one of {', '.join(STREAMS)}", field="stream")
     if not isinstance(data, dict) or "id" not in data:
-        raise AuditError("a stream entry's data must be a JSON object with an id", code="bad_input", field="data")
+        raise BadInput("a stream entry's data must be a JSON object with an id", field="data")
     return StreamMessage.objects.create(stream=stream, event=event, payload=data)
 
 
@@ -94,7 +94,7 @@ def publish_stream_messages(*, limit: int = PUBLISH_BATCH) -> int | None:
     published. Returns how many; 0 with nothing to do, None when another publisher is running or
     Redis did not take them (logged; they stay unpublished for the next run)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise AuditError(f"limit must be a positive whole number, got {limit!r}", code="bad_input", field="limit")
+        raise BadInput(f"limit must be a positive whole number, got {limit!r}", field="limit")
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [PUBLISHER_LOCK])

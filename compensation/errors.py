@@ -1,25 +1,13 @@
 """Domain errors of dead letters, work orders and replays. Each has a stable `code`, a sentence
 for people and `details` naming what was wrong (the field, the state, the reason)."""
 
-from retryops.errors import BadInput, DomainError  # noqa: F401 (BadInput: the one bad-input error, for the app)
+from retryops.errors import BadInput, DomainError, NotFound  # noqa: F401 (BadInput, NotFound: for the app)
 
 
 class CompensationError(DomainError):
     """Base class of the compensation app's errors."""
 
     code = "compensation_error"
-
-
-class NotFound(CompensationError):
-    """No dead letter, work order or bulk replay with that id; details: `kind`, `id`."""
-
-    code = "not_found"
-
-
-class IllegalTransition(CompensationError):
-    """An action the row's state does not allow; details: `kind`, `id`, `from_state`, `to_state`."""
-
-    code = "illegal_transition"
 
 
 class ReplayRefused(CompensationError):

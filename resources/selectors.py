@@ -32,17 +32,11 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext, pgettext
 
 from resources.choices import Diagnosis, EventKind, FailureCategory, ResourceState
-from resources.errors import (
-    BadInput,
-    LeaseMismatch,
-    PoolExhausted,
-    PoolNotFound,
-    ResourceNotFound,
-    ResourceUnavailable,
-)
+from resources.errors import LeaseMismatch, PoolExhausted, ResourceNotFound, ResourceUnavailable
 from resources.models import Resource, ResourceEvent, ResourcePool
 from retryops import inputs
 from retryops.jsonsafe import check_text
+from retryops.errors import BadInput, NotFound
 
 
 def record_id(value, *, field: str) -> int:
@@ -81,7 +75,8 @@ def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
     try:
         return ResourcePool.objects.get(**lookup)
     except ResourcePool.DoesNotExist:
-        raise PoolNotFound(gettext("no resource pool %(pool)s") % {"pool": repr(pool)}, pool=pool) from None
+        raise NotFound(gettext("no resource pool %(pool)s") % {"pool": repr(pool)}, code="pool_not_found",
+                       pool=pool) from None
 
 
 def pool_id_of(pool: ResourcePool | int | str) -> int:
@@ -197,12 +192,12 @@ def pool_state_counts(*, pool: ResourcePool | int | str | None = None) -> dict[i
     return counts
 
 
-def describe_exhaustion(pool_id: int) -> PoolExhausted | PoolNotFound:
+def describe_exhaustion(pool_id: int) -> PoolExhausted | NotFound:
     """Why claim_next found nothing in the pool: what its resources are doing, or that it does not exist."""
     try:
         pool = ResourcePool.objects.get(pk=pool_id)
     except ResourcePool.DoesNotExist:
-        return PoolNotFound(gettext("no resource pool with id %(id)s") % {"id": pool_id}, pool=pool_id)
+        return NotFound(gettext("no resource pool with id %(id)s") % {"id": pool_id}, code="pool_not_found", pool=pool_id)
     counts = pool_state_counts(pool=pool).get(pool.pk, {})
     words = {"pool": pool.name, "noun": pool.resource_noun}
     if not counts:

@@ -35,16 +35,7 @@ from resources.choices import (
     ResourceState,
 )
 from resources.classification import Classification, classify, error_text
-from resources.errors import (
-    IllegalTransition,
-    BadInput,
-    KeyTaken,
-    LeaseMismatch,
-    NameTaken,
-    ResourceChanged,
-    ResourceNotFound,
-    ResourceUnavailable,
-)
+from resources.errors import LeaseMismatch, ResourceChanged, ResourceNotFound, ResourceUnavailable
 from resources.models import Resource, ResourceEvent, ResourcePool
 from resources.selectors import (  # noqa: F401 - the reads callers have always found here
     describe_exhaustion,
@@ -64,6 +55,7 @@ from retryops import inputs
 from retryops.clock import db_now
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from retryops.masking import keep_masked_secrets, mask_secrets
+from retryops.errors import BadInput, IllegalTransition
 
 LEASE_EXPIRED_REASON = "lease expired"
 LEASE_EXPIRED_UNUSED_REASON = "lease expired unused"
@@ -730,8 +722,9 @@ def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_o
     return {field: value for field, value in fields.items() if value is not None}
 
 
-def _name_taken(name: str) -> NameTaken:
-    return NameTaken(gettext("a resource pool named %(name)s exists already") % {"name": repr(name)}, field="name")
+def _name_taken(name: str) -> BadInput:
+    return BadInput(gettext("a resource pool named %(name)s exists already") % {"name": repr(name)}, field="name",
+                    code="name_taken")
 
 
 def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: int = 300,
@@ -861,8 +854,8 @@ def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> B
     if not problems:
         return None
     # A key given twice is the request's fault; one the pool has already, the state's.
-    error = BadInput if repeated else KeyTaken
-    return error(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated)
+    return BadInput(pgettext("joins sentences", "; ").join(problems), field="key", taken=taken, repeated=repeated,
+                    code="bad_input" if repeated else "key_taken")
 
 
 def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
@@ -894,6 +887,6 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
         if _unique_violation(exc) != "resource_key_unique_in_pool":
             raise
         # Another add committed one of these keys while this one waited for it.
-        raise _keys_taken(target, keys, []) or KeyTaken(
+        raise _keys_taken(target, keys, []) or BadInput(
             gettext("a key of these was added to pool %(pool)s meanwhile") % {"pool": target.name},
-            field="key") from None
+            field="key", code="key_taken") from None

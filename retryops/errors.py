@@ -29,3 +29,16 @@ class BadInput(DomainError, ValueError):
     def __init__(self, message: str, *, field: str, **details):
         super().__init__(message, field=field, **details)
         self.field = field
+
+
+class NotFound(DomainError):
+    """No row with that id or name (answered 404); `code` says of what: task_not_found,
+    pool_not_found, ..."""
+
+    code = "not_found"
+
+
+class IllegalTransition(DomainError):
+    """An action the row's state does not allow; details name the row, its state and the action."""
+
+    code = "illegal_transition"

@@ -14,6 +14,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.choices import FailureCategory
+from retryops.errors import BadInput
 from retryops.replica import from_replica
 from scheduling.analysis import (
     DEFAULT_LIMIT,
@@ -22,7 +23,7 @@ from scheduling.analysis import (
     window_days,
 )
 from scheduling.choices import PatternAction, TaskState
-from scheduling.errors import BadInput
+
 from scheduling.models import RetryPolicy
 
 # The windows a page offers; the setting's default is offered too.

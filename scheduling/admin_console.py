@@ -30,11 +30,11 @@ from resources.admin import ResourceAdmin, ResourcePageExtension
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import get_resource, when
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from retryops.masking import keep_masked_secrets, mask_secrets
 from scheduling import services
 from scheduling.choices import WAITING_STATES, TaskState
-from scheduling.errors import BadInput, TaskLive
+from scheduling.errors import TaskLive
 from scheduling.forms import RetryResourceForm, TaskActionForm, retry_initial, shown_payload
 from scheduling.models import Task
 from scheduling.selectors import (

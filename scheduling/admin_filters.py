@@ -9,9 +9,10 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from retryops.admin_filters import FigureFilter, time_range_filter
+from retryops.errors import BadInput
 from scheduling.analysis import window_days
 from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind
-from scheduling.errors import BadInput
+
 from scheduling.flows import known_flows
 from scheduling.models import Attempt, RetryPolicy
 from scheduling.selectors import RETRY_OUTCOMES, late_retry_starts, retry_sla_grace

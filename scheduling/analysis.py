@@ -25,10 +25,11 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from retryops.errors import BadInput
 from retryops.inputs import record_id, whole_number
 from retryops.replica import read_alias
 from scheduling.choices import AttemptOutcome, PatternAction, TaskState
-from scheduling.errors import BadInput
+
 from scheduling.models import Attempt, RetryPolicy, Task
 from scheduling.policies import Verdict, judge
 

@@ -1,9 +1,10 @@
-"""Domain errors of tasks and flows. Each has a stable `code` for machines, a sentence for people,
+"""Domain errors of tasks and flows whose code no other app's error has (the shared ones are
+retryops.errors'). Each has a stable `code` for machines, a sentence for people,
 and `details` naming what was wrong (the field, the path in a payload, the task and its state)."""
 
 from django.utils.translation import ngettext
 
-from retryops.errors import BadInput, DomainError  # noqa: F401 (BadInput: the one bad-input error, for the app)
+from retryops.errors import DomainError
 
 
 def too_long(field: str, length: int, limit: int) -> str:
@@ -13,54 +14,32 @@ def too_long(field: str, length: int, limit: int) -> str:
                     length) % {"field": field, "length": length, "limit": limit}
 
 
-class SchedulingError(DomainError):
-    """Base class of the scheduling app's errors."""
-
-    code = "scheduling_error"
-
-
-class TaskError(SchedulingError, ValueError):
-    """Bad input for a task; the subclasses say which kind."""
-
-    code = "bad_task"
-
-
-class FlowNotFound(TaskError):
+class FlowNotFound(DomainError, ValueError):
     """A flow no setting and no decorator registered; details: `flow`."""
 
     code = "unknown_flow"
 
 
-class BadPayload(TaskError):
+class BadPayload(DomainError, ValueError):
     """A payload that is not a JSON object PostgreSQL can store; details: `path` (payload.items[2].price)."""
 
     code = "bad_payload"
 
 
-class UnknownPolicy(TaskError):
+class UnknownPolicy(DomainError, ValueError):
     """A retry policy name that is not loaded; details: `policy`."""
 
     code = "unknown_policy"
 
 
-class BadPolicy(TaskError):
+class BadPolicy(DomainError, ValueError):
     """A policy definition that cannot be used (from the YAML file, the admin or a task's own
     policy); details: the `field` to blame, and the `source` and `entry` of a YAML file."""
 
     code = "bad_policy"
 
 
-class TaskNotFound(SchedulingError):
-    code = "task_not_found"
-
-
-class IllegalTaskTransition(SchedulingError):
-    """An action the task's state does not allow; details: `task_id`, `state`, `action`."""
-
-    code = "illegal_transition"
-
-
-class TaskLive(SchedulingError):
+class TaskLive(DomainError):
     """A task that has not finished already runs on (or waits for) the resource; details:
     `task_id`, `state`, `next_run_at`, `holder` (the task as the resource's holder) and `until`
     (when its lease on the resource ends, if it holds one)."""
@@ -68,7 +47,7 @@ class TaskLive(SchedulingError):
     code = "task_live"
 
 
-class InstanceSucceeded(SchedulingError):
+class InstanceSucceeded(DomainError):
     """A run of the business instance a start would run again has succeeded already (on this
     resource or another): running it again would run it a second time, unless the operator runs
     it as a new instance (as_new_instance); details: `task_id`, the run that succeeded."""
@@ -76,7 +55,7 @@ class InstanceSucceeded(SchedulingError):
     code = "instance_succeeded"
 
 
-class NotInTransaction(SchedulingError):
+class NotInTransaction(DomainError):
     """A call that is only safe inside the caller's transaction was made outside one."""
 
     code = "needs_transaction"

@@ -29,6 +29,7 @@ from resources.classification import compile_patterns, matches
 from resources.models import Resource, ResourceEvent
 from resources.selectors import get_resource, newest_first_of, recently_failed
 from resources.signatures import text_signature
+from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import check_text
 from scheduling.choices import (
@@ -38,7 +39,7 @@ from scheduling.choices import (
     TaskEventKind,
     TaskState,
 )
-from scheduling.errors import BadInput, TaskNotFound, UnknownPolicy
+from scheduling.errors import UnknownPolicy
 from scheduling.models import (
     Attempt,
     BatchConfig,
@@ -152,7 +153,7 @@ def get_task(task: Task | int) -> Task:
     task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
     found = Task.objects.select_related("pool", "policy").filter(pk=task_id).first()
     if found is None:
-        raise TaskNotFound(_("no task with id %(id)s") % {"id": task_id}, task_id=task_id)
+        raise NotFound(_("no task with id %(id)s") % {"id": task_id}, code="task_not_found", task_id=task_id)
     return found
 
 

@@ -46,10 +46,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.choices import FailureCategory
+from retryops.errors import BadInput
 from retryops.inputs import whole_number
 from retryops.replica import read_alias
 from scheduling.choices import TERMINAL_STATES, AttemptOutcome, PatternAction, TaskState
-from scheduling.errors import BadInput, BadPolicy
+from scheduling.errors import BadPolicy
 from scheduling.models import Attempt, RetryPolicy, Task
 from scheduling.policies import clean_policy, judge, retry_delay
 from scheduling.selectors import get_policy

@@ -1,5 +1,4 @@
 """Dead letters: made from the dead tasks not collected yet, following their replays, settled by an operator.
-
 A dead letter's life: open -> replaying (replay_dead_letter) -> replayed when the replay task
 succeeds, or back to open, with the replay's error, when it dies or is cancelled (so it can be
 replayed again or settled); open -> resolved (by hand, or when its work order is compensated or
@@ -14,10 +13,10 @@ from django.utils.translation import gettext as _
 from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState, state_words
-from compensation.errors import IllegalTransition
 from compensation.inputs import actor_name, locked, text
 from compensation.models import DeadLetter
 from compensation.work_orders.services import join_work_order
+from retryops.errors import IllegalTransition
 from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.services import claim_dead_tasks
 

@@ -1,6 +1,5 @@
 """Work orders: opened by dead letters (grouped by flow and error signature) or by an operator,
 then moved by one service per transition, each locking the row and writing its audit entry."""
-
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -17,13 +16,13 @@ from compensation.choices import (
     WorkOrderState,
     state_words,
 )
-from compensation.errors import IllegalTransition
 from compensation.inputs import actor_name, locked, text
 from compensation.models import DeadLetter
 from compensation.notifications.services import queue_notification, work_order_dedup_key
 from compensation.work_orders.models import WorkOrder
 from resources.models import ResourcePool
 from resources.selectors import get_pool
+from retryops.errors import IllegalTransition
 
 TITLE_LENGTH = WorkOrder._meta.get_field("title").max_length
 S = WorkOrderState

@@ -12,7 +12,6 @@ The dead-letter step takes the dead tasks not collected yet with claim_dead_task
 One module per use case; the public names are re-exported here. Reads live in scheduling.selectors.
 """
 
-from scheduling.errors import TaskError
 from scheduling.services.attempts import StartedAttempt, begin_attempt, finish_attempt
 from scheduling.services.batches import (
     BatchTicks,
@@ -53,7 +52,7 @@ from scheduling.services.tasks import (
 )
 
 __all__ = [
-    "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "TaskError", "WorkerLost", "begin_attempt", "cancel_task",
+    "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "WorkerLost", "begin_attempt", "cancel_task",
     "claim_dead_tasks", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
     "PolicyLoad", "preview_retry_policies",
     "parse_payload", "policy_snapshot", "recover_lost_attempts", "replay_on_resource", "retry_on_resource_or_another", "retry_resource",

@@ -15,11 +15,11 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.selectors import get_pool
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from retryops.inputs import flag, record_id, whole_number
 from retryops.jsonsafe import clean_text
 from retryops.masking import keep_masked_secrets
-from scheduling.errors import BadInput, BadPolicy, FlowNotFound, too_long
+from scheduling.errors import BadPolicy, FlowNotFound, too_long
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, Task
 from scheduling.policies import clean_patterns

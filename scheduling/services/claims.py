@@ -6,13 +6,13 @@ from resources.classification import Classification
 from resources.errors import (
     LeaseMismatch,
     PoolExhausted,
-    ResourceError,
     ResourceNotFound,
     ResourceUnavailable,
 )
 from resources.models import Resource
 from scheduling.choices import PatternAction
 from scheduling.models import Task
+from retryops.errors import DomainError
 from scheduling.policies import Verdict
 
 # A probe's claim is its probe lease; once that is gone the probe has nothing to test.
@@ -45,7 +45,7 @@ def claim_for(task: Task) -> Resource:
     return resources.services.claim_next(pool=task.pool_id, holder=task.holder)
 
 
-def claim_failure_verdict(error: ResourceError) -> Verdict:
+def claim_failure_verdict(error: DomainError) -> Verdict:
     """What a failed claim means: only a quarantined, consumed or missing resource (or a gone
     probe lease) ends the task; every other reason is retried."""
     fatal = not isinstance(error, PoolExhausted) and getattr(error, "reason", "") in FATAL_CLAIM_REASONS

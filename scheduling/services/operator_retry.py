@@ -11,10 +11,11 @@ import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import when
+from retryops.errors import BadInput
 from retryops.inputs import flag
 from retryops.masking import keep_masked_secrets
 from scheduling.choices import TERMINAL_STATES, TaskState
-from scheduling.errors import BadInput, InstanceSucceeded, TaskLive
+from scheduling.errors import InstanceSucceeded, TaskLive
 from scheduling.models import RetryPolicy, Task
 from scheduling.selectors import last_task_on, live_task_on
 from scheduling.services.tasks import (

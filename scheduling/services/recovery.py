@@ -17,10 +17,11 @@ import resources.services
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
+from retryops.errors import BadInput
 from retryops.inputs import whole_number
 from retryops.jsonsafe import clean_text
 from scheduling.choices import WAITING_STATES, AttemptOutcome, PatternAction
-from scheduling.errors import BadInput
+
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict
 from scheduling.queueing import FLOW_QUEUE, enqueue_attempt

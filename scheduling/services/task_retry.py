@@ -6,9 +6,9 @@ resource" opened from a task's page does."""
 import logging
 from dataclasses import dataclass
 
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from retryops.inputs import flag
-from scheduling.errors import BadInput, SchedulingError
+
 from scheduling.models import Task
 from scheduling.selectors import get_task
 from scheduling.services.operator_retry import retry_resource
@@ -63,7 +63,7 @@ def retry_tasks(*, tasks: list[int], actor: str, as_new_instance: bool = False) 
             outcomes.append(TaskRetry(task_id=task_id, error=exc))
         except Exception as exc:  # one surprise must not stop the other retries
             log.exception("retry of task %s failed", task_id)
-            outcomes.append(TaskRetry(task_id=task_id, error=SchedulingError(
+            outcomes.append(TaskRetry(task_id=task_id, error=DomainError(
                 f"the retry of task {task_id} failed on the server ({type(exc).__name__}); nothing was started",
                 code="internal_error")))
     return outcomes

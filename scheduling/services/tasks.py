@@ -15,18 +15,11 @@ from audit.services import record_audit
 import resources.services
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
+from retryops.errors import BadInput, IllegalTransition, NotFound
 from retryops.inputs import flag, record_id
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from scheduling.choices import WAITING_STATES, TaskEventKind, TaskState
-from scheduling.errors import (
-    BadInput,
-    BadPayload,
-    BadPolicy,
-    FlowNotFound,
-    IllegalTaskTransition,
-    TaskNotFound,
-    too_long,
-)
+from scheduling.errors import BadPayload, BadPolicy, FlowNotFound, too_long
 from scheduling.flows import UnknownFlow, get_flow
 from scheduling.models import BatchConfig, RetryPolicy, Task
 from scheduling.queueing import enqueue_after_commit
@@ -299,7 +292,7 @@ def _locked_task(task: Task | int) -> Task:
     task_id = task.pk if isinstance(task, Task) else record_id(task, field="task", error=BadInput)
     locked = Task.objects.select_for_update(of=("self",)).select_related("pool").filter(pk=task_id).first()
     if locked is None:
-        raise TaskNotFound(_("no task with id %(id)s") % {"id": task_id}, task_id=task_id)
+        raise NotFound(_("no task with id %(id)s") % {"id": task_id}, code="task_not_found", task_id=task_id)
     return locked
 
 
@@ -314,7 +307,7 @@ _NOT_WAITING = {
 
 def _waiting_or_refuse(task: Task, action: str) -> None:
     if task.state not in WAITING_STATES:
-        raise IllegalTaskTransition(
+        raise IllegalTransition(
             _NOT_WAITING[action] % {"task": task.pk, "state": task.get_state_display().lower()},
             task_id=task.pk, state=task.state, action=action.replace(" ", "_"))
 

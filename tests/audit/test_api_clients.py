@@ -8,8 +8,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from audit.errors import ApiClientError, BadInput
 from audit.models import ApiClient, AuditEntry
+from retryops.errors import BadInput, IllegalTransition
 from audit.selectors import api_client_for_key
 from audit.services import create_api_client, hash_key, revoke_api_client
 
@@ -75,7 +75,7 @@ def test_a_revoked_key_finds_no_client_and_says_why(svc):
 def test_a_client_is_revoked_once(svc):
     client, _ = create_api_client(name="billing", user=svc)
     revoke_api_client(client=client)
-    with pytest.raises(ApiClientError) as refused:
+    with pytest.raises(IllegalTransition) as refused:
         revoke_api_client(client=client.pk)
     assert refused.value.code == "illegal_transition"
 

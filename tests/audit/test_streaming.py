@@ -11,9 +11,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit import streaming
-from audit.errors import AuditError
 from audit.jobs import publish_stream_job
 from audit.models import AuditEntry, StreamMessage
+from retryops.errors import BadInput, DomainError
 from audit.services import Target, record_audit
 from scheduling import services
 from scheduling.models import TaskEvent
@@ -81,16 +81,16 @@ def test_with_audit_streaming_off_nothing_is_queued(task, settings):
 
 
 def test_a_message_outside_a_transaction_is_refused(db):
-    with pytest.raises(AuditError) as refused:
+    with pytest.raises(DomainError) as refused:
         streaming.add_to_stream(stream="retryops:events", event="task.dead", data={"id": 1})
     assert refused.value.code == "not_in_transaction"
 
 
 def test_an_unknown_stream_or_data_without_id_is_refused_naming_the_field(db):
     with transaction.atomic():
-        with pytest.raises(AuditError) as bad_stream:
+        with pytest.raises(BadInput) as bad_stream:
             streaming.add_to_stream(stream="retryops:other", event="task.dead", data={"id": 1})
-        with pytest.raises(AuditError) as bad_data:
+        with pytest.raises(BadInput) as bad_data:
             streaming.add_to_stream(stream="retryops:events", event="task.dead", data={"task": 1})
     assert (bad_stream.value.details["field"], bad_data.value.details["field"]) == ("stream", "data")
     assert not StreamMessage.objects.exists()

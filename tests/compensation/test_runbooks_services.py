@@ -12,7 +12,7 @@ from audit.choices import AuditAction
 from audit.context import acting_as
 from audit.models import AuditEntry
 from compensation import services
-from compensation.errors import BadInput, IllegalTransition
+from compensation.errors import BadInput
 from compensation.runbooks.catalog import (
     ApprovalRequired,
     FourEyes,
@@ -29,6 +29,7 @@ from compensation.runbooks.services import (
 )
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import close_work_order
+from retryops.errors import IllegalTransition
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,8 @@ import pytest
 from django.utils import translation
 
 from resources import selectors, services
-from resources.errors import IllegalTransition, BadInput, ResourceUnavailable
+from resources.errors import ResourceUnavailable
+from retryops.errors import BadInput, IllegalTransition
 from resources.models import ResourceEvent
 
 

@@ -165,7 +165,7 @@ def test_a_patch_adding_a_key_with_the_mask_as_its_secret_is_refused_and_nothing
 def test_the_mask_refusal_is_in_chinese_for_a_chinese_operator(carol):
     from django.utils import translation
 
-    from resources.errors import BadInput
+    from retryops.errors import BadInput
 
     with translation.override("zh-hans"), pytest.raises(BadInput) as refused:
         services.change_resource(resource=carol.pk, actor="alice", attributes={"db_password": MASK})

@@ -6,7 +6,8 @@ from django.utils import timezone
 from resources import selectors, services
 from resources.choices import EventKind, ResourceState
 from resources.classification import classify
-from resources.errors import BadInput, PoolNotFound, ResourceNotFound
+from resources.errors import ResourceNotFound
+from retryops.errors import BadInput, NotFound
 from resources.models import Resource
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
@@ -22,7 +23,7 @@ def test_get_pool_finds_a_pool_by_name_or_id(pool):
 
 
 def test_get_pool_of_an_unknown_name_names_it(db):
-    with pytest.raises(PoolNotFound, match="no resource pool 'nope'") as caught:
+    with pytest.raises(NotFound, match="no resource pool 'nope'") as caught:
         selectors.get_pool("nope")
     assert (caught.value.code, caught.value.details) == ("pool_not_found", {"pool": "nope"})
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from resources import selectors, services
 from resources.choices import Diagnosis
-from resources.errors import BadInput
+from retryops.errors import BadInput
 from resources.models import Resource
 from resources.signatures import text_signature
 from scheduling.signatures import error_signature

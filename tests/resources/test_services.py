@@ -8,16 +8,9 @@ from django.utils import timezone
 
 from resources import services
 from resources.choices import EventKind, FailureCategory, ResourceState
-from resources.errors import (
-    IllegalTransition,
-    BadInput,
-    LeaseMismatch,
-    PoolExhausted,
-    PoolNotFound,
-    ResourceUnavailable,
-)
+from resources.errors import LeaseMismatch, PoolExhausted, ResourceUnavailable
+from retryops.errors import BadInput, DomainError, IllegalTransition, NotFound
 from resources.models import Resource, ResourceEvent, ResourcePool
-from retryops.errors import DomainError
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
 
@@ -57,7 +50,7 @@ def test_claim_next_on_an_empty_pool_says_what_the_resources_are_doing(pool, cla
 
 
 def test_claim_next_of_an_unknown_pool_names_it(db):
-    with pytest.raises(PoolNotFound, match="no resource pool 'nope'"):
+    with pytest.raises(NotFound, match="no resource pool 'nope'"):
         services.claim_next(pool="nope", holder="task 1")
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from scheduling import services
 from scheduling.analysis import Hint, transient_errors, window_days
 from scheduling.choices import PatternAction, TaskState
-from scheduling.errors import BadInput
+from retryops.errors import BadInput
 from scheduling.models import Attempt, Task
 from tests.factories import (
     AttemptFactory,

@@ -9,7 +9,8 @@ from django.core.management import call_command
 from django.utils import translation
 
 from scheduling import services
-from scheduling.errors import BadPolicy, IllegalTaskTransition
+from scheduling.errors import BadPolicy
+from retryops.errors import IllegalTransition
 from scheduling.jobs import batch_tick_job
 from scheduling.models import BatchConfig
 from tests.scheduling.admin.conftest import order_42
@@ -21,7 +22,7 @@ def test_a_refused_run_now_is_explained_in_the_readers_language(alice, instant_p
     task = order_42(alice, policy="instant")
     services.cancel_task(task=task, actor="ops")
 
-    with translation.override("zh-hans"), pytest.raises(IllegalTaskTransition) as refusal:
+    with translation.override("zh-hans"), pytest.raises(IllegalTransition) as refusal:
         services.run_task_now(task=task, actor="ops")
 
     assert str(refusal.value) == (f"无法立即运行任务 {task.pk}：其状态为“已取消”；"

@@ -16,7 +16,7 @@ from compensation.models import DeadLetter
 from resources.models import Resource
 from retryops.masking import MASK
 from scheduling import services
-from scheduling.errors import BadInput
+from retryops.errors import BadInput
 from scheduling.flows import flow
 from scheduling.models import Attempt, BatchConfig, Task
 from tests.api_fixtures import OPERATE, keyed_client

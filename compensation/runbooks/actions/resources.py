@@ -2,9 +2,9 @@
 
 from compensation.models import DeadLetter
 from compensation.runbooks.catalog import ActionContext
-from resources.errors import IllegalTransition
 from resources.models import Resource
 from resources.services import quarantine
+from retryops.errors import IllegalTransition
 
 
 def quarantine_resources(context: ActionContext) -> dict:

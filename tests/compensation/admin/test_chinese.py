@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import translation
 
 from compensation import services
-from compensation.errors import IllegalTransition
+from retryops.errors import IllegalTransition
 from compensation.models import BulkReplay
 from tests.compensation.conftest import dead_tasks
 

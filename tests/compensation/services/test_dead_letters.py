@@ -1,18 +1,17 @@
 """Every dead task becomes one dead letter, and the dead letters of one flow and signature one work order."""
-
 import threading
 
 import pytest
 
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.errors import IllegalTransition
 from compensation.models import DeadLetter
 from compensation.notifications.models import Notification
 from compensation.notifications.notifiers import NOTIFIERS
 from compensation.services import dead_letters
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import close_work_order
+from retryops.errors import IllegalTransition
 from scheduling import services as scheduling
 from scheduling.models import Task
 from tests.compensation.conftest import dead_tasks

@@ -6,7 +6,8 @@ from django.utils import timezone
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState
-from compensation.errors import BadInput, IllegalTransition, ReplayRefused
+from compensation.errors import BadInput, ReplayRefused
+from retryops.errors import IllegalTransition
 from compensation.models import DeadLetter
 import resources.services
 from resources.choices import ResourceState

@@ -6,7 +6,7 @@ from audit.choices import AuditAction
 from audit.models import AuditEntry
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.errors import BadInput, IllegalTransition
+from compensation.errors import BadInput
 from compensation.models import DeadLetter
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import (
@@ -18,6 +18,7 @@ from compensation.work_orders.services import (
     open_work_order,
     start_work_order,
 )
+from retryops.errors import IllegalTransition
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db

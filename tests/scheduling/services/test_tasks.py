@@ -276,23 +276,23 @@ def test_a_cancel_reason_that_is_not_text_is_refused(pool, alice, instant_policy
 
 
 def test_an_unknown_flow_is_refused_naming_the_known_ones(alice, instant_policy):
-    with pytest.raises(services.TaskError, match=r"unknown flow 'signup'; known flows: .*demo.*http_call"):
+    with pytest.raises(DomainError, match=r"unknown flow 'signup'; known flows: .*demo.*http_call"):
         services.start_task(flow="signup", pool_name=alice.pool, created_by="t", policy="instant")
     assert not Task.objects.exists()
 
 
 def test_a_payload_that_is_not_json_is_refused(alice, instant_policy):
-    with pytest.raises(services.TaskError, match="payload is not JSON: Expecting"):
+    with pytest.raises(DomainError, match="payload is not JSON: Expecting"):
         services.start_task(flow="demo", pool_name=alice.pool, payload="{oops", created_by="t", policy="instant")
 
 
 def test_a_payload_that_is_not_an_object_is_refused(alice, instant_policy):
-    with pytest.raises(services.TaskError, match="payload must be a JSON object, got list"):
+    with pytest.raises(DomainError, match="payload must be a JSON object, got list"):
         services.start_task(flow="demo", pool_name=alice.pool, payload="[1, 2]", created_by="t", policy="instant")
 
 
 def test_an_unknown_policy_says_how_to_load_them(alice):
-    with pytest.raises(services.TaskError, match="no retry policy 'nope'; load them with manage.py load_retry_policies"):
+    with pytest.raises(DomainError, match="no retry policy 'nope'; load them with manage.py load_retry_policies"):
         services.start_task(flow="demo", pool_name=alice.pool, created_by="t", policy="nope")
 
 
