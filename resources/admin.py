@@ -25,11 +25,7 @@ from resources.admin_changelist import (
     ResourceChangeList,
 )
 from resources.choices import Diagnosis, ResourceState
-from resources.forms import (  # noqa: F401 - scheduling.admin imports the JSON helpers from here
-    ResourceForm,
-    StorableJSONField,
-    storable_json_object,
-)
+from resources.forms import ResourceForm
 from resources.models import Resource, ResourcePool
 from resources.selectors import DiagnosisRule, diagnosis_report, timeline_page
 from retryops.errors import DomainError

@@ -295,15 +295,6 @@ def estimated_row_count(model) -> int | None:
     return row[0] if row and row[0] >= 0 else None
 
 
-def timeline(*, resource: Resource | int, limit: int | None = None) -> list[ResourceEvent]:
-    """A resource's timeline, newest first (resource_event_timeline_idx)."""
-    resource_id = resource.pk if isinstance(resource, Resource) else record_id(resource, field="resource")
-    events = newest_first_of(ResourceEvent.objects, resource_id=resource_id)
-    if limit is None:
-        return list(events)
-    return list(events[:inputs.whole_number(limit, field="limit", error=BadInput)])
-
-
 # The console's diagnosis: is a failing resource itself bad, or is its environment?
 
 

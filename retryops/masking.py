@@ -32,10 +32,6 @@ def mask_log_secrets(logger, method_name: str, event_dict: dict) -> dict:
     return mask_secrets(event_dict)
 
 
-def is_secret_key(key) -> bool:
-    return isinstance(key, str) and SECRET_KEYS.search(key) is not None
-
-
 def mask_secrets(value):
     """A copy of `value` (JSON: dicts, lists, scalars) with the value under every secret key,
     at any depth, replaced by MASK. Anything else is returned as it is; the input is not changed."""

@@ -17,12 +17,10 @@ from django.utils.translation import gettext_lazy as _
 from resources.admin import (
     EditsWhatThePageShowed,
     MaskedWhenReadOnly,
-    StorableJSONField,
     edited_fields,
     masked_json_display,
-    storable_json_object,
 )
-from resources.forms import refuse_unknown_masks
+from resources.forms import StorableJSONField, refuse_unknown_masks, storable_json_object
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 from scheduling import services, whatif

@@ -17,7 +17,6 @@ from django.db.models import (
     Prefetch,
     Q,
     QuerySet,
-    Subquery,
     prefetch_related_objects,
 )
 from django.db.models.functions import TruncHour
@@ -109,13 +108,6 @@ def waiting_pinned_to(resource) -> QuerySet[Task]:
     """Waiting tasks whose next attempt is meant to run on the resource (an id, an instance or an
     OuterRef); served by task_waiting_pinned_idx."""
     return Task.objects.filter(state__in=WAITING_STATES, pinned_resource=resource)
-
-
-def waiting_tasks_due(*, now: datetime | None = None, limit: int = 1000) -> QuerySet[Task]:
-    """Waiting tasks whose next attempt is due, earliest first (task_waiting_due_idx)."""
-    limit = whole_number(limit, field="limit", error=BadInput)
-    return Task.objects.filter(state__in=WAITING_STATES, next_run_at__lte=now or timezone.now()).order_by(
-        "next_run_at")[:limit]
 
 
 def lost_attempts() -> list[Attempt]:

@@ -257,7 +257,7 @@ _KEEP_LEASE_SQL = f"""
 
 @dataclass
 class LeaseKept:
-    """What keep_attempt_lease found: `state` is one of LEASE_STATES; `lease_seconds` is the
+    """What keep_attempt_lease found: `state` is not_started, renewed, lost or ended; `lease_seconds` is the
     pool's lease when it was renewed."""
 
     state: str
@@ -268,7 +268,6 @@ class LeaseKept:
 # renewed: running and still holding its lease; lost: running without its lease (swept), or
 # given up as lost already: whatever it does now, another attempt may hold the resource;
 # ended: it recorded its outcome.
-LEASE_STATES = ("not_started", "renewed", "lost", "ended")
 
 
 def keep_attempt_lease(*, task_id: int, attempt_number: int) -> LeaseKept:

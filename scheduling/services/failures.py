@@ -9,6 +9,7 @@ import resources.services
 from resources.choices import FailureCategory, Outcome
 from resources.classification import Classification
 from resources.errors import LeaseMismatch, ResourceNotFound
+from resources.signatures import error_signature
 from retryops import flags
 from retryops.jsonsafe import clean_text
 from scheduling.choices import AttemptOutcome, PatternAction, TaskEventKind, TaskState
@@ -16,7 +17,6 @@ from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict, retry_delay
 from scheduling.queueing import enqueue_after_commit
 from scheduling.services.events import emit
-from scheduling.signatures import error_signature
 
 log = logging.getLogger(__name__)
 

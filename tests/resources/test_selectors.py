@@ -96,9 +96,9 @@ def test_due_for_probe_lists_quarantines_whose_cooldown_is_over(alice, bob):
 def test_timeline_lists_a_resources_events_newest_first(alice):
     fail(alice)
     services.reset(resource=alice, actor="ops")
-    assert [e.kind for e in selectors.timeline(resource=alice)] == [
+    assert [e.kind for e in selectors.timeline_page(resource=alice, page=1)] == [
         EventKind.RESET, EventKind.RELEASED_FAILURE, EventKind.CLAIMED]
-    assert [e.kind for e in selectors.timeline(resource=alice.pk, limit=1)] == [EventKind.RESET]
+    assert [e.kind for e in selectors.timeline_page(resource=alice.pk, page=1, per_page=1)] == [EventKind.RESET]
 
 
 def test_services_still_offer_the_reads_callers_import_from_them():
@@ -118,13 +118,6 @@ def test_the_available_bounds_read_uses_the_available_index(pool):
         cursor.execute("EXPLAIN " + sql.AVAILABLE_BOUNDS, [pool.pk])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "resource_available_idx" in plan
-
-
-@pytest.mark.parametrize("limit", [0, -1, 1.5])
-def test_a_timeline_limit_that_is_not_a_positive_whole_number_is_bad_input(alice, limit):
-    with pytest.raises(BadInput) as refused:
-        selectors.timeline(resource=alice, limit=limit)
-    assert refused.value.details["field"] == "limit"
 
 
 def test_a_probe_limit_below_one_is_bad_input(db):

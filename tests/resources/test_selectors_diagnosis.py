@@ -10,8 +10,7 @@ from resources import selectors, services
 from resources.choices import Diagnosis
 from retryops.errors import BadInput
 from resources.models import Resource
-from resources.signatures import text_signature
-from scheduling.signatures import error_signature
+from resources.signatures import error_signature, text_signature
 from tests.factories import ResourceFactory, ResourcePoolFactory
 
 WINDOW = timedelta(minutes=15)

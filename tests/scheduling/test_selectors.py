@@ -74,12 +74,6 @@ def test_lost_attempts_are_running_attempts_whose_lease_is_gone(redis_conn, pool
     assert [a.pk for a in selectors.lost_attempts()] == [lost_attempt.pk]
 
 
-def test_waiting_tasks_due_leaves_later_ones(redis_conn, pool, alice, instant_policy):
-    due = start(pool)
-    start(pool, run_at=timezone.now() + timedelta(hours=1))
-    assert list(selectors.waiting_tasks_due()) == [due]
-
-
 def test_tasks_of_resource_are_those_that_ran_on_or_asked_for_it(redis_conn, pool, alice, bob, instant_policy):
     ran = start(pool, resource=alice)
     work()
@@ -96,8 +90,3 @@ def test_tasks_of_a_resource_id_that_names_no_row_is_bad_input(value):
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "resource")
 
 
-@pytest.mark.parametrize("limit", [0, -1, 1.5])
-def test_a_due_tasks_limit_that_is_not_a_positive_whole_number_is_bad_input(limit):
-    with pytest.raises(DomainError) as refused:
-        selectors.waiting_tasks_due(limit=limit)
-    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "limit")

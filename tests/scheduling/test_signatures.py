@@ -1,8 +1,8 @@
-"""scheduling.signatures: what groups failures (work orders, the DLQ by signature)."""
+"""resources.signatures: what groups failures (work orders, the DLQ by signature)."""
 
 import pytest
 
-from scheduling.signatures import error_signature
+from resources.signatures import error_signature
 
 
 @pytest.mark.parametrize("message, signature", [

@@ -18,7 +18,7 @@ from django.utils import timezone
 from resources.models import Resource
 from scheduling.choices import TERMINAL_STATES
 from scheduling.models import RetryPolicy, Task
-from scheduling.signatures import error_signature
+from resources.signatures import error_signature
 from tests.factories import (
     AttemptFactory,
     ResourceFactory,
