@@ -170,9 +170,6 @@ def measure(size: int, repeat: int) -> list[dict]:
 def child(size: int, repeat: int, events_per_resource: int, failing: int) -> None:
     # Each size and share in a database of its own: retryops_bench_admin100000_f10.
     setup_django(suffix=f"_bench_admin{size}_f{failing}")
-    from django.conf import settings
-
-    settings.DEBUG = False
     build(size, events_per_resource, failing)
     print(json.dumps(measure(size, repeat)))
 

@@ -24,7 +24,7 @@ def bench_database_url(app_url: str, suffix: str = "_bench") -> str:
 
 def setup_django(suffix: str = "_bench") -> None:
     """Point Django at the benchmark database (the app's name + `suffix`), create and migrate it,
-    then set Django up."""
+    then set Django up, with DEBUG off whatever the environment says (DEBUG keeps every query)."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "retryops.settings")
     from retryops import devservices
@@ -39,6 +39,9 @@ def setup_django(suffix: str = "_bench") -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    from django.conf import settings
+
+    settings.DEBUG = False
 
 
 def superuser_client(username: str):

@@ -215,9 +215,6 @@ def measure(repeat: int) -> list[dict]:
 def child(size: int, repeat: int, days: int) -> None:
     # Each size in a database of its own: retryops_bench_dash10000_d7, retryops_bench_dash1000000_d7.
     setup_django(suffix=f"_bench_dash{size}_d{days}")
-    from django.conf import settings
-
-    settings.DEBUG = False
     build(size, days)
     print(json.dumps(measure(repeat)))
 

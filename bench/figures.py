@@ -66,7 +66,6 @@ def child(size: int, repeat: int) -> None:
     from django.conf import settings
     from django.db import connection
 
-    settings.DEBUG = False
     settings.RETRYOPS_FIGURES_WINDOW_SECONDS = 86400
     build(size, DAYS)
     with connection.cursor() as cursor:

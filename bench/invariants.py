@@ -155,9 +155,6 @@ def measure(repeat: int) -> list[dict]:
 def child(size: int, repeat: int) -> None:
     setup_django(suffix=f"_bench_invariants{size}")
     from dashboard import build
-    from django.conf import settings
-
-    settings.DEBUG = False
     build(size, DAYS)
     enrich(size)
     print(json.dumps(measure(repeat)))

@@ -138,7 +138,6 @@ def child(size: int, repeat: int, new_events: int) -> None:
 
     from telemetry.metrics.models import MetricRollup, MetricWatermark
 
-    settings.DEBUG = False
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     build(size, DAYS)
     with connection.cursor() as cursor:

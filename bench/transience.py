@@ -224,9 +224,6 @@ def failures_in_windows() -> dict:
 def child(size: int, repeat: int, explain: bool, history_days: int) -> None:
     # A database per size and history: retryops_bench_transience1000000 (30 days), ..._h365.
     setup_django(suffix=f"_bench_transience{size}" + (f"_h{history_days}" if history_days != 30 else ""))
-    from django.conf import settings
-
-    settings.DEBUG = False
     build(size, history_days)
     print(json.dumps([*measure(size, repeat, explain), {"page": FAILURES, **failures_in_windows()}]))
 

@@ -37,7 +37,7 @@ from resources.choices import (
 from resources.classification import Classification, classify, error_text
 from resources.errors import LeaseMismatch, ResourceChanged, ResourceNotFound, ResourceUnavailable
 from resources.models import Resource, ResourceEvent, ResourcePool
-from resources.selectors import (  # noqa: F401 - the reads callers have always found here
+from resources.selectors import (
     describe_exhaustion,
     describe_lease_mismatch,
     describe_unavailability,

@@ -10,7 +10,7 @@ from audit.services import record_audit
 import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
-from resources.selectors import when
+from resources.selectors import describe_unavailability, when
 from retryops.errors import BadInput
 from retryops.inputs import flag
 from retryops.masking import keep_masked_secrets
@@ -67,7 +67,7 @@ def check_available(current: Resource, name: str) -> None:
     if live is not None:
         raise _live(live, current, name)
     if current.state not in (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE):
-        raise resources.services.describe_unavailability(current)
+        raise describe_unavailability(current)
 
 
 def instance_to_run_again(last: Task, name: str, *, as_new_instance: bool = False) -> Task | None:

@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy
 
 from audit.choices import AuditAction
 from audit.services import record_audit
+import resources.selectors
 import resources.services
 from resources.errors import LeaseMismatch, ResourceNotFound
 from resources.models import Resource, ResourcePool
@@ -198,12 +199,12 @@ def _start(*, flow, pool_name, created_by, payload, policy, resource=None, stric
         existing = Task.objects.filter(idempotency_key=idempotency_key).first()
         if existing is not None:
             return existing, False
-    target_pool = resources.services.get_pool(_pool_name(pool_name))
+    target_pool = resources.selectors.get_pool(_pool_name(pool_name))
     policy = get_policy(policy)
     deadline = _deadline(policy, now)
     pinned = None
     if resource is not None:
-        pinned = resource if isinstance(resource, Resource) else resources.services.get_resource(
+        pinned = resource if isinstance(resource, Resource) else resources.selectors.get_resource(
                           resource_id=record_id(resource, field="resource", error=BadInput))
         if pinned.pool_id != target_pool.pk:
             raise BadInput(_("resource %(key)s belongs to pool %(pool)s, not %(asked)s") % {

@@ -101,12 +101,6 @@ def test_timeline_lists_a_resources_events_newest_first(alice):
     assert [e.kind for e in selectors.timeline_page(resource=alice.pk, page=1, per_page=1)] == [EventKind.RESET]
 
 
-def test_services_still_offer_the_reads_callers_import_from_them():
-    assert services.get_pool is selectors.get_pool
-    assert services.get_resource is selectors.get_resource
-    assert services.describe_unavailability is selectors.describe_unavailability
-
-
 def test_the_available_bounds_read_uses_the_available_index(pool):
     from django.db import connection
 

@@ -2,7 +2,7 @@ from django.core.management.base import CommandError
 from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
-import resources.services
+import resources.selectors
 from retryops.errors import DomainError
 from scheduling import services
 
@@ -22,7 +22,7 @@ class Command(AuditedCommand):
 
     def handle(self, *args, pool, key, actor, flow, payload, policy, **options):
         try:
-            resource = resources.services.get_resource(pool=pool, key=key)
+            resource = resources.selectors.get_resource(pool=pool, key=key)
             task = services.retry_resource(resource=resource, actor=actor, flow=flow, payload=payload, policy=policy)
         except DomainError as exc:
             raise CommandError(str(exc)) from None

@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
 from audit.management.base import AuditedCommand
-import resources.services
+import resources.selectors
 from retryops.errors import DomainError
 from scheduling import services
 
@@ -26,7 +26,7 @@ class Command(AuditedCommand):
     def handle(self, *args, flow, pool, payload, key, not_strict, policy, idempotency_key, actor=None, **options):
         # The task's created_by is who runs the command: --actor (AuditedCommand's), else the OS user.
         try:
-            resource = resources.services.get_resource(pool=pool, key=key) if key else None
+            resource = resources.selectors.get_resource(pool=pool, key=key) if key else None
             task = services.start_task(flow=flow, pool_name=pool, payload=payload, resource=resource,
                                        strict=not not_strict, policy=policy, created_by=actor or current().actor,
                                        idempotency_key=idempotency_key)
