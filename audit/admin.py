@@ -19,6 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from audit import selectors, services
 from audit.choices import AuditAction
 from audit.models import ApiClient, AuditEntry
+from retryops.admin_filters import ReadOnlyAdmin
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 
@@ -116,7 +117,7 @@ def _json_block(value):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):  # append-only: the database refuses changes anyway
     list_display = ("id", "created_at", "actor", "channel", "action_name", "target", "short_reason", "request_id")
     list_filter = (WithinFilter, ActorFilter, "channel", ActionFilter, TargetTypeFilter)
     # A facet count per choice would count the table once per actor and action.
@@ -127,16 +128,6 @@ class AuditEntryAdmin(admin.ModelAdmin):
     fields = ("id", "created_at", "actor", "channel", "action_name", "target", "reason", "before_shown",
               "after_shown", "repairs", "request_id")
     readonly_fields = fields
-
-    # Append-only: the database refuses changes anyway; the admin does not offer them.
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.display(description=_("action"), ordering="action")
     def action_name(self, entry):

@@ -1,4 +1,4 @@
-"""List filters that any app's console may use; they import no app of ours."""
+"""List filters and a read-only page that any app's console may use; they import no app of ours."""
 
 from datetime import UTC, datetime
 
@@ -109,3 +109,15 @@ def time_range_filter(field: str, title, *, parameter: str | None = None, expres
         attributes["expression"] = lambda self: expression()
     return type(f"TimeRange_{parameter or field}", (TimeRangeFilter,), attributes)
 
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A page of rows that only services write: nothing is added, changed or deleted here."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

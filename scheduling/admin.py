@@ -21,6 +21,7 @@ from resources.admin import (
     masked_json_display,
 )
 from resources.forms import StorableJSONField, refuse_unknown_masks, storable_json_object
+from retryops.admin_filters import ReadOnlyAdmin
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 from scheduling import services, whatif
@@ -58,17 +59,6 @@ def _shown(value) -> str:
 def _lines(pairs):
     """"key: value" lines, for JSON objects an operator reads rather than parses."""
     return format_html_join(mark_safe("<br>"), "{}: {}", pairs)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 class AttemptInline(admin.TabularInline):

@@ -1,6 +1,6 @@
 """The bases every app's endpoints derive from, and the API's own 404."""
 
-from rest_framework import generics, viewsets
+from rest_framework import generics
 
 from retryops.api.errors import error_body
 from retryops.api.idempotency import Idempotent
@@ -17,10 +17,6 @@ class ApiView(Idempotent, generics.GenericAPIView):
             if named is not None:
                 return named
         return super().get_serializer_class()
-
-
-class ApiViewSet(Idempotent, viewsets.GenericViewSet):
-    """A set of endpoints on one model (list, create, retrieve, ...), as ApiView."""
 
 
 def parsed(serializer_class, request) -> dict:
