@@ -390,14 +390,6 @@ def filter_diagnosis(queryset: QuerySet[Resource], diagnosis: str, rule: Diagnos
         "field": "diagnosis", "values": ", ".join(Diagnosis.values), "value": repr(diagnosis)}, field="diagnosis")
 
 
-def diagnose(resources, rule: DiagnosisRule | None = None) -> dict[int, str]:
-    """{resource id: diagnosis} of a page of resources (instances or ids), in one query."""
-    ids = [r.pk if isinstance(r, Resource) else record_id(r, field="resources") for r in resources]
-    if not ids:
-        return {}
-    return dict(annotate_diagnosis(Resource.objects.filter(pk__in=ids), rule).values_list("pk", "diagnosis"))
-
-
 @dataclass(frozen=True)
 class DiagnosisReport:
     """One resource's diagnosis with the figures behind it, for its page."""

@@ -29,8 +29,14 @@ def succeeding(pool, *, at=None):
     return ResourceFactory(pool=pool, success_count=1, last_success_at=at or timezone.now())
 
 
+def diagnose(resources, rule=None) -> dict[int, str]:
+    """{resource id: diagnosis} of a page of resources, as the console's list reads it."""
+    rows = Resource.objects.filter(pk__in=[r.pk for r in resources])
+    return dict(selectors.annotate_diagnosis(rows, rule).values_list("pk", "diagnosis"))
+
+
 def diagnosis_of(resource, rule=RULE):
-    return selectors.diagnose([resource], rule)[resource.pk]
+    return diagnose([resource], rule)[resource.pk]
 
 
 # environment
@@ -148,7 +154,7 @@ def test_the_thresholds_are_settings(pool, settings):
     settings.RETRYOPS_DIAGNOSIS_MIN_RESOURCES = 2
     alice = failing(pool)
     failing(pool)
-    assert selectors.diagnose([alice])[alice.pk] == Diagnosis.ENVIRONMENT
+    assert diagnose([alice])[alice.pk] == Diagnosis.ENVIRONMENT
 
 
 @pytest.mark.parametrize("diagnosis", Diagnosis.values)
@@ -175,7 +181,7 @@ def test_filtering_by_an_unknown_diagnosis_names_the_field(db):
 def test_a_page_is_diagnosed_in_one_query(pool, django_assert_num_queries):
     page = [failing(pool, in_a_row=n % 4 + 1) for n in range(20)]
     with django_assert_num_queries(1):
-        selectors.diagnose(page, RULE)
+        diagnose(page, RULE)
 
 
 # the resource page's explanation
