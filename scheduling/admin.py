@@ -39,7 +39,7 @@ from scheduling.admin_filters import (
     TaskFailedWithFilter,
 )
 from scheduling.choices import WAITING_STATES, TaskState
-from scheduling.errors import BadPolicy
+from scheduling.errors import BadPolicy, FlowNotFound
 from scheduling.models import (
     Attempt,
     BatchConfig,
@@ -313,11 +313,11 @@ class BatchConfigForm(forms.ModelForm):
         return patterns
 
     def clean_flow(self):
-        from scheduling.flows import UnknownFlow, get_flow
+        from scheduling.flows import get_flow
 
         try:
             get_flow(self.cleaned_data["flow"])
-        except UnknownFlow as exc:
+        except FlowNotFound as exc:
             raise forms.ValidationError(str(exc)) from None
         return self.cleaned_data["flow"]
 

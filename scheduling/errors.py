@@ -53,9 +53,3 @@ class InstanceSucceeded(DomainError):
     it as a new instance (as_new_instance); details: `task_id`, the run that succeeded."""
 
     code = "instance_succeeded"
-
-
-class NotInTransaction(DomainError):
-    """A call that is only safe inside the caller's transaction was made outside one."""
-
-    code = "needs_transaction"

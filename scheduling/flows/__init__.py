@@ -9,11 +9,9 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 
+from scheduling.errors import FlowNotFound
+
 _registry: dict[str, Callable] = {}
-
-
-class UnknownFlow(LookupError):
-    """A task names a flow that no setting and no decorator registered."""
 
 
 @dataclass
@@ -57,12 +55,12 @@ def get_flow(name: str) -> Callable:
         return _registry[name]
     path = getattr(settings, "RETRYOPS_FLOWS", {}).get(name)
     if path is None:
-        raise UnknownFlow(_("unknown flow %(name)r; known flows: %(flows)s") % {
-            "name": name, "flows": ", ".join(known_flows()) or _("none")})
+        raise FlowNotFound(_("unknown flow %(name)r; known flows: %(flows)s") % {
+            "name": name, "flows": ", ".join(known_flows()) or _("none")}, flow=name)
     try:
         func = import_string(path)
     except ImportError as exc:
-        raise UnknownFlow(_("flow %(name)r points at %(path)r, which cannot be imported: %(error)s") % {
-            "name": name, "path": path, "error": exc}) from None
+        raise FlowNotFound(_("flow %(name)r points at %(path)r, which cannot be imported: %(error)s") % {
+            "name": name, "path": path, "error": exc}, flow=name) from None
     _registry[name] = func
     return func

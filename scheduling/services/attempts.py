@@ -20,7 +20,8 @@ from scheduling.choices import (
     PatternAction,
     TaskEventKind,
 )
-from scheduling.flows import FlowContext, UnknownFlow, get_flow
+from scheduling.errors import FlowNotFound
+from scheduling.flows import FlowContext, get_flow
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict, judge
 from scheduling.services.claims import claim_failure_verdict, claim_for
@@ -61,7 +62,7 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
             return EarlyWakeup((task.next_run_at - now).total_seconds())
         try:
             flow = get_flow(task.flow)
-        except UnknownFlow as exc:
+        except FlowNotFound as exc:
             record_unrun_attempt(task, attempt_number, now, exc, Verdict(
                 Classification(FailureCategory.NON_RETRYABLE, None, str(exc)), PatternAction.DEAD_LETTER))
             return None

@@ -6,8 +6,8 @@ from django.utils import timezone
 
 from audit.models import EVENTS_STREAM
 from audit.streaming import add_to_stream
+from retryops.errors import DomainError
 from scheduling.choices import TaskState
-from scheduling.errors import NotInTransaction
 from scheduling.models import Task, TaskEvent
 
 
@@ -25,8 +25,8 @@ def claim_dead_tasks(*, limit: int) -> list[Task]:
     claim; a task another claimer holds is skipped (SKIP LOCKED), not waited for, and is gone from
     the queue once that claimer commits (task_dead_uncollected_idx)."""
     if not connection.in_atomic_block:
-        raise NotInTransaction("claim_dead_tasks marks tasks collected: call it inside the consumer's "
-                               "transaction.atomic(), so a crash before the commit leaves them uncollected")
+        raise DomainError("claim_dead_tasks marks tasks collected: call it inside the consumer's transaction.atomic(), "
+                          "so a crash before the commit leaves them uncollected", code="needs_transaction")
     # of=self: the pool and policy rows the consumer reads are not locked with the tasks.
     tasks = list(Task.objects.select_for_update(of=("self",), skip_locked=True)
                  .filter(state=TaskState.DEAD, collected_at__isnull=True).order_by("id")[:limit])

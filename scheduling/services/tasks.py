@@ -20,8 +20,8 @@ from retryops.errors import BadInput, IllegalTransition, NotFound
 from retryops.inputs import flag, record_id
 from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
 from scheduling.choices import WAITING_STATES, TaskEventKind, TaskState
-from scheduling.errors import BadPayload, BadPolicy, FlowNotFound, too_long
-from scheduling.flows import UnknownFlow, get_flow
+from scheduling.errors import BadPayload, BadPolicy, too_long
+from scheduling.flows import get_flow
 from scheduling.models import BatchConfig, RetryPolicy, Task
 from scheduling.queueing import enqueue_after_commit
 from scheduling.selectors import get_policy
@@ -103,10 +103,7 @@ def _pool_name(pool_name):
 def _flow(flow) -> str:
     if not isinstance(flow, str) or check_text(flow):
         raise BadInput(_("flow must be a flow's name, got %(value)r") % {"value": flow}, field="flow")
-    try:
-        get_flow(flow)
-    except UnknownFlow as exc:
-        raise FlowNotFound(str(exc), flow=flow) from None
+    get_flow(flow)
     return flow
 
 
