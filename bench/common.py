@@ -208,7 +208,7 @@ def free_port() -> int:
 def gunicorn(workers: int, threads: int, env: dict, log=None) -> tuple:
     """The app under gunicorn on a free loopback port, `env` its environment (the database and
     Redis of the benchmark), its stderr to the file `log` if given (a long run must not fill a
-    pipe nobody reads): (the process, its base URL) once /api/health/ answers."""
+    pipe nobody reads): (the process, its base URL) once /readyz answers."""
     import subprocess
     import time
 
@@ -223,7 +223,7 @@ def gunicorn(workers: int, threads: int, env: dict, log=None) -> tuple:
     deadline = time.monotonic() + 60
     while True:
         try:
-            if httpx.get(f"{base}/api/health/", timeout=2).status_code == 200:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                 return server, base
         except httpx.TransportError:
             pass

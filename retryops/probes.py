@@ -1,5 +1,5 @@
-"""Quick looks at the servers RetryOps needs, shared by /readyz (also served as
-/api/health/) and the console's RQ panel: each answers within a short timeout, never hangs a request."""
+"""Quick looks at the servers RetryOps needs, shared by /readyz and the console's
+RQ panel: each answers within a short timeout, never hangs a request."""
 
 import functools
 

@@ -65,5 +65,5 @@ def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None, st
     with running(
         [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application",
          "--graceful-timeout", "5", "--log-level", "warning"],
-            ready_url=f"{base}/api/health/", cwd=ROOT, env=environment, stderr=stderr):
+            ready_url=f"{base}/readyz", cwd=ROOT, env=environment, stderr=stderr):
         yield base

@@ -1,5 +1,5 @@
-"""/api/: the schema, its docs page and the health check (/readyz under another name), open to all; each app's endpoints are
-included beside these from retryops/urls.py."""
+"""/api/: the schema and its docs pages, open to all; each app's endpoints are included beside these
+from retryops/urls.py."""
 
 from django.urls import path
 from drf_spectacular.views import (
@@ -8,8 +8,6 @@ from drf_spectacular.views import (
     SpectacularSwaggerView,
 )
 from rest_framework.permissions import AllowAny
-
-from telemetry.health.views import readyz
 
 OPEN = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
@@ -20,5 +18,4 @@ urlpatterns = [
     # Its own template: drf-spectacular's loads Google Fonts.
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema", template_name="api/redoc.html", **OPEN),
          name="api-redoc"),
-    path("health/", readyz, name="api-health"),
 ]

@@ -21,8 +21,7 @@ def healthz(request):
 @require_safe
 def readyz(request):
     """Ready to serve: PostgreSQL answers and has every migration. 200 when it does, else 503;
-    each check says its state, and `failing` names the checks that make it not ready (/api/health/
-    is the same view).
+    each check says its state, and `failing` names the checks that make it not ready.
 
     Redis and the read replica are reported, never failing it: the console and the API serve
     without Redis (the throttles let requests through, a task started waits in the database for

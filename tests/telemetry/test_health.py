@@ -35,10 +35,6 @@ def test_readyz_is_ready_with_no_worker_scheduler_or_ops_process_running(client,
                    "replica": {"state": "off"}}})
 
 
-def test_api_health_is_readyz_by_another_name(client, db, redis_conn):
-    assert client.get("/api/health/").json() == client.get("/readyz").json()
-
-
 def test_readyz_is_never_cached(client, db, redis_conn):
     assert "no-store" in client.get("/readyz")["Cache-Control"]
 

@@ -143,16 +143,16 @@ def served_by_deployed_gunicorn(log_format: str, path: str, **headers: str) -> t
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_gunicorn_logs_each_request_as_a_json_line_with_the_request_id_the_app_answered_with():
-    response, err = served_by_deployed_gunicorn("json", "/api/health/?state=failed&state=dead&api_key=k-123",
+    response, err = served_by_deployed_gunicorn("json", "/api/docs/?state=failed&state=dead&api_key=k-123",
                                                 **{"User-Agent": "probe-script/1.0"})
     request_id = response.headers["X-Request-ID"]
     lines = json_lines(err)  # every line gunicorn wrote, its own start and stop included, is JSON
     assert any(line["logger"] == "gunicorn.error" and line["event"].startswith("Booting worker") for line in lines)
     # /healthz was asked too, until gunicorn answered.
-    [access] = [line for line in lines if line["logger"] == "gunicorn.access" and line["path"] == "/api/health/"]
+    [access] = [line for line in lines if line["logger"] == "gunicorn.access" and line["path"] == "/api/docs/"]
     assert access["request_id"] == request_id
     assert {key: access[key] for key in ("method", "path", "status", "bytes", "remote_addr", "user_agent")} == {
-        "method": "GET", "path": "/api/health/", "status": 200, "bytes": len(response.content),
+        "method": "GET", "path": "/api/docs/", "status": 200, "bytes": len(response.content),
         "remote_addr": "127.0.0.1", "user_agent": "probe-script/1.0"}
     assert isinstance(access["duration_ms"], float) and access["duration_ms"] >= 0
     # The query string stays out of the path; its parameters are masked as the app masks a line.
@@ -174,10 +174,10 @@ def test_through_gunicorn_no_line_of_a_404_shows_a_secret_query_parameter():
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_gunicorn_logs_a_plain_access_line_with_the_request_id_under_log_format_text():
-    response, err = served_by_deployed_gunicorn("text", "/api/health/")
+    response, err = served_by_deployed_gunicorn("text", "/api/docs/")
     [line] = [line for line in err.splitlines() if "[gunicorn.access]" in line and "/healthz" not in line]
     assert not line.startswith("{")
-    assert "GET /api/health/ 200" in line
+    assert "GET /api/docs/ 200" in line
     assert f"request_id={response.headers['X-Request-ID']}" in line
 
 
@@ -188,11 +188,11 @@ def test_runserver_request_line_carries_the_request_id_the_app_answered_with():
     with running([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
                  ready_url=f"http://127.0.0.1:{port}/healthz", cwd=ROOT, env=environment(LOG_FORMAT="json")) as server:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:  # one connection, one thread
-            response = http.get("/api/health/")
+            response = http.get("/api/docs/")
             http.get("/healthz")
     lines = [json.loads(line) for line in server.stderr.read().splitlines() if line.startswith("{")]
     served = {line["event"].split()[1]: line for line in lines if line["logger"] == "django.server"}
-    assert served["/api/health/"]["request_id"] == response.headers["X-Request-ID"]
+    assert served["/api/docs/"]["request_id"] == response.headers["X-Request-ID"]
     # A probe is answered before the app gives an id: its line has none, not the previous request's.
     assert served["/healthz"]["request_id"] is None and "request" not in served["/healthz"]
 
