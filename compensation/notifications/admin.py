@@ -17,6 +17,7 @@ from compensation.notifications.models import (
     NotificationSubject,
 )
 from compensation.notifications.services import resend_notifications
+from retryops.admin_filters import ReadOnlyAdmin
 from retryops.errors import DomainError
 from retryops.masking import mask_secrets
 
@@ -29,7 +30,7 @@ STATE_COLOURS = {
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(ReadOnlyAdmin):
     list_display = ("id", "created_at", "state_badge", "channel", "event", "dedup_key", "subject", "attempts",
                     "short_error", "last_status_code", "next_attempt_at", "sent_at")
     list_filter = ("state", "channel", "event", "subject_type")
@@ -41,15 +42,6 @@ class NotificationAdmin(admin.ModelAdmin):
               "state", "attempts", "next_attempt_at", "last_attempt_at", "last_status_code", "last_error", "sent_at",
               "payload_shown")
     readonly_fields = fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def has_resend_permission(self, request):
         return request.user.has_perm("compensation.change_notification")

@@ -40,7 +40,7 @@ from compensation.notifications.notifiers import (
     TransportError,
     notifier_for,
 )
-from retryops.errors import DomainError
+from retryops.errors import BadInput, IllegalTransition, NotFound
 from retryops.jsonsafe import (
     MAX_SAFE_INTEGER,
     UnstorableValue,
@@ -59,30 +59,6 @@ MAX_LINK_LENGTH = 2_000
 # States an operator may send again: failed (the receiver refused or never answered) and skipped
 # (the channel was not configured then).
 RESENDABLE = (NotificationState.FAILED, NotificationState.SKIPPED)
-
-
-class NotificationError(DomainError):
-    """Base of the notifications' errors."""
-
-    code = "notification_error"
-
-
-class BadInput(NotificationError, ValueError):
-    """A value a notification cannot carry; details: `field`."""
-
-    code = "bad_input"
-
-
-class NotificationNotFound(NotificationError):
-    """Ids with no notification; details: `ids`."""
-
-    code = "notification_not_found"
-
-
-class IllegalTransition(NotificationError):
-    """Notifications whose state does not allow the action; details: `notifications` ({id: state})."""
-
-    code = "illegal_transition"
 
 
 def _text(value: Any, *, field: str, max_length: int, required: bool = True) -> str:
@@ -322,9 +298,9 @@ def resend_notifications(*, ids: Iterable[int], actor: str) -> list[Notification
                     .annotate(resolved_by=Subquery(resolved_by)).order_by("id"))
         missing = sorted(set(wanted) - {row.pk for row in rows})
         if missing:
-            raise NotificationNotFound(ngettext("no notification with id %(ids)s", "no notification with ids %(ids)s",
-                                                len(missing)) % {"ids": ", ".join(map(str, missing[:10]))},
-                                       ids=missing)
+            raise NotFound(ngettext("no notification with id %(ids)s", "no notification with ids %(ids)s",
+                                    len(missing)) % {"ids": ", ".join(map(str, missing[:10]))},
+                           code="notification_not_found", ids=missing)
         wrong = {row.pk: row.state for row in rows if row.state not in RESENDABLE}
         if wrong:
             listed = ", ".join(_("%(id)s is %(state)s") % {"id": pk, "state": state_words(NotificationState, state)}

@@ -16,13 +16,8 @@ from werkzeug import Response
 
 from audit.models import AuditEntry
 from compensation.notifications.models import Notification, NotificationState
-from compensation.notifications.services import (
-    BadInput,
-    IllegalTransition,
-    NotificationNotFound,
-    resend_notifications,
-    send_due_notifications,
-)
+from compensation.notifications.services import resend_notifications, send_due_notifications
+from retryops.errors import BadInput, IllegalTransition, NotFound
 from tests import servers
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
@@ -359,10 +354,10 @@ def test_resend_refuses_a_trigger_whose_incident_was_resolved_since(pagerduty_on
 def test_resend_refuses_unknown_ids(pagerduty_only):
     failed = failed_pages(pagerduty_only)[0]
 
-    with pytest.raises(NotificationNotFound) as caught:
+    with pytest.raises(NotFound) as caught:
         resend_notifications(ids=[failed, failed + 1000], actor="carol")
 
-    assert caught.value.details["ids"] == [failed + 1000]
+    assert (caught.value.code, caught.value.details["ids"]) == ("notification_not_found", [failed + 1000])
     assert Notification.objects.get(pk=failed).state == "failed"
 
 
