@@ -11,8 +11,12 @@ long loses the lock too; before each step the process asks that connection wheth
 the lock, so a leader that woke up without it runs nothing more.
 
 Each step has a thread of its own, running it every `every` seconds: a step that hangs (a
-notification's HTTP call waiting out its timeout) never delays another, and a step never runs twice
-at once. Each statement of a step is bounded by STATEMENT_TIMEOUT. Each run is one log line (which
+notification's HTTP call waiting out its timeout) never delays another. A step never runs twice at
+once, not even in two processes: the held() check cannot stop a leader that lost the lock between
+the check and the step's end (paused, or its lock's connection gone), so each run also holds a lock
+of its own step on its own connection, and a run that finds it taken waits for the next try. A
+statement of a step is bounded by STATEMENT_TIMEOUT, and a paused step's session (so its step lock)
+ends after as long without a query. Each run is one log line (which
 process, which step, when, how long, ok or failed), which bench/ops_handover.py tabulates.
 """
 
@@ -44,6 +48,9 @@ log = logging.getLogger(__name__)
 LOCK_RETRY_SECONDS = 1.0
 IDLE_SESSION_SECONDS = 10
 STATEMENT_TIMEOUT = "60s"
+# On SIGTERM, the steps under way get this long to end (under the 10 s a container stop gives);
+# a step still running then (one that never returns) ends with the process.
+STOP_WAIT_SECONDS = 8
 
 
 @dataclass(frozen=True)
@@ -153,8 +160,12 @@ class Ops:
         finally:
             self.leading.clear()
             self.stopping.set()
+            until = time.monotonic() + STOP_WAIT_SECONDS
             for thread in threads:
-                thread.join()
+                thread.join(max(0.0, until - time.monotonic()))
+                if thread.is_alive():
+                    log.warning("ops %s did not end within %s s of the stop: it ends with the process",
+                                thread.name, STOP_WAIT_SECONDS)
             self.lock.release()
 
     def keep_running(self, step: Step) -> None:
@@ -165,12 +176,14 @@ class Ops:
                 continue
             if self.stopping.wait(max(0.0, due - time.monotonic())):
                 break
-            if self.run_step(step) is not None:
+            if self.run_step(step) is None:  # not the leader, or the step still runs elsewhere
+                due = time.monotonic() + LOCK_RETRY_SECONDS
+            else:
                 due = max(due + step.every, time.monotonic())
 
     def run_step(self, step: Step) -> bool | None:
-        """Run `step` once if this process still holds the lock: whether it went well; None when
-        it did not run."""
+        """Run `step` once if this process still holds the lock and no other process is still in
+        the step: whether it went well; None when it did not run."""
         if not self.lock.held():
             self.leading.clear()
             return None
@@ -178,12 +191,17 @@ class Ops:
         try:
             with connection.cursor() as cursor:
                 cursor.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+                cursor.execute(f"SET idle_session_timeout = '{STATEMENT_TIMEOUT}'")
+                # The two-key form: a key space apart from the ops lock's one bigint.
+                cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [OPS_LOCK_KEY, step.name])
+                if not cursor.fetchone()[0]:
+                    return None  # the closed connection below holds nothing
             step.run()
         except Exception:  # the step's own failure: logged, and the next run tries again
             ok = False
             log.exception("ops step %s failed", step.name)
         finally:
-            connections.close_all()  # this thread's connections, so none outlives a lost server
+            connections.close_all()  # this thread's connections (the step's lock ends with its session)
         seconds = time.monotonic() - began
         log.info("ops step=%s process=%s started=%s seconds=%.3f ok=%s", step.name, self.process,
                  started.isoformat(timespec="milliseconds"), seconds, str(ok).lower(),

@@ -129,3 +129,45 @@ def test_the_ops_command_refuses_a_transaction_pooler(settings):
     settings.DB_TRANSACTION_POOLER = True
     with pytest.raises(CommandError, match="point its DATABASE_URL at PostgreSQL itself"):
         call_command("ops")
+
+
+def test_a_leader_that_lost_the_lock_mid_step_keeps_the_new_leader_from_that_step_until_it_ends():
+    # A leader paused mid-step past its lock's session wakes and finishes the step; meanwhile the
+    # standby has the lock. The step's own lock keeps the two runs of the step apart.
+    inside, release, ran = threading.Event(), threading.Event(), []
+    old = ops.Ops((ops.Step("batch_ticks", lambda: (inside.set(), release.wait(30)), 60),))
+    assert old.lock.take()
+    running = threading.Thread(target=old.run_step, args=(old.steps[0],), daemon=True)
+    running.start()
+    try:
+        assert inside.wait(10)
+        old.lock.release()  # its lock's session ended while it was paused in the step
+        new = ops.Ops((ops.Step("batch_ticks", lambda: ran.append(1), 60),))
+        assert new.lock.take()
+        assert new.run_step(new.steps[0]) is None
+        assert ran == []
+    finally:
+        release.set()
+        running.join(timeout=30)
+    assert new.run_step(new.steps[0]) is True
+    assert ran == [1]
+    new.lock.release()
+
+
+def test_a_step_that_never_returns_does_not_keep_the_process_from_stopping(running_ops, monkeypatch):
+    monkeypatch.setattr(ops, "STOP_WAIT_SECONDS", 1)
+    inside, never = threading.Event(), threading.Event()  # `never` is set only to end the test
+    process = running_ops(ops.Step("notifications", lambda: (inside.set(), never.wait()), 60))
+    try:
+        assert inside.wait(10)
+        runner = next(t for t in threading.enumerate() if t.name == "ops-notifications")
+
+        process.stopping.set()
+        wait_for(lambda: not process.lock.conn, timeout=10, every=0.05)
+
+        assert runner.is_alive()  # still in the step: the process's exit ends it, as a daemon thread
+        with ops.connect() as standby:
+            assert standby.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
+    finally:
+        never.set()
+        runner.join(timeout=10)
