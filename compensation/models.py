@@ -17,7 +17,7 @@ class DeadLetter(models.Model):
     """A task that died (retries exhausted or a failure not worth retrying), kept for an operator
     to replay, resolve or discard."""
 
-    # One dead letter per task: a second delivery of its task.dead event changes nothing.
+    # One dead letter per task: a second collection of its dead task makes nothing.
     task = models.OneToOneField(Task, verbose_name=_("task"), on_delete=models.CASCADE, related_name="dead_letter")
     flow = models.CharField(_("flow"), max_length=100)
     pool = models.ForeignKey(ResourcePool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="+",

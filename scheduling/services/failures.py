@@ -132,8 +132,9 @@ def _settle_resource(task: Task, attempt: Attempt, verdict: Verdict, error, *, h
 
 
 def _mark_dead(task: Task, *, reason: str, now: datetime | None = None) -> Task:
-    """End a task that will not be retried and emit task.dead (dead letters hang off this event).
-    The last step of after_failure and end_failed; the caller holds the task's lock."""
+    """End a task that will not be retried and emit task.dead. Dead and not collected, it is in the
+    queue the dead-letter step takes (claim_dead_tasks). The last step of after_failure and
+    end_failed; the caller holds the task's lock."""
     if task.held_lease_token:  # reserved or held for an attempt that will never come
         try:
             resources.services.release_unused(resource=task.resource_id, lease_token=task.held_lease_token,
