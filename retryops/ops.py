@@ -193,7 +193,7 @@ class Ops:
                 cursor.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
                 cursor.execute(f"SET idle_session_timeout = '{STATEMENT_TIMEOUT}'")
                 # The two-key form: a key space apart from the ops lock's one bigint.
-                cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [OPS_LOCK_KEY, step.name])
+                cursor.execute("SELECT pg_try_advisory_lock(%s::integer, hashtext(%s))", [OPS_LOCK_KEY, step.name])
                 if not cursor.fetchone()[0]:
                     return None  # the closed connection below holds nothing
             step.run()
