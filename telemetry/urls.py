@@ -3,7 +3,7 @@
 from django.urls import path
 
 from telemetry.health import views
-from telemetry.metrics_access import metrics_view
+from telemetry.metrics.access import metrics_view
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
