@@ -99,6 +99,7 @@ class Lock:
     def __init__(self):
         self.conn: psycopg.Connection | None = None
         self.guard = threading.Lock()
+        self.said = ""  # why the last try failed, said once: a standby that never leads says why
 
     def take(self) -> bool:
         """Whether this process holds the lock now, trying for it if it does not."""
@@ -107,9 +108,14 @@ class Lock:
                 if self.conn is None:
                     self.conn = connect(application_name=OPS_APPLICATION_NAME)
                     self.conn.execute(f"SET idle_session_timeout = '{IDLE_SESSION_SECONDS}s'")
-                return self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
-            except psycopg.Error:
+                taken = self.conn.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
+                self.said = ""
+                return taken
+            except psycopg.Error as exc:
                 self._drop()
+                if str(exc) != self.said:  # once, not every LOCK_RETRY_SECONDS of an outage
+                    self.said = str(exc)
+                    log.warning("ops process cannot try for the lock: %s", exc)
                 return False
 
     def held(self) -> bool:

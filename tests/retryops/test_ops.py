@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 
+import psycopg
 import pytest
 
 from retryops import ops
@@ -171,3 +172,15 @@ def test_a_step_that_never_returns_does_not_keep_the_process_from_stopping(runni
     finally:
         never.set()
         runner.join(timeout=10)
+
+
+def test_a_process_that_cannot_try_for_the_lock_says_why_once(monkeypatch, caplog):
+    def refused(**options):
+        raise psycopg.OperationalError('unrecognized configuration parameter "idle_session_timeout"')
+
+    monkeypatch.setattr(ops, "connect", refused)
+    lock = ops.Lock()
+
+    assert (lock.take(), lock.take()) == (False, False)
+    said = [r.getMessage() for r in caplog.records if r.name == "retryops.ops"]
+    assert said == ['ops process cannot try for the lock: unrecognized configuration parameter "idle_session_timeout"']
