@@ -1,9 +1,11 @@
-"""gunicorn's settings for RetryOps (deploy/Procfile, deploy/compose.yaml), from the environment:
-`gunicorn --config deploy/gunicorn.conf.py retryops.wsgi:application`. A bad value stops start-up
-with one line naming the variable (retryops.env, retryops.startup). A load balancer routes by
-/readyz (PostgreSQL, migrations) and restarts by /healthz."""
+"""gunicorn's settings for RetryOps (deploy/Procfile, deploy/compose.yaml):
+`gunicorn --config deploy/gunicorn.conf.py retryops.wsgi:application`. The process count is the
+platforms' WEB_CONCURRENCY; anything else a host needs otherwise (another port, more threads) is
+gunicorn's own GUNICORN_CMD_ARGS, which overrides this file. A bad value stops start-up with one
+line naming the variable (retryops.env, retryops.startup). A load balancer routes by /readyz
+(PostgreSQL, migrations) and restarts by /healthz."""
 
-from retryops.env import env_int, env_str
+from retryops.env import env_int
 from retryops.startup import read_settings_or_exit, refuse_bad_configuration
 
 # The app's settings are read here, in gunicorn's master, before any worker starts: a bad one
@@ -24,11 +26,10 @@ limit_request_field_size = HEADER_FIELD_BYTES
 with refuse_bad_configuration():
     # WEB_CONCURRENCY is the name Heroku-style platforms (and gunicorn itself) use for the process count.
     workers = env_int("WEB_CONCURRENCY", 2, minimum=1, maximum=256)
-    threads = env_int("GUNICORN_THREADS", 8, minimum=1, maximum=256)
-    # honcho sets PORT for each process it starts (5000 for the first unless `honcho start -p`).
-    bind = env_str("GUNICORN_BIND") or f"0.0.0.0:{env_int('PORT', 8000, minimum=1, maximum=65535)}"
-    # A request longer than this is killed with its worker; the API answers in milliseconds.
-    timeout = env_int("GUNICORN_TIMEOUT", 60, minimum=1, maximum=3600)
+threads = 8
+bind = "0.0.0.0:8000"
+# A request longer than this is killed with its worker; the API answers in milliseconds.
+timeout = 60
 # gunicorn's lines, its access line included, go through the app's formatter to standard error:
 # one format from the web tier (JSON, or plain text with LOG_FORMAT=text), masked as the app masks,
 # and an access line a request carrying the X-Request-ID the app answered with

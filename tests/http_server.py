@@ -59,8 +59,8 @@ def gunicorn(*, workers: int = 2, threads: int = 25, env: dict | None = None, st
     `workers` processes of `threads` threads each, its log on `stderr`; yields its base URL."""
     port = free_port()
     environment = {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
-                   "DJANGO_SETTINGS_MODULE": "tests.served_settings", "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
-                   "GUNICORN_THREADS": str(threads), **(env or {})}
+                   "DJANGO_SETTINGS_MODULE": "tests.served_settings", "WEB_CONCURRENCY": str(workers),
+                   "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{port} --threads {threads}", **(env or {})}
     base = f"http://127.0.0.1:{port}"
     with running(
         [sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application",

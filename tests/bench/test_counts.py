@@ -23,12 +23,13 @@ def test_counts_name_processes_variables_error_classes_and_admin_modules(tmp_pat
     (tmp_path / "templates" / "page.html").write_text("<p>\n</p>\n")
     (tmp_path / "deploy").mkdir()
     (tmp_path / "deploy" / "Procfile").write_text("# the processes\nweb: gunicorn\nworker: rqworker\n")
+    (tmp_path / "deploy" / "gunicorn.conf.py").write_text('workers = env_int("WEB_CONCURRENCY", 2)\n')
     (tmp_path / "README.md").write_text("# RetryOps\n\nWhat it is.\n")
 
     assert counts.counts(tmp_path) == {
         "source lines (no tests, no migrations)": 5 + 10 + 2,  # settings, errors, the template
         "process types (deploy/Procfile)": 2,
-        "environment variables": 3,
+        "environment variables": 4,
         "error classes": 2,
         "README lines": 3,
         "admin modules": 1,

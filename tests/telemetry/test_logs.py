@@ -132,7 +132,7 @@ def served_by_deployed_gunicorn(log_format: str, path: str, **headers: str) -> t
     """GET `path` from gunicorn started as deploy/ starts it (its config, one worker, on loopback):
     the response and everything gunicorn wrote on standard error, up to its exit."""
     port = free_port()
-    env = environment(GUNICORN_BIND=f"127.0.0.1:{port}", WEB_CONCURRENCY="1", GUNICORN_THREADS="2",
+    env = environment(GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port} --threads 2", WEB_CONCURRENCY="1",
                       LOG_FORMAT=log_format)
     with running([sys.executable, "-m", "gunicorn", "--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application"],
                  ready_url=f"http://127.0.0.1:{port}/healthz", cwd=ROOT, env=env) as server:
