@@ -25,7 +25,7 @@ from urllib.parse import quote
 from retryops.processes import UserList
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-EMBEDDED_DIR = Path(os.environ.get("RETRYOPS_EMBEDDED_DIR", BASE_DIR / ".embedded"))
+EMBEDDED_DIR = BASE_DIR / ".embedded"
 LOCAL_POSTGRES_USERS = ("postgres", "root")
 DATABASE_NAME = "retryops"
 

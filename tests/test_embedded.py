@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_embedded_postgres_starts_migrates_and_claims_with_skip_locked(tmp_path):
     url = devservices.start_embedded_postgres(tmp_path / "postgres")
     devservices.ensure_database(url)
-    env = {**os.environ, "DATABASE_URL": url, "RETRYOPS_EMBEDDED_DIR": str(tmp_path)}
+    env = {**os.environ, "DATABASE_URL": url}
     migrate = subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
     assert migrate.returncode == 0, migrate.stderr

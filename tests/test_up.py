@@ -309,19 +309,31 @@ def test_a_crashed_up_whose_pid_was_reused_still_counts_as_crashed(run_folder, w
     assert not still_running(worker_left_running)
 
 
-def start_up(port: int, env: dict, log: Path, *, receiver_port: int, demo: bool = False) -> subprocess.Popen:
-    """`up` on `port`, its demo receiver on `receiver_port` (a free one: never the default 8025, which
-    another checkout's suite may hold), without the demo unless asked."""
-    with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "manage.py", "up", *([] if demo else ["--no-demo"]),
-                                 "--addrport", f"127.0.0.1:{port}", "--receiver-port", str(receiver_port)],
+# `manage.py` with devservices' folder (up's run files, the generated key) moved to argv[1], so that a
+# test's `up` never meets the run files of the developer's own `up` in `.embedded/`.
+MANAGE_IN_FOLDER = (
+    "import runpy, sys; from pathlib import Path; from retryops import devservices; "
+    "devservices.EMBEDDED_DIR = Path(sys.argv.pop(1)); runpy.run_path('manage.py', run_name='__main__')"
+)
+
+
+def manage_up(folder: Path, *args: str) -> list[str]:
+    return [sys.executable, "-c", MANAGE_IN_FOLDER, str(folder), "up", *args]
+
+
+def start_up(port: int, env: dict, folder: Path, *, receiver_port: int, demo: bool = False) -> subprocess.Popen:
+    """`up` on `port` with its run files in `folder` and its output in `folder`/up.log, its demo receiver on
+    `receiver_port` (a free one: never the default 8025, which another checkout's suite may hold), without
+    the demo unless asked."""
+    with open(folder / "up.log", "ab") as out:
+        return subprocess.Popen(manage_up(folder, *([] if demo else ["--no-demo"]), "--addrport", f"127.0.0.1:{port}",
+                                          "--receiver-port", str(receiver_port)),
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
-def up_env(tmp_path: Path) -> dict:
-    """`up` on the test database and the test Redis, with its run files in `tmp_path`."""
-    return {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url(),
-            "RETRYOPS_EMBEDDED_DIR": str(tmp_path)}
+def up_env() -> dict:
+    """`up` on the test database and the test Redis."""
+    return {**os.environ, "DATABASE_URL": servers.database_url(), "REDIS_URL": servers.redis_url()}
 
 
 @pytest.mark.slow
@@ -331,8 +343,8 @@ def test_up_refuses_a_taken_web_port_naming_the_port_and_what_holds_it(tmp_path)
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        up = subprocess.run([sys.executable, "manage.py", "up", "--no-demo", "--addrport", f"127.0.0.1:{port}"],
-                            cwd=ROOT, env=up_env(tmp_path), capture_output=True, text=True, timeout=120)
+        up = subprocess.run(manage_up(tmp_path, "--no-demo", "--addrport", f"127.0.0.1:{port}"),
+                            cwd=ROOT, env=up_env(), capture_output=True, text=True, timeout=120)
     assert up.returncode != 0
     assert f"port {port} is taken: pid {os.getpid()} listens there" in up.stderr
     assert "admin: http" not in up.stdout  # nothing was started
@@ -352,10 +364,10 @@ def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_o
     ResourceFactory(pool=pool, key="alice@x")
     RetryPolicyFactory(name="three-seconds", max_attempts=2, initial_delay_seconds=3)
     port, receiver_port = free_port(), free_port()
-    env = up_env(tmp_path)
+    env = up_env()
     started = []
     try:
-        first = start_up(port, env, tmp_path / "up.log", receiver_port=receiver_port)
+        first = start_up(port, env, tmp_path, receiver_port=receiver_port)
         started.append(psutil.Process(first.pid))
         wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", first)
         children = psutil.Process(first.pid).children(recursive=True)
@@ -367,7 +379,7 @@ def test_after_a_kill_9_of_up_its_children_are_gone_and_a_restart_runs_retries_o
         _, left = psutil.wait_procs(children, timeout=30)
         assert left == [], f"still running after up was killed: {[p.cmdline() for p in left]}"
 
-        second = start_up(port, env, tmp_path / "up.log", receiver_port=receiver_port)
+        second = start_up(port, env, tmp_path, receiver_port=receiver_port)
         started.append(psutil.Process(second.pid))
         wait_until_answering(f"http://127.0.0.1:{port}/admin/login/", second)
         started += psutil.Process(second.pid).children(recursive=True)
@@ -397,7 +409,7 @@ def test_the_demo_s_dead_task_pages_the_receiver_that_up_starts(tmp_path, redis_
     receiver = f"http://127.0.0.1:{receiver_port}/"
     started = []
     try:
-        up = start_up(port, up_env(tmp_path), tmp_path / "up.log", receiver_port=receiver_port, demo=True)
+        up = start_up(port, up_env(), tmp_path, receiver_port=receiver_port, demo=True)
         started.append(psutil.Process(up.pid))
         wait_until_answering(receiver, up)
         started += psutil.Process(up.pid).children(recursive=True)
@@ -428,7 +440,7 @@ def test_up_restarts_a_child_that_dies_says_so_and_lists_its_new_pid(tmp_path, r
     port, receiver_port = free_port(), free_port()
     started = []
     try:
-        up = start_up(port, up_env(tmp_path), tmp_path / "up.log", receiver_port=receiver_port)
+        up = start_up(port, up_env(), tmp_path, receiver_port=receiver_port)
         started.append(psutil.Process(up.pid))
         wait_for(lambda: "ops" in run_file_children(tmp_path / "up", up), timeout=60)
         first = run_file_children(tmp_path / "up", up)
