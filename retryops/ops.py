@@ -178,7 +178,7 @@ class Ops:
         due = time.monotonic()
         while not self.stopping.is_set():
             if not self.leading.wait(LOCK_RETRY_SECONDS):
-                due = time.monotonic()  # a new leader runs each step at once, then at its cadence
+                due = time.monotonic()  # a new leader runs each step at once (a batch tick checks its own cadence)
                 continue
             if self.stopping.wait(max(0.0, due - time.monotonic())):
                 break

@@ -42,4 +42,4 @@ def batch_tick_job():
     """Periodic: one tick of every enabled batch config."""
     from scheduling.services import run_batches
 
-    return run_batches()
+    return run_batches(every=BATCH_TICK_EVERY)

@@ -2,11 +2,13 @@
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import IntegrityError, models, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -57,16 +59,20 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
                 started.append(start_batch_task(config=config))
         except PoolExhausted:
             break
-    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error="")
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=Now(), last_error="")
     return started
 
 
-def run_batches(*, now: datetime | None = None) -> BatchTicks:
-    """Tick every enabled batch config. A config that fails is logged and its error recorded on
-    it (last_error, last_tick_at); the others tick all the same."""
+def run_batches(*, now: datetime | None = None, every: float = 0) -> BatchTicks:
+    """Tick every enabled batch config; with `every`, only those whose last tick is at least that
+    many seconds old (bar a tenth) on the database's clock, so that a second run within the
+    cadence (a new ops leader runs every step at once) starts no second batch. A config that fails
+    is logged and its error recorded on it (last_error, last_tick_at); the others tick all the same."""
     now = now or timezone.now()
     ticks = BatchTicks()
     for config in BatchConfig.objects.filter(enabled=True).select_related("policy").order_by("name"):
+        if every and not _take_tick(config, every):
+            continue
         try:
             ticks.started[config.name] = len(run_batch(config=config, now=now))
         except Exception as exc:  # one bad config must not stop the others
@@ -76,8 +82,16 @@ def run_batches(*, now: datetime | None = None) -> BatchTicks:
                 log.exception("batch config %s failed", config.name)
             message = clean_text(f"{exc}" if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}")[:4000]
             ticks.failed[config.name] = message
-            BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=now, last_error=message)
+            BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=Now(), last_error=message)
     return ticks
+
+
+def _take_tick(config: BatchConfig, every: float) -> bool:
+    """Whether this run may tick `config`: its last tick, stamped here on the database's clock (the
+    one clock every ops host shares), is at least 0.9 `every` old. One statement, so two runs that
+    race for it take it once."""
+    recent = Q(last_tick_at__gt=Now() - timedelta(seconds=every * 0.9))
+    return bool(BatchConfig.objects.filter(pk=config.pk).exclude(recent).update(last_tick_at=Now()))
 
 
 # What an operator sets on a batch config; last_tick_at and last_error are the ticks' own.

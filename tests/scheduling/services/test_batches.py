@@ -132,3 +132,25 @@ def test_a_batch_config_id_that_names_no_row_is_bad_input(pool, instant_policy, 
     with pytest.raises(DomainError) as refused:
         services.save_batch_config(config=value, data={"enabled": False}, actor="ops:carol")
     assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "config")
+
+
+def test_a_second_run_within_the_cadence_starts_no_second_batch(redis_conn, pool, instant_policy):
+    ResourceFactory.create_batch(4, pool=pool)
+    BatchConfig.objects.create(name="steady", pool=pool, flow="demo", policy=instant_policy, tasks_per_tick=1)
+
+    services.run_batches(every=60)
+    services.run_batches(every=60)  # a new ops leader's first run, seconds after the old one's
+
+    assert Task.objects.filter(created_by="batch steady").count() == 1
+
+
+def test_a_run_a_cadence_after_the_last_tick_ticks_again(redis_conn, pool, instant_policy):
+    ResourceFactory.create_batch(4, pool=pool)
+    config = BatchConfig.objects.create(name="steady", pool=pool, flow="demo", policy=instant_policy,
+                                        tasks_per_tick=1)
+    services.run_batches(every=60)
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=timezone.now() - timedelta(seconds=60))
+
+    services.run_batches(every=60)
+
+    assert Task.objects.filter(created_by="batch steady").count() == 2
