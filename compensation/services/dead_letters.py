@@ -4,9 +4,10 @@ succeeds, or back to open, with the replay's error, when it dies or is cancelled
 replayed again or settled); open -> resolved (by hand, or when its work order is compensated or
 closed) or discarded. Replayed, resolved and discarded are final."""
 
+import logging
 from itertools import groupby
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -18,7 +19,10 @@ from compensation.models import DeadLetter
 from compensation.work_orders.services import join_work_order
 from retryops.errors import IllegalTransition
 from scheduling.choices import TERMINAL_STATES, TaskState
-from scheduling.services import claim_dead_tasks
+from scheduling.models import Task
+from scheduling.services import claim_dead_tasks, leave_dead_tasks_uncollected
+
+log = logging.getLogger(__name__)
 
 BATCH = 500
 
@@ -42,18 +46,28 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
         # Work orders locked in one order (flow, signature), so two collectors never wait on each other in a cycle.
         for (flow, signature), group in groupby(sorted(tasks, key=lambda t: (*key(t), t.pk)), key=key):
             group = list(group)
-            died = [t.finished_at for t in group]
-            order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
-                                    first_dead_at=min(died), last_dead_at=max(died), count=len(group))
-            # The resource is the one it last ran on, else the one it named: a strict task that
-            # never claimed it (quarantined, or in use at every attempt) is replayed on it too.
-            made += DeadLetter.objects.bulk_create(
-                DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id or t.requested_resource_id,
-                           last_error=t.last_error, error_signature=t.last_error_signature,
-                           error_category=t.last_error_category, attempt_count=t.attempt_count,
-                           died_at=t.finished_at, work_order=order)
-                for t in group)
+            try:
+                with transaction.atomic():  # a savepoint: a group the database refuses holds up no other
+                    made += _make_dead_letters(flow=flow, signature=signature, group=group)
+            except DatabaseError:
+                log.exception("dead letters of flow %s, signature %r refused by the database; their %d tasks "
+                              "stay in the queue", flow, signature, len(group))
+                leave_dead_tasks_uncollected(task_ids=[t.pk for t in group])
         return made
+
+
+def _make_dead_letters(*, flow: str, signature: str, group: list[Task]) -> list[DeadLetter]:
+    died = [t.finished_at for t in group]
+    order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
+                            first_dead_at=min(died), last_dead_at=max(died), count=len(group))
+    # The resource is the one it last ran on, else the one it named: a strict task that
+    # never claimed it (quarantined, or in use at every attempt) is replayed on it too.
+    return DeadLetter.objects.bulk_create(
+        DeadLetter(task=t, flow=t.flow, pool_id=t.pool_id, resource_id=t.resource_id or t.requested_resource_id,
+                   last_error=t.last_error, error_signature=t.last_error_signature,
+                   error_category=t.last_error_category, attempt_count=t.attempt_count,
+                   died_at=t.finished_at, work_order=order)
+        for t in group)
 
 
 def follow_replays(*, limit: int = BATCH) -> int:

@@ -19,7 +19,7 @@ from scheduling.services.batches import (
     run_batches,
     save_batch_config,
 )
-from scheduling.services.events import claim_dead_tasks
+from scheduling.services.events import claim_dead_tasks, leave_dead_tasks_uncollected
 from scheduling.services.failures import ABANDONED_REASON, WorkerLost
 from scheduling.services.operator_retry import (
     instance_to_run_again,
@@ -53,7 +53,7 @@ from scheduling.services.tasks import (
 
 __all__ = [
     "ABANDONED_REASON", "BatchTicks", "abandon_stopped_attempt", "StartedAttempt", "WorkerLost", "begin_attempt", "cancel_task",
-    "claim_dead_tasks", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
+    "claim_dead_tasks", "leave_dead_tasks_uncollected", "dispatch_waiting", "finish_attempt", "instance_to_run_again", "load_retry_policies",
     "PolicyLoad", "preview_retry_policies",
     "parse_payload", "policy_snapshot", "recover_lost_attempts", "replay_on_resource", "retry_on_resource_or_another", "retry_resource",
     "run_batch", "run_batches", "run_dispatcher", "run_task_now", "save_batch_config", "save_retry_policy", "start_probes", "start_replay", "start_task",

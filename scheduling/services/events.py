@@ -32,3 +32,9 @@ def claim_dead_tasks(*, limit: int) -> list[Task]:
                  .filter(state=TaskState.DEAD, collected_at__isnull=True).order_by("id")[:limit])
     Task.objects.filter(pk__in=[t.pk for t in tasks]).update(collected_at=timezone.now())
     return tasks
+
+
+def leave_dead_tasks_uncollected(*, task_ids: list[int]) -> None:
+    """Put claimed dead tasks back in the queue, in the caller's transaction: for a consumer that
+    could not make what their deaths need and carries on with the others."""
+    Task.objects.filter(pk__in=task_ids).update(collected_at=None)

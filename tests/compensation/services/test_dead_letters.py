@@ -2,6 +2,7 @@
 import threading
 
 import pytest
+from django.db import connection
 
 from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
@@ -49,6 +50,22 @@ def test_a_collection_that_fails_before_its_commit_leaves_the_death_for_the_next
     monkeypatch.undo()
     services.collect_dead_letters()
     assert DeadLetter.objects.get(task=task).work_order.dead_letter_count == 1
+
+
+@pytest.mark.django_db
+def test_a_group_the_database_refuses_stays_queued_and_holds_up_no_other(pool, instant_policy):
+    [refused] = dead_tasks(pool=pool, policy=instant_policy, signature="ValueError: refused")
+    [taken] = dead_tasks(pool=pool, policy=instant_policy, signature="TimeoutError: slow")
+    with connection.cursor() as cursor:  # a row the database will not take, whatever the cause
+        cursor.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                       "IF NEW.error_signature = 'ValueError: refused' THEN RAISE EXCEPTION 'refused'; END IF; "
+                       f"RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON {DeadLetter._meta.db_table} "
+                       "FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+    services.collect_dead_letters()
+
+    assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [taken.pk]
+    assert Task.objects.get(pk=refused.pk).collected_at is None
 
 
 @pytest.mark.django_db
