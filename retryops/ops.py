@@ -16,7 +16,7 @@ once, not even in two processes: the held() check cannot stop a leader that lost
 the check and the step's end (paused, or its lock's connection gone), so each run also holds a lock
 of its own step on its own connection, and a run that finds it taken waits for the next try. A
 statement of a step is bounded by STATEMENT_TIMEOUT, and a paused step's session (so its step lock)
-ends after as long without a query. Each run is one log line (which
+ends after as long without a query; a run past its budget is hung, and the process stops. Each run is one log line (which
 process, which step, when, how long, ok or failed), which bench/ops_handover.py tabulates.
 """
 
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 LOCK_RETRY_SECONDS = 1.0
 IDLE_SESSION_SECONDS = 10
 STATEMENT_TIMEOUT = "60s"
+# A run of a step longer than this is hung (its statements are bounded by STATEMENT_TIMEOUT, its HTTP
+# calls by their own timeouts): the process stops, so that the standby, or its restart, runs the steps.
+STEP_BUDGET_SECONDS = 600
 # On SIGTERM, the steps under way get this long to end (under the 10 s a container stop gives);
 # a step still running then (one that never returns) ends with the process.
 STOP_WAIT_SECONDS = 8
@@ -58,6 +61,7 @@ class Step:
     name: str
     run: Callable[[], object]
     every: float
+    budget: float = STEP_BUDGET_SECONDS
 
 
 STEPS = (
@@ -148,6 +152,8 @@ class Ops:
         self.steps, self.lock = steps, Lock()
         self.leading = threading.Event()
         self.stopping = threading.Event()
+        self.running: dict[Step, float] = {}  # the steps under way, since when (monotonic)
+        self.overran: Step | None = None  # the hung step this process stopped for
         self.process = f"{socket.gethostname()}:{os.getpid()}"
 
     def run(self) -> None:
@@ -162,6 +168,11 @@ class Ops:
                     log.info("ops process=%s leader=%s", self.process, str(leading).lower(),
                              extra={"ops_process": self.process, "leader": leading})
                     (self.leading.set if leading else self.leading.clear)()
+                self.overran = self.hung_step()
+                if self.overran:
+                    log.error("ops step %s has run past its budget of %s s: this process stops, so that the "
+                              "standby or its restart runs the steps", self.overran.name, self.overran.budget)
+                    break
                 self.stopping.wait(LOCK_RETRY_SECONDS)
         finally:
             self.leading.clear()
@@ -173,6 +184,10 @@ class Ops:
                     log.warning("ops %s did not end within %s s of the stop: it ends with the process",
                                 thread.name, STOP_WAIT_SECONDS)
             self.lock.release()
+
+    def hung_step(self) -> Step | None:
+        now = time.monotonic()
+        return next((step for step, since in list(self.running.items()) if now - since > step.budget), None)
 
     def keep_running(self, step: Step) -> None:
         due = time.monotonic()
@@ -202,11 +217,13 @@ class Ops:
                 cursor.execute("SELECT pg_try_advisory_lock(%s::integer, hashtext(%s))", [OPS_LOCK_KEY, step.name])
                 if not cursor.fetchone()[0]:
                     return None  # the closed connection below holds nothing
+            self.running[step] = began
             step.run()
         except Exception:  # the step's own failure: logged, and the next run tries again
             ok = False
             log.exception("ops step %s failed", step.name)
         finally:
+            self.running.pop(step, None)
             connections.close_all()  # this thread's connections (the step's lock ends with its session)
         seconds = time.monotonic() - began
         log.info("ops step=%s process=%s started=%s seconds=%.3f ok=%s", step.name, self.process,

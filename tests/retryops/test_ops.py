@@ -174,6 +174,22 @@ def test_a_step_that_never_returns_does_not_keep_the_process_from_stopping(runni
         runner.join(timeout=10)
 
 
+def test_a_step_past_its_budget_stops_the_process_and_frees_the_lock_for_the_standby(running_ops, monkeypatch):
+    monkeypatch.setattr(ops, "STOP_WAIT_SECONDS", 1)
+    never = threading.Event()  # set only to end the test
+    hung = ops.Step("notifications", never.wait, 60, budget=1)
+    process = running_ops(hung, ops.Step("dispatch", lambda: None, 1))
+    try:
+        wait_for(lambda: process.stopping.is_set(), timeout=20, every=0.1)
+
+        assert process.overran == hung
+        wait_for(lambda: not process.lock.conn, timeout=10, every=0.05)
+        with ops.connect() as standby:
+            assert standby.execute("SELECT pg_try_advisory_lock(%s)", [OPS_LOCK_KEY]).fetchone()[0]
+    finally:
+        never.set()
+
+
 def test_a_process_that_cannot_try_for_the_lock_says_why_once(monkeypatch, caplog):
     def refused(**options):
         raise psycopg.OperationalError('unrecognized configuration parameter "idle_session_timeout"')

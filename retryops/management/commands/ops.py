@@ -40,3 +40,5 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: process.stopping.set())
         process.run()
+        if process.overran:  # a hung step: exit non-zero, for the supervisor to restart this process
+            raise CommandError(f"ops step {process.overran.name} ran past its budget of {process.overran.budget} s")
