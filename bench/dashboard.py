@@ -59,9 +59,9 @@ BUILD = """
         pool_id, key, label, attributes, state, lease_token, lease_holder, leased_at, leased_until, lease_kind,
         failure_count, success_count, consecutive_failures, last_failure_reason, last_failure_category,
         last_failure_at, last_success_at, quarantine_reason, quarantined_at, probe_after,
-        probation_cooldown_seconds, created_at)
+        probation_cooldown_seconds, fencing_token, created_at)
     SELECT p.id, 'r' || g || '@example.com', '', '{}', 'available', NULL, '', NULL, NULL, '',
-           0, 0, 0, '', '', NULL, NULL, '', NULL, NULL, 0, now() - interval '60 days'
+           0, 0, 0, '', '', NULL, NULL, '', NULL, NULL, 0, 0, now() - interval '60 days'
     FROM generate_series(1, %(resources)s) g JOIN resources_resourcepool p ON p.name = 'bench-dash-' || (g %% %(pools)s + 1);
 
     INSERT INTO scheduling_retrypolicy (name, description, max_attempts, backoff, initial_delay_seconds, multiplier,
