@@ -13,6 +13,8 @@ log = logging.getLogger(__name__)
 # Seconds between the ops process's runs of the periodic jobs (retryops.ops).
 DISPATCH_EVERY = 15
 BATCH_TICK_EVERY = 60
+# A read counts the hours changed since the last pass from the attempts: a minute's worth at most.
+ROLL_UP_FAILURES_EVERY = 60
 
 
 @in_stored_language
@@ -43,3 +45,12 @@ def batch_tick_job():
     from scheduling.services import run_batches
 
     return run_batches(every=BATCH_TICK_EVERY)
+
+
+def roll_up_failures_job() -> dict:
+    """Periodic: one pass of the failure rollup (scheduling.services.failure_rollup)."""
+    from scheduling.services.failure_rollup import roll_up_failures
+
+    done = roll_up_failures()
+    return {"skipped": done.skipped, "below_xid": done.to_xid, "hours": done.hours, "full": done.full,
+            "ms": round(done.seconds * 1000, 1)}

@@ -365,3 +365,61 @@ class BatchConfig(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class FailureRollup(models.Model):
+    """What the failures of one (policy, error signature) that started in one UTC hour (or day) led
+    to, as scheduling.analysis counts them: the "which errors are really transient" report reads
+    these instead of every failure of its window. Written only by
+    scheduling.services.failure_rollup.roll_up_failures, which recounts a period whenever a change
+    reaches its failures (scheduling.analysis says which changes do)."""
+
+    period_start = models.DateTimeField(_("period start"))
+    # 1: an hour, counted from the failures; 24: a UTC day, the sum of its hours.
+    period_hours = models.PositiveSmallIntegerField(_("period (hours)"))
+    # An id, not a foreign key: the counts are the report's, never a reason to keep or lock a policy.
+    policy_id = models.BigIntegerField(_("policy id"))
+    signature = models.CharField(_("error signature"), max_length=500)
+    failures = models.PositiveIntegerField(_("failures"))
+    retries = models.PositiveIntegerField(_("retries"))
+    wasted = models.PositiveIntegerField(_("wasted retries"))
+    dead = models.PositiveIntegerField(_("dead"))
+    recovered_same = models.PositiveIntegerField(_("recovered on the same resource"))
+    recovered_other = models.PositiveIntegerField(_("recovered on another resource"))
+    # The period's latest failure (its id), whose text the report shows.
+    latest_attempt_id = models.BigIntegerField(_("latest failure"))
+
+    class Meta:
+        verbose_name = _("failure rollup")
+        verbose_name_plural = _("failure rollups")
+        constraints = [
+            # Also the index the report reads its periods by, and the pass replaces them by.
+            models.UniqueConstraint(fields=["period_hours", "period_start", "policy_id", "signature"],
+                                    name="failure_rollup_once_per_period"),
+            models.CheckConstraint(condition=Q(period_hours__in=[1, 24]), name="failure_rollup_hour_or_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.signature} of policy {self.policy_id}, {self.period_hours} h from {self.period_start}"
+
+
+class FailureRollupMark(models.Model):
+    """Where the failure rollup stands: every change written by a transaction below `below_xid` is
+    in FailureRollup; a period that a change at or above it reached is counted again by each read.
+    One row (id 1), moved only forward, in the transaction that recounts the periods."""
+
+    below_xid = TransactionIdField(_("below transaction"))
+    # The oldest period the rollup holds: older failures are never read (scheduling.analysis's longest
+    # window). Empty until the first pass has counted every period.
+    kept_from = models.DateTimeField(_("kept from"), null=True, blank=True)
+    advanced_at = models.DateTimeField(_("advanced at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("failure rollup mark")
+        verbose_name_plural = _("failure rollup marks")
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="failure_rollup_mark_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"failures rolled up below transaction {self.below_xid}"

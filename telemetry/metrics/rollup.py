@@ -30,6 +30,7 @@ from django.db import connection, transaction
 from compensation.models import DeadLetter
 from scheduling.choices import AttemptOutcome, TaskEventKind
 from scheduling.models import Attempt, Task, TaskEvent
+from scheduling.watermark import take_horizon
 from telemetry.metrics.gauges import counted_gauges
 from telemetry.metrics.models import MetricGauge, MetricRollup, MetricWatermark
 
@@ -184,18 +185,10 @@ def roll_up_metrics() -> RollupPass:
     under way elsewhere makes this one skip rather than wait."""
     started = time.monotonic()
     with transaction.atomic(), connection.cursor() as cursor:
-        # One pass at a time; the lock goes with the transaction. Taken before the watermark row
-        # is touched, so that not even the very first passes (both inserting it) wait on each other.
-        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [ROLLUP_LOCK])
-        if not cursor.fetchone()[0]:
+        horizon = take_horizon(cursor, lock=ROLLUP_LOCK, mark=MARK)
+        if horizon is None:
             return RollupPass(skipped=True, seconds=time.monotonic() - started)
-        cursor.execute(f"INSERT INTO {MARK} (id, below_xid, advanced_at) VALUES (1, '0', now()) "
-                       "ON CONFLICT (id) DO NOTHING")
-        # The horizon comes from this statement's snapshot, taken with the row locked: every
-        # transaction below it has ended, so the next statement (a later snapshot) sees all their rows.
-        cursor.execute(f"SELECT below_xid::text, pg_snapshot_xmin(pg_current_snapshot())::text FROM {MARK} "
-                       "WHERE id = 1 FOR UPDATE")
-        lo, hi = (int(value) for value in cursor.fetchone())
+        lo, hi = horizon
         series = 0
         if hi > lo:
             cursor.execute(_ROLLUP_SQL, {"lo": str(lo), "hi": str(hi)})

@@ -1,0 +1,109 @@
+"""The failure rollup (scheduling.models.FailureRollup): what the failures of each UTC hour and day
+led to, per (policy, error signature), so that "which errors are really transient" reads a few
+hundred rows per day of its window instead of every failure (scheduling.analysis).
+
+A failure's counts change after it was written: its task retries, dies or succeeds later, a later
+run of its business instance succeeds. So a period is not added to but counted again, whole, each
+time a change reaches its failures. Which changes did is known from the transactions that wrote
+them, as the metrics rollup knows its rows (telemetry.metrics.rollup says why a transaction id
+and not a row id): a pass takes the changes written from the mark's `below_xid` up to
+pg_snapshot_xmin (every transaction below it has ended), counts again the hours they reached
+(scheduling.analysis.CHANGED_HOURS_SQL) and the days of those hours, and moves the mark, in one
+transaction. A read counts the hours reached by changes at or above the mark from the attempts
+(scheduling.analysis.failure_counts), so it never waits for a pass and is exact whatever the lag.
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from scheduling.analysis import (
+    COLUMNS,
+    COUNTS,
+    FAILURE_CTE,
+    MAX_WINDOW_DAYS,
+    changed_hours,
+    day_floor,
+    merged,
+    sql_params,
+)
+from scheduling.models import FailureRollup, FailureRollupMark
+from scheduling.watermark import take_horizon
+
+# pg_try_advisory_xact_lock key of the pass ("RFAI"); any constant no other lock uses.
+ROLLUP_LOCK = 0x52464149
+# Periods older than the longest window a read may ask for (and a day to spare) are not kept.
+KEPT_DAYS = MAX_WINDOW_DAYS + 1
+
+ROLLUP, MARK = FailureRollup._meta.db_table, FailureRollupMark._meta.db_table
+
+_COUNT_HOURS_SQL = f"""
+    WITH {FAILURE_CTE}
+    INSERT INTO {ROLLUP} (period_start, period_hours, policy_id, signature, {", ".join(COLUMNS)}, latest_attempt_id)
+    SELECT date_trunc('hour', started_at, 'UTC'), 1, policy_id, signature, {COUNTS}
+    FROM failure GROUP BY 1, 3, 4
+"""
+# A day is the sum of its hours, read from the rollup itself.
+_COUNT_DAYS_SQL = f"""
+    INSERT INTO {ROLLUP} (period_start, period_hours, policy_id, signature, {", ".join(COLUMNS)}, latest_attempt_id)
+    SELECT day.start, 24, h.policy_id, h.signature, {", ".join(f"sum(h.{c})" for c in COLUMNS)}, max(h.latest_attempt_id)
+    FROM unnest(%(days)s::timestamptz[]) AS day(start)
+    JOIN {ROLLUP} h ON h.period_hours = 1 AND h.period_start >= day.start AND h.period_start < day.start + interval '1 day'
+    GROUP BY 1, 3, 4
+"""
+
+
+@dataclass(frozen=True)
+class FailurePass:
+    """What one pass did: moved the mark from `from_xid` to `to_xid`, counting `hours` hours again
+    (`full`: every kept period, the first pass); or nothing (`skipped`: another pass was under way)."""
+
+    skipped: bool
+    from_xid: int = 0
+    to_xid: int = 0
+    hours: int = 0
+    full: bool = False
+    seconds: float = 0.0
+
+
+def roll_up_failures(*, now: datetime | None = None) -> FailurePass:
+    """Count again the periods that the changes written since the last pass reached (every kept
+    period on the first pass), drop those older than KEPT_DAYS, and move the mark, in one
+    transaction; a pass already under way elsewhere makes this one skip rather than wait."""
+    started = time.monotonic()
+    kept_from = day_floor((now or timezone.now()) - timedelta(days=KEPT_DAYS))
+    with transaction.atomic(), connection.cursor() as cursor:
+        horizon = take_horizon(cursor, lock=ROLLUP_LOCK, mark=MARK)
+        if horizon is None:
+            return FailurePass(skipped=True, seconds=time.monotonic() - started)
+        lo, hi = horizon
+        cursor.execute(f"SELECT kept_from FROM {MARK} WHERE id = 1")
+        if cursor.fetchone()[0] is None:  # the first pass: every period kept
+            cursor.execute(f"DELETE FROM {ROLLUP}")
+            ranges = [(kept_from, datetime.max.replace(tzinfo=kept_from.tzinfo))]
+            hours = None
+        else:
+            cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_start < %s", [kept_from])
+            hours = sorted(changed_hours(cursor, lo=lo, hi=hi, since=kept_from)) if hi > lo else []
+            cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_hours = 1 AND period_start = ANY(%s::timestamptz[])",
+                           [hours])
+            ranges = [(hour, hour + timedelta(hours=1)) for hour in hours]
+        if ranges:
+            starts, ends = merged(ranges)
+            cursor.execute(_COUNT_HOURS_SQL, sql_params(lo=starts, hi=ends))
+        if hours is None:
+            cursor.execute(f"SELECT DISTINCT date_trunc('day', period_start, 'UTC') FROM {ROLLUP}")
+            days = [day for (day,) in cursor.fetchall()]
+        else:
+            days = sorted({day_floor(hour) for hour in hours})
+            cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_hours = 24 AND period_start = ANY(%s::timestamptz[])",
+                           [days])
+        if days:
+            cursor.execute(_COUNT_DAYS_SQL, {"days": days})
+        cursor.execute(f"UPDATE {MARK} SET below_xid = %(hi)s::xid8, kept_from = %(kept)s, advanced_at = now() "
+                       "WHERE id = 1", {"hi": str(hi), "kept": kept_from})
+    return FailurePass(skipped=False, from_xid=lo, to_xid=hi, hours=len(hours or ()), full=hours is None,
+                       seconds=time.monotonic() - started)

@@ -1,0 +1,148 @@
+"""The failure rollup (scheduling.services.failure_rollup) and the transience report read through it
+(scheduling.analysis.failure_counts): on the same rows, the rollup path gives what counting every
+failure of the window gives, before a pass, after it, and after changes that reach old failures.
+Transactional: the rollup's mark is a transaction id, which only committed rows pass."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from scheduling import services
+from scheduling.analysis import failure_counts, transient_errors
+from scheduling.choices import TaskState
+from scheduling.models import Attempt, FailureRollup, FailureRollupMark, Task
+from scheduling.services.failure_rollup import roll_up_failures
+from tests.factories import ResourceFactory, RetryPolicyFactory
+from tests.scheduling.test_analysis import run, slow, start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def policies(db):
+    retrying = RetryPolicyFactory(
+        name="retrying", max_attempts=3, initial_delay_seconds=0,
+        retryable_error_patterns=[{"pattern": "upstream slow", "action": "retry_same_resource", "probation": False}],
+        non_retryable_error_patterns=[{"pattern": "account banned", "action": "quarantine", "probation": False}])
+    return retrying, RetryPolicyFactory(name="once", max_attempts=1)
+
+
+def ago(task: Task, **delta) -> Task:
+    """Move the task's attempts back in time (the rollup keys failures by when they started)."""
+    Attempt.objects.filter(task=task).update(started_at=F("started_at") - timedelta(**delta))
+    return task
+
+
+@pytest.fixture
+def spread(pool, policies):
+    """Failures over a month: now, hours ago, days ago and 20 days ago, of two policies; one task
+    waits for a retry, one died on a resource that a later run can still succeed on."""
+    retrying, once = policies
+    alice, bob, carl = (ResourceFactory(pool=pool, key=key) for key in ("alice@x", "bob@x", "carl@x"))
+    run(run(start(pool, retrying, alice), slow()))                                    # recovered, now
+    ago(run(run(run(start(pool, retrying, carl), slow()), slow()), slow()), hours=5)  # dead, 5 hours ago
+    banned = ago(run(start(pool, retrying, bob), PermissionError("account banned")), days=3, hours=2)
+    ago(run(start(pool, once, alice), slow()), days=20)                               # dead, other policy
+    waiting = ago(run(start(pool, retrying, carl, strict=False), slow()), minutes=90)  # waits for its retry
+    return {"banned": banned, "waiting": waiting, "alice": alice}
+
+
+def settled(timeout: float = 120.0) -> None:
+    """Wait until every transaction begun so far has ended (pg_snapshot_xmin passed them), so that a
+    pass can roll up what the test wrote: a transaction left open on the server, in any database,
+    holds the rollup back (as the metrics rollup), and a busy shared server has such."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text")
+        written = int(cursor.fetchone()[0])
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+            if int(cursor.fetchone()[0]) > written:
+                return
+        assert time.monotonic() < deadline, "a transaction left open on the server holds pg_snapshot_xmin back"
+        time.sleep(0.2)
+
+
+def roll_up():
+    settled()
+    return roll_up_failures()
+
+
+def windows(now):
+    return [(now - timedelta(days=days), now, policy) for days in (1, 7, 30) for policy in (None, *policy_ids())]
+
+
+def policy_ids():
+    return list(FailureRollup.objects.order_by().values_list("policy_id", flat=True).distinct()) or [None]
+
+
+def assert_rollup_equals_raw(now=None):
+    now = now or timezone.now()
+    for since, until, policy in windows(now):
+        rolled = failure_counts(since=since, until=until, policy_id=policy)
+        assert rolled == failure_counts(since=since, until=until, policy_id=policy, rolled_up=False), (since, policy)
+
+
+def test_the_first_pass_rolls_up_every_kept_hour_and_reads_equal_the_raw_count(spread):
+    done = roll_up()
+    assert (done.skipped, done.full) == (False, True)
+    assert FailureRollup.objects.filter(period_hours=1).count() == 5  # 5 hours with failures of one signature each
+    assert_rollup_equals_raw()
+
+
+def test_a_day_is_the_sum_of_its_hours(spread):
+    roll_up()
+    for day in FailureRollup.objects.filter(period_hours=24):
+        hours = FailureRollup.objects.filter(period_hours=1, policy_id=day.policy_id, signature=day.signature,
+                                             period_start__gte=day.period_start,
+                                             period_start__lt=day.period_start + timedelta(days=1))
+        assert hours.aggregate(n=Sum("failures"))["n"] == day.failures
+
+
+def test_changes_after_a_pass_that_reach_old_failures_are_counted_before_and_after_the_next_pass(spread):
+    roll_up()
+    # A failure of 3 days ago recovers: its dead task's business instance runs again and succeeds.
+    rerun = run(services.retry_resource(resource=spread["alice"], actor="ops", instance=spread["banned"]))
+    assert rerun.state == TaskState.SUCCEEDED
+    # A task waiting since 90 minutes ago fails again and dies.
+    run(spread["waiting"], slow())
+    run(spread["waiting"], slow())
+    assert Task.objects.get(pk=spread["waiting"].pk).state == TaskState.DEAD
+    assert_rollup_equals_raw()  # the changed hours read from the attempts
+    done = roll_up()
+    assert (done.full, done.hours >= 2) == (False, True)
+    assert_rollup_equals_raw()  # now from the rollup
+    banned_hour = FailureRollup.objects.get(period_hours=1, signature__startswith="PermissionError")
+    assert (banned_hour.dead, banned_hour.recovered_other) == (1, 1)
+
+
+def test_a_read_takes_whole_hours_from_the_rollup_and_the_cut_ends_from_the_attempts(spread, policies):
+    roll_up()
+    now = timezone.now()
+    hour = FailureRollup.objects.filter(period_hours=1, period_start__lt=now - timedelta(hours=2)).order_by(
+        "-period_start").first()
+    FailureRollup.objects.filter(period_hours=1, pk=hour.pk).update(failures=F("failures") + 1000)
+    [row] = [r for r in failure_counts(since=now - timedelta(hours=30), until=now)
+             if (r["policy_id"], r["signature"]) == (hour.policy_id, hour.signature)]
+    raw = [r for r in failure_counts(since=now - timedelta(hours=30), until=now, rolled_up=False)
+           if (r["policy_id"], r["signature"]) == (hour.policy_id, hour.signature)]
+    assert row["failures"] == raw[0]["failures"] + 1000
+
+
+def test_the_report_reads_the_same_rows_with_or_without_a_pass(spread, policies):
+    before = [(r.policy.name, r.signature, r.failures, r.wasted, r.recovered) for r in transient_errors(days=30).rows]
+    roll_up()
+    after = [(r.policy.name, r.signature, r.failures, r.wasted, r.recovered) for r in transient_errors(days=30).rows]
+    assert before == after and len(before) == 3
+
+
+def test_a_pass_drops_periods_older_than_the_longest_window(spread):
+    roll_up()
+    FailureRollup.objects.update(period_start=F("period_start") - timedelta(days=200))
+    roll_up()
+    assert not FailureRollup.objects.filter(period_start__lt=FailureRollupMark.objects.get().kept_from).exists()
