@@ -122,3 +122,21 @@ def classify(
         if matches(compiled, text):
             return Classification(FailureCategory.RETRYABLE, compiled.pattern, text)
     return Classification(FailureCategory.RETRYABLE, None, text)
+
+
+@lru_cache(maxsize=1)
+def _any_default_non_retryable() -> regex.Pattern:
+    # The default non-retryable patterns as one alternation: none has a backreference or an inline
+    # flag, so it is found exactly where one of them is.
+    return compile_pattern("|".join(f"(?:{pattern})" for pattern in DEFAULT_NON_RETRYABLE_PATTERNS))
+
+
+def default_category(text: str) -> str:
+    """classify(text).category with the default patterns, in one search instead of one per pattern:
+    what decides is only whether a non-retryable one matches (the policy what-if judges every
+    distinct error text of a million attempts, tens of thousands when the texts carry ids)."""
+    try:
+        found = _any_default_non_retryable().search(text[:MATCHED_TEXT_LENGTH], timeout=MATCH_TIMEOUT_SECONDS)
+    except TimeoutError:
+        return classify(text).category  # one pattern at a time, each within its own timeout
+    return FailureCategory.NON_RETRYABLE if found is not None else FailureCategory.RETRYABLE

@@ -185,11 +185,9 @@ class Verdict:
         return self.classification.category
 
 
-def judge(policy, error: BaseException | str) -> Verdict:
-    """Match a failure against the policy's patterns (non-retryable first), then the defaults."""
-    from resources.classification import classify
-
-    text = error_text(error)
+def policy_verdict(policy, text: str) -> Verdict | None:
+    """The verdict of the first of the policy's own patterns that matches `text` (non-retryable
+    first), or None: the defaults decide (judge)."""
     for field, category in (
         ("non_retryable_error_patterns", FailureCategory.NON_RETRYABLE),
         ("retryable_error_patterns", FailureCategory.RETRYABLE),
@@ -197,6 +195,21 @@ def judge(policy, error: BaseException | str) -> Verdict:
         for entry in getattr(policy, field):
             if matches(compile_patterns((entry["pattern"],))[0], text):
                 return Verdict(Classification(category, entry["pattern"], text), entry["action"], entry.get("probation", False))
+    return None
+
+
+def default_action(category: str) -> str:
+    """The action of a failure no pattern of the policy's decided, by its category."""
+    return DEFAULT_ACTION["non_retryable_error_patterns" if category == FailureCategory.NON_RETRYABLE
+                          else "retryable_error_patterns"]
+
+
+def judge(policy, error: BaseException | str) -> Verdict:
+    """Match a failure against the policy's patterns (non-retryable first), then the defaults."""
+    from resources.classification import classify
+
+    found = policy_verdict(policy, error_text(error))
+    if found is not None:
+        return found
     verdict = classify(error)
-    action = DEFAULT_ACTION["retryable_error_patterns" if verdict.retryable else "non_retryable_error_patterns"]
-    return Verdict(verdict, action)
+    return Verdict(verdict, default_action(verdict.category))

@@ -46,13 +46,14 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.choices import FailureCategory
+from resources.classification import default_category
 from retryops.errors import BadInput
 from retryops.inputs import whole_number
 from retryops.replica import read_alias
 from scheduling.choices import TERMINAL_STATES, AttemptOutcome, PatternAction, TaskState
 from scheduling.errors import BadPolicy
 from scheduling.models import Attempt, RetryPolicy, Task
-from scheduling.policies import clean_policy, judge, retry_delay
+from scheduling.policies import clean_policy, default_action, policy_verdict, retry_delay
 from scheduling.selectors import get_policy
 from scheduling.services.policies import POLICY_FIELDS, policy_snapshot
 
@@ -206,7 +207,8 @@ def what_if(*, policy: str | RetryPolicy, proposed: dict, days: int = DEFAULT_DA
     since = (now or timezone.now()) - timedelta(days=days)
     candidate = RetryPolicy(**{name: value for name, value in proposed.items() if name in (*POLICY_FIELDS, "name")})
     memos: dict[str, dict] = {}  # two policies with the same patterns share their verdicts
-    replays = (_Replayer(policy, memos), _Replayer(candidate, memos))
+    defaults: dict[str, str] = {}  # and every policy the default patterns' categories
+    replays = (_Replayer(policy, memos, defaults), _Replayer(candidate, memos, defaults))
     followed = _Followed()
     tasks = Task.objects.filter(policy=policy, created_at__gte=since, is_probe=False)
     replayed = 0
@@ -318,13 +320,14 @@ def _consequence(category: str, action: str, *, judged: bool) -> tuple[bool, boo
 class _Replayer:
     """One policy's replay over the streamed tasks (steps 1-6), then its estimates (step 7)."""
 
-    def __init__(self, policy: RetryPolicy, memos: dict[str, dict]):
+    def __init__(self, policy: RetryPolicy, memos: dict[str, dict], defaults: dict[str, str]):
         self.policy = policy
         self.result = Replay()
         self.quarantined: set[int] = set()
         self.pending: list[tuple[str, int, float, float]] = []  # (signature, attempt, due, duration)
         patterns = repr((policy.non_retryable_error_patterns, policy.retryable_error_patterns))
         self._verdicts: dict[str, tuple[bool, bool]] = memos.setdefault(patterns, {})
+        self._defaults = defaults
         self._delays: dict[int, float] = {}
 
     def consequence(self, attempt: tuple) -> tuple[bool, bool]:
@@ -335,8 +338,19 @@ class _Replayer:
         if found is None:
             if len(self._verdicts) >= MAX_MEMO:
                 self._verdicts.clear()
-            verdict = judge(self.policy, text)
-            found = self._verdicts[text] = _consequence(verdict.category, verdict.action, judged=True)
+            # judge's verdict in two parts: the policy's own patterns, then (what both replayed
+            # policies share) the defaults' category, judged once per text for both.
+            verdict = policy_verdict(self.policy, text)
+            if verdict is not None:
+                category, action = verdict.category, verdict.action
+            else:
+                category = self._defaults.get(text)
+                if category is None:
+                    if len(self._defaults) >= MAX_MEMO:
+                        self._defaults.clear()
+                    category = self._defaults[text] = default_category(text)
+                action = default_action(category)
+            found = self._verdicts[text] = _consequence(category, action, judged=True)
         return found
 
     def delay(self, number: int) -> float:

@@ -1,6 +1,6 @@
 import pytest
 
-from resources.classification import classify
+from resources.classification import classify, default_category
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,12 @@ def test_patterns_are_case_insensitive():
 def test_a_bad_pattern_is_named_in_the_error():
     with pytest.raises(ValueError, match=r"invalid error pattern '\(unclosed'"):
         classify("x", retryable_patterns=["(unclosed"])
+
+
+@pytest.mark.parametrize("text", [
+    "TimeoutError: read timed out", "HTTP 429 Too Many Requests", "account banned", "User suspended by risk control",
+    "revoked token", "HTTP 401 Unauthorized", "status 403", "Forbidden: no", "unbanned user", "HTTP 4031",
+    "ConnectionError: proxy refused", "HTTPError: HTTP 503 for request 9f86d081884c7d65", "", "x" * 5000 + " banned",
+])
+def test_the_default_category_in_one_search_is_what_classify_finds_pattern_by_pattern(text):
+    assert default_category(text) == classify(text).category
