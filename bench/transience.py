@@ -229,7 +229,7 @@ def failures_in_windows() -> dict:
 
 def settle(timeout: float = 1800) -> None:
     """Wait until every transaction on the server that began before now has ended: until then
-    the rollup's pass cannot move its mark past the build (scheduling.services.failure_rollup),
+    the rollup's pass cannot move its mark past the build (scheduling.services.rollups),
     and every read would count the whole window from the attempts."""
     from django.db import connection
 
@@ -250,13 +250,13 @@ def settle(timeout: float = 1800) -> None:
 
 def roll_up() -> dict:
     """The rollup's first pass (every kept hour), timed: what the ops process does once."""
-    from scheduling.models import FailureRollupMark
-    from scheduling.services.failure_rollup import roll_up_failures
+    from scheduling.models import AttemptRollupMark
+    from scheduling.services.rollups import roll_up_attempts
 
     settle()
-    FailureRollupMark.objects.all().delete()
+    AttemptRollupMark.objects.all().delete()
     started = time.perf_counter()
-    roll_up_failures()
+    roll_up_attempts()
     seconds = time.perf_counter() - started
     return {"page": FIRST_PASS, "p50": seconds * 1000, "p95": seconds * 1000, "queries": 0}
 

@@ -75,7 +75,7 @@ STEPS = (
     Step("prune_stream", audit.prune_stream_job, audit.PRUNE_STREAM_EVERY),
     Step("prune_idempotency_keys", audit.prune_idempotency_keys_job, audit.PRUNE_IDEMPOTENCY_KEYS_EVERY),
     Step("metrics_rollup", metrics.roll_up_metrics_job, metrics.ROLL_UP_METRICS_EVERY),
-    Step("failure_rollup", scheduling.roll_up_failures_job, scheduling.ROLL_UP_FAILURES_EVERY),
+    Step("attempt_rollups", scheduling.roll_up_attempts_job, scheduling.ROLL_UP_ATTEMPTS_EVERY),
     Step("figures_refresh", figures_services.refresh_figures_job, figures.REFRESH_FIGURES_EVERY),
     Step("alerts", alerts.evaluate_alerts_job, alerts.EVALUATE_ALERTS_EVERY),
     Step("invariants", readiness.check_invariants_job, readiness.INVARIANTS_EVERY),

@@ -18,16 +18,15 @@ The pattern and action shown are what the policy, as it is now, makes of the lat
 (scheduling.policies.judge, the function the runner calls), beside the action recorded then.
 
 The counts are read from FailureRollup, per UTC hour and day, which the ops process keeps
-(scheduling.services.failure_rollup); a read adds the failures the rollup does not hold: the
+(scheduling.services.rollups); a read adds the failures the rollup does not hold: the
 window's ends, which cut an hour, and the hours a change written since the rollup's last pass
 reached. So a page is exact at once, and costs what it costs whatever the history.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connections, transaction
 from django.utils import timezone
 
 from retryops.errors import BadInput
@@ -35,8 +34,9 @@ from retryops.inputs import record_id, whole_number
 from retryops.replica import read_alias
 from scheduling.choices import AttemptOutcome, PatternAction, TaskEventKind, TaskState
 
-from scheduling.models import Attempt, FailureRollup, FailureRollupMark, RetryPolicy, Task, TaskEvent
+from scheduling.models import Attempt, FailureRollup, AttemptRollupMark, RetryPolicy, Task, TaskEvent
 from scheduling.policies import Verdict, judge
+from scheduling.watermark import day_floor, hour_floor, snapshot
 
 # The longest window a page may ask for: attempt_failure_time_idx bounds the read to the window,
 # and a quarter's failures are still one scan of that index.
@@ -218,14 +218,6 @@ def changed_hours(cursor, *, lo: int, hi: int | None, since: datetime) -> set[da
     return {hour for (hour,) in cursor.fetchall()}
 
 
-def hour_floor(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-
-
-def day_floor(moment: datetime) -> datetime:
-    return hour_floor(moment).replace(hour=0)
-
-
 def merged(ranges: list[tuple[datetime, datetime]]) -> tuple[list[datetime], list[datetime]]:
     """Sorted ranges, the touching ones joined, as (starts, ends): the CTE's %(lo)s and %(hi)s."""
     lo, hi = [], []
@@ -275,15 +267,10 @@ def failure_counts(*, since: datetime, until: datetime, policy_id: int | None = 
     rollup (FailureRollup) and the failures it does not hold yet, in one snapshot: the counts are
     what every failure of the window gives (`rolled_up=False` counts those, the reference)."""
     params = sql_params(policy=policy_id, limit=limit)
-    alias = read_alias()
-    outermost = not connections[alias].in_atomic_block  # inside a caller's transaction, its snapshot rules
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        if outermost:
-            # The mark, the hours changed above it and the rollup, seen as one pass left them.
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    with snapshot(read_alias()) as cursor:
         mark = None
         if rolled_up:
-            cursor.execute(f"SELECT below_xid::text, kept_from FROM {FailureRollupMark._meta.db_table} WHERE id = 1")
+            cursor.execute(f"SELECT below_xid::text, kept_from FROM {AttemptRollupMark._meta.db_table} WHERE id = 1")
             mark = cursor.fetchone()
         if mark is None or mark[1] is None:
             lo, hi = merged([(since, until)])

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 DISPATCH_EVERY = 15
 BATCH_TICK_EVERY = 60
 # A read counts the hours changed since the last pass from the attempts: a minute's worth at most.
-ROLL_UP_FAILURES_EVERY = 60
+ROLL_UP_ATTEMPTS_EVERY = 60
 
 
 @in_stored_language
@@ -47,10 +47,10 @@ def batch_tick_job():
     return run_batches(every=BATCH_TICK_EVERY)
 
 
-def roll_up_failures_job() -> dict:
-    """Periodic: one pass of the failure rollup (scheduling.services.failure_rollup)."""
-    from scheduling.services.failure_rollup import roll_up_failures
+def roll_up_attempts_job() -> dict:
+    """Periodic: one pass of the failure rollup (scheduling.services.rollups)."""
+    from scheduling.services.rollups import roll_up_attempts
 
-    done = roll_up_failures()
+    done = roll_up_attempts()
     return {"skipped": done.skipped, "below_xid": done.to_xid, "hours": done.hours, "full": done.full,
             "ms": round(done.seconds * 1000, 1)}

@@ -371,7 +371,7 @@ class FailureRollup(models.Model):
     """What the failures of one (policy, error signature) that started in one UTC hour (or day) led
     to, as scheduling.analysis counts them: the "which errors are really transient" report reads
     these instead of every failure of its window. Written only by
-    scheduling.services.failure_rollup.roll_up_failures, which recounts a period whenever a change
+    scheduling.services.rollups.roll_up_attempts, which recounts a period whenever a change
     reaches its failures (scheduling.analysis says which changes do)."""
 
     period_start = models.DateTimeField(_("period start"))
@@ -403,23 +403,50 @@ class FailureRollup(models.Model):
         return f"{self.signature} of policy {self.policy_id}, {self.period_hours} h from {self.period_start}"
 
 
-class FailureRollupMark(models.Model):
-    """Where the failure rollup stands: every change written by a transaction below `below_xid` is
-    in FailureRollup; a period that a change at or above it reached is counted again by each read.
-    One row (id 1), moved only forward, in the transaction that recounts the periods."""
+class RetryRollup(models.Model):
+    """How many retries (attempts numbered 2 and up) ended in one UTC hour, by how (their task
+    events), and how many were due in it and started, late or not: the acceptance figures read
+    these instead of a week of rows (scheduling.selectors.retry_outcomes, retry_start_counts).
+    Added to, never recounted: an event or a finished attempt counts once, in the pass that
+    passes its transaction (scheduling.services.rollups)."""
+
+    period_start = models.DateTimeField(_("hour"), unique=True)
+    succeeded = models.PositiveIntegerField(_("retries succeeded"), default=0)
+    failed = models.PositiveIntegerField(_("retries failed"), default=0)
+    dead = models.PositiveIntegerField(_("retries dead"), default=0)
+    # Retries due in the hour (Attempt.scheduled_for) that have started and finished; `late`
+    # started after their due time plus the grace the mark records.
+    started = models.PositiveIntegerField(_("retries started"), default=0)
+    late = models.PositiveIntegerField(_("retries started late"), default=0)
+
+    class Meta:
+        verbose_name = _("retry rollup")
+        verbose_name_plural = _("retry rollups")
+
+    def __str__(self) -> str:
+        return f"retries of the hour from {self.period_start}"
+
+
+class AttemptRollupMark(models.Model):
+    """Where the rollups of attempts stand (FailureRollup, RetryRollup): every change written by a
+    transaction below `below_xid` is in them; a read counts what was written at or above it from
+    the rows. One row (id 1), moved only forward, in the transaction of the pass."""
 
     below_xid = TransactionIdField(_("below transaction"))
     # The oldest period the rollup holds: older failures are never read (scheduling.analysis's longest
     # window). Empty until the first pass has counted every period.
     kept_from = models.DateTimeField(_("kept from"), null=True, blank=True)
+    # The RETRYOPS_RETRY_SLA_GRACE_SECONDS RetryRollup.late was counted with: another setting counts
+    # them all again.
+    grace_seconds = models.FloatField(_("grace (seconds)"), null=True, blank=True)
     advanced_at = models.DateTimeField(_("advanced at"), auto_now=True)
 
     class Meta:
-        verbose_name = _("failure rollup mark")
-        verbose_name_plural = _("failure rollup marks")
+        verbose_name = _("attempt rollup mark")
+        verbose_name_plural = _("attempt rollup marks")
         constraints = [
-            models.CheckConstraint(condition=Q(id=1), name="failure_rollup_mark_single_row"),
+            models.CheckConstraint(condition=Q(id=1), name="attempt_rollup_mark_single_row"),
         ]
 
     def __str__(self) -> str:
-        return f"failures rolled up below transaction {self.below_xid}"
+        return f"attempts rolled up below transaction {self.below_xid}"

@@ -31,6 +31,7 @@ from resources.signatures import text_signature
 from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import check_text
+from retryops.replica import read_alias
 from scheduling.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
@@ -41,11 +42,14 @@ from scheduling.choices import (
 from scheduling.errors import UnknownPolicy
 from scheduling.models import (
     Attempt,
+    AttemptRollupMark,
     BatchConfig,
     RetryPolicy,
+    RetryRollup,
     Task,
     TaskEvent,
 )
+from scheduling.watermark import hour_floor, snapshot
 
 # The retry policy of a task that names none (config/tasks/retry-policies.yaml defines it).
 DEFAULT_POLICY = "default"
@@ -197,6 +201,71 @@ RETRY_OUTCOMES = {
 }
 
 
+# The rows the retry figures count, as SQL (RetryRollup's pass adds them up by hour):
+# the events that end a retry, each with its xid (task_event_retry_outcome_idx holds them, with their
+# time; task_event_kind_xid_idx by their transaction), and the retries' attempts, each with whether
+# it started late (started_late()) and the transaction that finished it.
+RETRY_ENDS_SQL = f"""
+    SELECT created_at, xid, (kind = '{TaskEventKind.RETRY_SUCCEEDED}')::int AS succeeded,
+           (kind = '{TaskEventKind.RETRY_SCHEDULED}')::int AS failed, (kind = '{TaskEventKind.DEAD}')::int AS dead
+    FROM {TaskEvent._meta.db_table}
+    WHERE kind IN ('{TaskEventKind.RETRY_SUCCEEDED}', '{TaskEventKind.RETRY_SCHEDULED}', '{TaskEventKind.DEAD}')
+      AND attempt_number > 1
+"""
+RETRY_STARTS_SQL = f"""
+    SELECT scheduled_for, finished_xid, outcome, started_at > scheduled_for + make_interval(secs => %(grace)s) AS late
+    FROM {Attempt._meta.db_table} WHERE number > 1
+"""
+_ROLLED_UP_ENDS_SQL = f"""
+    SELECT coalesce(sum(succeeded), 0)::int, coalesce(sum(failed), 0)::int, coalesce(sum(dead), 0)::int FROM (
+        SELECT succeeded, failed, dead FROM {RetryRollup._meta.db_table} WHERE period_start >= %(a)s AND period_start < %(b)s
+      UNION ALL
+        SELECT succeeded, failed, dead FROM ({RETRY_ENDS_SQL}) e WHERE created_at >= %(since)s AND created_at < %(a)s
+      UNION ALL
+        SELECT succeeded, failed, dead FROM ({RETRY_ENDS_SQL}) e WHERE created_at >= %(b)s AND created_at <= %(until)s
+      UNION ALL
+        SELECT succeeded, failed, dead FROM ({RETRY_ENDS_SQL}) e
+        WHERE xid >= %(mark)s::xid8 AND created_at >= %(a)s AND created_at < %(b)s
+    ) ended
+"""
+_ROLLED_UP_STARTS_SQL = f"""
+    SELECT coalesce(sum(started), 0)::int, coalesce(sum(late), 0)::int FROM (
+        SELECT started, late FROM {RetryRollup._meta.db_table} WHERE period_start >= %(a)s AND period_start < %(b)s
+      UNION ALL
+        SELECT 1, late::int FROM ({RETRY_STARTS_SQL}) s WHERE scheduled_for >= %(since)s AND scheduled_for < %(a)s
+      UNION ALL
+        SELECT 1, late::int FROM ({RETRY_STARTS_SQL}) s WHERE scheduled_for >= %(b)s AND scheduled_for <= %(until)s
+      UNION ALL
+        SELECT 1, late::int FROM ({RETRY_STARTS_SQL}) s
+        WHERE finished_xid >= %(mark)s::xid8 AND scheduled_for >= %(a)s AND scheduled_for < %(b)s
+      UNION ALL
+        SELECT 1, late::int FROM ({RETRY_STARTS_SQL}) s
+        WHERE outcome = '{AttemptOutcome.RUNNING}' AND scheduled_for >= %(a)s AND scheduled_for < %(b)s
+    ) started
+"""
+
+
+def retry_sql_params(**params) -> dict:
+    """The parameters of the retry rows' SQL, with `params`."""
+    return {"grace": float(settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS), **params}
+
+
+def _retry_plan(cursor, *, since: datetime, until: datetime, late: bool = False) -> dict | None:
+    """Where a window's whole hours that RetryRollup holds begin (`a`) and end (`b`), with the
+    rollup's mark; None when it holds none of them (no pass yet, a short window, or, for `late`,
+    lateness counted with another grace than the setting's)."""
+    cursor.execute(f"SELECT below_xid::text, kept_from, grace_seconds FROM {AttemptRollupMark._meta.db_table} "
+                   "WHERE id = 1")
+    mark = cursor.fetchone()
+    if mark is None or mark[1] is None or (late and mark[2] != settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS):
+        return None
+    first = hour_floor(since)
+    a, b = max(first if first == since else first + timedelta(hours=1), mark[1]), hour_floor(until)
+    if a >= b:
+        return None
+    return {"since": since, "until": until, "a": a, "b": b, "mark": mark[0]}
+
+
 def _retry_outcome_events(*, since: datetime, until: datetime) -> QuerySet[TaskEvent]:
     # task_event_retry_outcome_idx holds exactly these rows, with the columns the counts need.
     return TaskEvent.objects.filter(kind__in=list(RETRY_OUTCOMES), attempt_number__gt=1, created_at__gte=since,
@@ -204,13 +273,20 @@ def _retry_outcome_events(*, since: datetime, until: datetime) -> QuerySet[TaskE
 
 
 def retry_outcomes(*, since: datetime, until: datetime) -> dict[str, int]:
-    """How many retries ended between `since` and `until`: {"succeeded", "failed", "dead"}; one
-    query, an index-only scan of the window."""
-    counts = dict.fromkeys(RETRY_OUTCOMES.values(), 0)
-    rows = _retry_outcome_events(since=since, until=until).values_list("kind").annotate(n=Count("*")).order_by()
-    for kind, n in rows:
-        counts[RETRY_OUTCOMES[kind]] = n
-    return counts
+    """How many retries ended between `since` and `until`: {"succeeded", "failed", "dead"}. The
+    whole hours from RetryRollup, the rest from the events: the window's cut ends, and the events
+    written since the rollup's last pass (task_event_kind_xid_idx); all in one snapshot."""
+    with snapshot(read_alias()) as cursor:
+        plan = _retry_plan(cursor, since=since, until=until)
+        if plan is None:
+            counts = dict.fromkeys(RETRY_OUTCOMES.values(), 0)
+            rows = _retry_outcome_events(since=since, until=until).values_list("kind").annotate(n=Count("*")).order_by()
+            for kind, n in rows.using(read_alias()):
+                counts[RETRY_OUTCOMES[kind]] = n
+            return counts
+        cursor.execute(_ROLLED_UP_ENDS_SQL, retry_sql_params(**plan))
+        succeeded, failed, dead = cursor.fetchone()
+    return {"succeeded": succeeded, "failed": failed, "dead": dead}
 
 
 def retry_outcomes_per_hour(*, now: datetime | None = None, hours: int = 24) -> list[dict]:
@@ -246,6 +322,21 @@ def retry_starts(*, since: datetime, until: datetime) -> QuerySet[Attempt]:
     """Retries (attempts numbered 2 and up) due between `since` and `until` (both included), which
     have started; attempt_retry_due_idx holds exactly these rows and the columns that time them."""
     return Attempt.objects.filter(number__gt=1, scheduled_for__gte=since, scheduled_for__lte=until)
+
+
+def retry_start_counts(*, since: datetime, until: datetime) -> dict[str, int]:
+    """Of the retries due between `since` and `until` (both included) that have started, how many
+    ({"started"}) and how many late ({"late"}, started_late). The whole hours from RetryRollup, the
+    rest from the attempts: the window's cut ends, the retries finished since the rollup's last
+    pass (attempt_finished_xid_idx) and those running (attempt_one_running_per_task); one snapshot."""
+    with snapshot(read_alias()) as cursor:
+        plan = _retry_plan(cursor, since=since, until=until, late=True)
+        if plan is None:
+            return retry_starts(since=since, until=until).using(read_alias()).aggregate(
+                started=Count("*"), late=Count("started_at", filter=started_late()))
+        cursor.execute(_ROLLED_UP_STARTS_SQL, retry_sql_params(**plan))
+        started, late = cursor.fetchone()
+    return {"started": started, "late": late}
 
 
 def started_late() -> Q:

@@ -1,7 +1,12 @@
 """A rollup's transaction watermark: where a pass over the rows (or changes) written since the last
 one starts and ends. Shared by the rollups of attempts and task events: the failure rollup here
-(scheduling.services.failure_rollup) and telemetry's metrics rollup (telemetry.metrics.rollup
+(scheduling.services.rollups) and telemetry's metrics rollup (telemetry.metrics.rollup
 says why a transaction id and not a row id)."""
+
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from django.db import connections, transaction
 
 
 def take_horizon(cursor, *, lock: int, mark: str) -> tuple[int, int] | None:
@@ -21,3 +26,25 @@ def take_horizon(cursor, *, lock: int, mark: str) -> tuple[int, int] | None:
                    "WHERE id = 1 FOR UPDATE")
     lo, hi = (int(value) for value in cursor.fetchone())
     return lo, max(lo, hi)
+
+
+@contextmanager
+def snapshot(alias: str):
+    """A cursor on `alias` whose statements all read one snapshot (a repeatable-read, read-only
+    transaction; inside a caller's transaction, the caller's): a rollup's mark, the rows above it
+    and the rollup itself are then seen as one pass left them."""
+    outermost = not connections[alias].in_atomic_block
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        if outermost:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield cursor
+
+
+def hour_floor(moment: datetime) -> datetime:
+    """The start of the UTC hour of `moment`: the rollups' hours are UTC's, which never merges or
+    skips one when daylight saving time changes."""
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def day_floor(moment: datetime) -> datetime:
+    return hour_floor(moment).replace(hour=0)

@@ -120,8 +120,7 @@ def retry_success(window: Window) -> Figure:
 
 
 def retry_within_sla(window: Window, *, now: datetime) -> Figure:
-    started = scheduling.retry_starts(since=window.since, until=window.until)
-    counts = started.aggregate(started=Count("*"), late=Count("started_at", filter=scheduling.started_late()))
+    counts = scheduling.retry_start_counts(since=window.since, until=window.until)
     waiting = scheduling.overdue_retries(since=window.since, until=window.until, now=now).count()
     due = counts["started"] + waiting
     on_time = counts["started"] - counts["late"]

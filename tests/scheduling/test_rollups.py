@@ -1,4 +1,4 @@
-"""The failure rollup (scheduling.services.failure_rollup) and the transience report read through it
+"""The failure rollup (scheduling.services.rollups) and the transience report read through it
 (scheduling.analysis.failure_counts): on the same rows, the rollup path gives what counting every
 failure of the window gives, before a pass, after it, and after changes that reach old failures.
 Transactional: the rollup's mark is a transaction id, which only committed rows pass."""
@@ -8,14 +8,21 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import F, Sum
+from django.db.models import Count, F, Sum
 from django.utils import timezone
 
 from scheduling import services
 from scheduling.analysis import failure_counts, transient_errors
+from scheduling.selectors import (
+    _retry_outcome_events,
+    retry_outcomes,
+    retry_start_counts,
+    retry_starts,
+    started_late,
+)
 from scheduling.choices import TaskState
-from scheduling.models import Attempt, FailureRollup, FailureRollupMark, Task
-from scheduling.services.failure_rollup import roll_up_failures
+from scheduling.models import Attempt, AttemptRollupMark, FailureRollup, RetryRollup, Task, TaskEvent
+from scheduling.services.rollups import roll_up_attempts
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.test_analysis import run, slow, start
 
@@ -32,8 +39,11 @@ def policies(db):
 
 
 def ago(task: Task, **delta) -> Task:
-    """Move the task's attempts back in time (the rollup keys failures by when they started)."""
-    Attempt.objects.filter(task=task).update(started_at=F("started_at") - timedelta(**delta))
+    """Move the task's attempts and events back in time (the rollups key them by their times)."""
+    back = timedelta(**delta)
+    Attempt.objects.filter(task=task).update(started_at=F("started_at") - back, finished_at=F("finished_at") - back,
+                                             scheduled_for=F("scheduled_for") - back)
+    TaskEvent.objects.filter(task=task).update(created_at=F("created_at") - back)
     return task
 
 
@@ -70,7 +80,7 @@ def settled(timeout: float = 120.0) -> None:
 
 def roll_up():
     settled()
-    return roll_up_failures()
+    return roll_up_attempts()
 
 
 def windows(now):
@@ -145,4 +155,44 @@ def test_a_pass_drops_periods_older_than_the_longest_window(spread):
     roll_up()
     FailureRollup.objects.update(period_start=F("period_start") - timedelta(days=200))
     roll_up()
-    assert not FailureRollup.objects.filter(period_start__lt=FailureRollupMark.objects.get().kept_from).exists()
+    assert not FailureRollup.objects.filter(period_start__lt=AttemptRollupMark.objects.get().kept_from).exists()
+
+
+def raw_retry_figures(since, until) -> tuple:
+    """The retry figures counted from every row of the window (the selectors' own querysets)."""
+    ended = dict(_retry_outcome_events(since=since, until=until).values_list("kind").annotate(n=Count("*")).order_by())
+    started = retry_starts(since=since, until=until).aggregate(started=Count("*"),
+                                                                late=Count("started_at", filter=started_late()))
+    return sorted(ended.values()), started
+
+
+def assert_retry_figures_equal_raw():
+    now = timezone.now()
+    for since in (now - timedelta(hours=3), now - timedelta(days=1), now - timedelta(days=7), now - timedelta(days=30)):
+        ended = retry_outcomes(since=since, until=now)
+        assert (sorted(n for n in ended.values() if n), retry_start_counts(since=since, until=now)) == \
+            raw_retry_figures(since, now), since
+
+
+def test_the_retry_figures_from_the_rollup_equal_the_rows_before_and_after_a_pass(spread):
+    assert_retry_figures_equal_raw()
+    roll_up()
+    assert RetryRollup.objects.aggregate(n=Sum("started"))["n"] == Attempt.objects.filter(number__gt=1).count()
+    assert_retry_figures_equal_raw()
+    run(spread["waiting"], slow())  # one more retry starts, fails and is retried: above the mark
+    assert_retry_figures_equal_raw()
+    roll_up()
+    assert_retry_figures_equal_raw()
+
+
+def test_lateness_counted_with_another_grace_is_counted_again(spread, settings):
+    Attempt.objects.filter(number__gt=1).update(started_at=F("scheduled_for") + timedelta(seconds=20))
+    roll_up()
+    now = timezone.now()
+    assert retry_start_counts(since=now - timedelta(days=7), until=now)["late"] == 0
+    settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS = 10
+    started = Attempt.objects.filter(number__gt=1).count()
+    assert retry_start_counts(since=now - timedelta(days=7), until=now) == {"started": started, "late": started}
+    roll_up()
+    assert RetryRollup.objects.aggregate(n=Sum("late"))["n"] == started
+    assert_retry_figures_equal_raw()

@@ -1,6 +1,12 @@
-"""The failure rollup (scheduling.models.FailureRollup): what the failures of each UTC hour and day
-led to, per (policy, error signature), so that "which errors are really transient" reads a few
-hundred rows per day of its window instead of every failure (scheduling.analysis).
+"""The rollups of attempts, kept by one pass of the ops process, under one mark (AttemptRollupMark):
+
+- FailureRollup: what the failures of each UTC hour and day led to, per (policy, error
+  signature), so that "which errors are really transient" reads a few hundred rows per day of its
+  window instead of every failure (scheduling.analysis);
+- RetryRollup: the retries that ended and that were due and started in each UTC hour, so that
+  the acceptance figures read a row per hour of their window (scheduling.selectors.retry_outcomes,
+  retry_start_counts). Those rows (a task event, a finished attempt) never change once written,
+  so a pass adds the ones its transactions wrote, as the metrics rollup does.
 
 A failure's counts change after it was written: its task retries, dies or succeeds later, a later
 run of its business instance succeeds. So a period is not added to but counted again, whole, each
@@ -17,6 +23,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -26,19 +33,19 @@ from scheduling.analysis import (
     FAILURE_CTE,
     MAX_WINDOW_DAYS,
     changed_hours,
-    day_floor,
     merged,
     sql_params,
 )
-from scheduling.models import FailureRollup, FailureRollupMark
-from scheduling.watermark import take_horizon
+from scheduling.models import AttemptRollupMark, FailureRollup, RetryRollup
+from scheduling.selectors import RETRY_ENDS_SQL, RETRY_STARTS_SQL, retry_sql_params
+from scheduling.watermark import day_floor, take_horizon
 
 # pg_try_advisory_xact_lock key of the pass ("RFAI"); any constant no other lock uses.
 ROLLUP_LOCK = 0x52464149
 # Periods older than the longest window a read may ask for (and a day to spare) are not kept.
 KEPT_DAYS = MAX_WINDOW_DAYS + 1
 
-ROLLUP, MARK = FailureRollup._meta.db_table, FailureRollupMark._meta.db_table
+ROLLUP, RETRIES, MARK = FailureRollup._meta.db_table, RetryRollup._meta.db_table, AttemptRollupMark._meta.db_table
 
 _COUNT_HOURS_SQL = f"""
     WITH {FAILURE_CTE}
@@ -55,9 +62,27 @@ _COUNT_DAYS_SQL = f"""
     GROUP BY 1, 3, 4
 """
 
+# The retries' rows written by the transactions from %(lo)s to %(hi)s, added to their hours.
+_ADD_RETRIES_SQL = f"""
+    INSERT INTO {RETRIES} AS r (period_start, succeeded, failed, dead, started, late)
+    SELECT hour, sum(succeeded), sum(failed), sum(dead), sum(started), sum(late) FROM (
+        SELECT date_trunc('hour', created_at, 'UTC') AS hour, succeeded, failed, dead, 0 AS started, 0 AS late
+        FROM ({RETRY_ENDS_SQL}) ends
+        WHERE xid >= %(lo)s::xid8 AND xid < %(hi)s::xid8 AND created_at >= %(kept)s
+      UNION ALL
+        SELECT date_trunc('hour', scheduled_for, 'UTC'), 0, 0, 0, 1, late::int
+        FROM ({RETRY_STARTS_SQL}) starts
+        WHERE finished_xid >= %(lo)s::xid8 AND finished_xid < %(hi)s::xid8 AND scheduled_for >= %(kept)s
+    ) added
+    GROUP BY hour
+    ON CONFLICT (period_start) DO UPDATE SET succeeded = r.succeeded + EXCLUDED.succeeded,
+        failed = r.failed + EXCLUDED.failed, dead = r.dead + EXCLUDED.dead, started = r.started + EXCLUDED.started,
+        late = r.late + EXCLUDED.late
+"""
+
 
 @dataclass(frozen=True)
-class FailurePass:
+class RollupPass:
     """What one pass did: moved the mark from `from_xid` to `to_xid`, counting `hours` hours again
     (`full`: every kept period, the first pass); or nothing (`skipped`: another pass was under way)."""
 
@@ -69,7 +94,7 @@ class FailurePass:
     seconds: float = 0.0
 
 
-def roll_up_failures(*, now: datetime | None = None) -> FailurePass:
+def roll_up_attempts(*, now: datetime | None = None) -> RollupPass:
     """Count again the periods that the changes written since the last pass reached (every kept
     period on the first pass), drop those older than KEPT_DAYS, and move the mark, in one
     transaction; a pass already under way elsewhere makes this one skip rather than wait."""
@@ -78,7 +103,7 @@ def roll_up_failures(*, now: datetime | None = None) -> FailurePass:
     with transaction.atomic(), connection.cursor() as cursor:
         horizon = take_horizon(cursor, lock=ROLLUP_LOCK, mark=MARK)
         if horizon is None:
-            return FailurePass(skipped=True, seconds=time.monotonic() - started)
+            return RollupPass(skipped=True, seconds=time.monotonic() - started)
         lo, hi = horizon
         cursor.execute(f"SELECT kept_from FROM {MARK} WHERE id = 1")
         if cursor.fetchone()[0] is None:  # the first pass: every period kept
@@ -103,7 +128,22 @@ def roll_up_failures(*, now: datetime | None = None) -> FailurePass:
                            [days])
         if days:
             cursor.execute(_COUNT_DAYS_SQL, {"days": days})
-        cursor.execute(f"UPDATE {MARK} SET below_xid = %(hi)s::xid8, kept_from = %(kept)s, advanced_at = now() "
-                       "WHERE id = 1", {"hi": str(hi), "kept": kept_from})
-    return FailurePass(skipped=False, from_xid=lo, to_xid=hi, hours=len(hours or ()), full=hours is None,
+        _add_retries(cursor, lo=lo, hi=hi, kept_from=kept_from, full=hours is None)
+        cursor.execute(f"UPDATE {MARK} SET below_xid = %(hi)s::xid8, kept_from = %(kept)s, grace_seconds = %(grace)s, "
+                       "advanced_at = now() WHERE id = 1",
+                       {"hi": str(hi), "kept": kept_from, "grace": settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS})
+    return RollupPass(skipped=False, from_xid=lo, to_xid=hi, hours=len(hours or ()), full=hours is None,
                        seconds=time.monotonic() - started)
+
+
+def _add_retries(cursor, *, lo: int, hi: int, kept_from: datetime, full: bool) -> None:
+    """Add the retries' rows written from `lo` to `hi` to RetryRollup; every row below `hi` on the
+    first pass, and when the grace that says which starts were late has changed."""
+    cursor.execute(f"SELECT grace_seconds FROM {MARK} WHERE id = 1")
+    if full or cursor.fetchone()[0] != settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS:
+        cursor.execute(f"DELETE FROM {RETRIES}")
+        lo = 0
+    else:
+        cursor.execute(f"DELETE FROM {RETRIES} WHERE period_start < %s", [kept_from])
+    if hi > lo:
+        cursor.execute(_ADD_RETRIES_SQL, retry_sql_params(lo=str(lo), hi=str(hi), kept=kept_from))
