@@ -106,6 +106,38 @@ def timed(label: str, call, repeat: int) -> dict:
             "queries": len(captured.captured_queries)}
 
 
+def first_rollup_pass(timeout: float = 1800) -> dict:
+    """The rollups of attempts' first pass (scheduling.services.rollups), as the ops process runs it
+    once, timed ({"p50", "p95", "queries"}: one run, ms), after every transaction on the server that
+    began before it has ended: until then the pass cannot move its mark past the rows just built,
+    and every read would count its whole window from the rows."""
+    import time
+
+    from django.db import connection
+
+    from scheduling.models import AttemptRollupMark
+    from scheduling.services.rollups import roll_up_attempts
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text")
+        written, deadline, said = int(cursor.fetchone()[0]), time.monotonic() + timeout, False
+        while True:
+            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+            if int(cursor.fetchone()[0]) > written:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("a transaction open on the server holds the rollups back; run again when it has ended")
+            if not said:
+                print("  waiting for the transactions open on the server to end ...", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(1)
+    AttemptRollupMark.objects.all().delete()
+    started = time.perf_counter()
+    roll_up_attempts()
+    ms = (time.perf_counter() - started) * 1000
+    return {"p50": ms, "p95": ms, "queries": 0}
+
+
 def page_sizes_in_children(script: str, sizes: list[int], args: list[str]) -> dict[int, dict[str, dict]]:
     """Run `script --child SIZE ARGS` per size, each in a fresh process (its own database and
     caches), and read the time_pages rows it prints last, by page label."""

@@ -7,7 +7,8 @@ Each size has a database of its own (`retryops_bench_figures<size>`, beside the 
 once and kept, `DROP DATABASE` removes it) holding bench/dashboard.py's history (that many
 attempts over 7 days, their task events, dead letters and work orders), with every retry given
 the due time its backoff set (0 to 40 s before its start, so some started late) and every work
-order a trigger page sent a few minutes after its first dead letter. A superuser then times,
+order a trigger page sent a few minutes after its first dead letter, and the rollups of attempts'
+first pass run (and timed) as the ops process would run it. A superuser then times,
 `--repeat` times after a warm-up: AcceptanceCollector.collect() (what a scrape of /metrics costs
 for these gauges; target under 20 ms), refresh_acceptance_snapshot() over 24 h (the periodic job,
 every minute), and the figures page per window, and prints p50, p95 and
@@ -20,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
+    first_rollup_pass,
     print_page_table,
     setup_django,
     sizes_in_children,
@@ -33,6 +35,7 @@ TARGET_SCRAPE_MS = 20
 # The console's pages' target (bench/dashboard.py); the refresh job runs in a worker, not a request.
 TARGET_PAGE_MS = 300
 DAYS = 7
+FIRST_PASS = "rollups, first pass"  # the ops process's first pass over the history (scheduling.services.rollups)
 # What the dashboard's history lacks: the due time of each retry, and the pages about work orders.
 ENRICH = """
     UPDATE scheduling_attempt SET scheduled_for = started_at - (random() * interval '40 seconds')
@@ -73,7 +76,8 @@ def child(size: int, repeat: int) -> None:
             cursor.execute(statement)
         cursor.execute("VACUUM ANALYZE scheduling_attempt")
         cursor.execute("VACUUM ANALYZE compensation_notification")
-    print(json.dumps(measure(repeat)))
+    first_pass = {"page": FIRST_PASS, **first_rollup_pass()}
+    print(json.dumps([*measure(repeat), first_pass]))
 
 
 LABELS = ["scrape: AcceptanceCollector", "refresh job (24 h)", "figures page, 1 h", "figures page, 24 h",
@@ -86,6 +90,8 @@ def main() -> None:
     print("time per call (ms) and queries, after a warm-up")
     print_page_table(results, LABELS[:1], "attempts", TARGET_SCRAPE_MS)
     print_page_table(results, LABELS[1:], "attempts", TARGET_PAGE_MS)
+    print(f"{FIRST_PASS}: " + ", ".join(f"{size:,} attempts {rows[FIRST_PASS]['p50'] / 1000:.2f} s"
+                                       for size, rows in results.items()))
     write_figures(args.json, sizes=sizes, repeat=args.repeat)
 
 

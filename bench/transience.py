@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     add_json_option,
     figure,
+    first_rollup_pass,
     page_sizes_in_children,
     print_page_table,
     setup_django,
@@ -227,45 +228,11 @@ def failures_in_windows() -> dict:
             for window, days in WINDOWS.items()}
 
 
-def settle(timeout: float = 1800) -> None:
-    """Wait until every transaction on the server that began before now has ended: until then
-    the rollup's pass cannot move its mark past the build (scheduling.services.rollups),
-    and every read would count the whole window from the attempts."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_xact_id()::text")
-        written = int(cursor.fetchone()[0])
-        deadline, said = time.monotonic() + timeout, False
-        while time.monotonic() < deadline:
-            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
-            if int(cursor.fetchone()[0]) > written:
-                return
-            if not said:
-                print("  waiting for the transactions open on the server to end ...", file=sys.stderr, flush=True)
-                said = True
-            time.sleep(1)
-    raise SystemExit("a transaction open on the server holds the rollup back; run again when it has ended")
-
-
-def roll_up() -> dict:
-    """The rollup's first pass (every kept hour), timed: what the ops process does once."""
-    from scheduling.models import AttemptRollupMark
-    from scheduling.services.rollups import roll_up_attempts
-
-    settle()
-    AttemptRollupMark.objects.all().delete()
-    started = time.perf_counter()
-    roll_up_attempts()
-    seconds = time.perf_counter() - started
-    return {"page": FIRST_PASS, "p50": seconds * 1000, "p95": seconds * 1000, "queries": 0}
-
-
 def child(size: int, repeat: int, explain: bool, history_days: int) -> None:
     # A database per size and history: retryops_bench_transience1000000 (30 days), ..._h365.
     setup_django(suffix=f"_bench_transience{size}" + (f"_h{history_days}" if history_days != 30 else ""))
     build(size, history_days)
-    first_pass = roll_up()
+    first_pass = {"page": FIRST_PASS, **first_rollup_pass()}
     print(json.dumps([*measure(size, repeat, explain), first_pass, {"page": FAILURES, **failures_in_windows()}]))
 
 
