@@ -48,7 +48,7 @@ def batch_tick_job():
 
 
 def roll_up_attempts_job() -> dict:
-    """Periodic: one pass of the failure rollup (scheduling.services.rollups)."""
+    """Periodic: one pass of the rollups of attempts (scheduling.services.rollups)."""
     from scheduling.services.rollups import roll_up_attempts
 
     done = roll_up_attempts()

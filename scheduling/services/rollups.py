@@ -62,17 +62,19 @@ _COUNT_DAYS_SQL = f"""
     GROUP BY 1, 3, 4
 """
 
-# The retries' rows written by the transactions from %(lo)s to %(hi)s, added to their hours.
+# The retries' rows of the hours from %(start)s to %(end)s written by the transactions from %(lo)s to
+# %(hi)s, added to their hours.
 _ADD_RETRIES_SQL = f"""
     INSERT INTO {RETRIES} AS r (period_start, succeeded, failed, dead, started, late)
     SELECT hour, sum(succeeded), sum(failed), sum(dead), sum(started), sum(late) FROM (
         SELECT date_trunc('hour', created_at, 'UTC') AS hour, succeeded, failed, dead, 0 AS started, 0 AS late
         FROM ({RETRY_ENDS_SQL}) ends
-        WHERE xid >= %(lo)s::xid8 AND xid < %(hi)s::xid8 AND created_at >= %(kept)s
+        WHERE xid >= %(lo)s::xid8 AND xid < %(hi)s::xid8 AND created_at >= %(start)s AND created_at < %(end)s
       UNION ALL
         SELECT date_trunc('hour', scheduled_for, 'UTC'), 0, 0, 0, 1, late::int
         FROM ({RETRY_STARTS_SQL}) starts
-        WHERE finished_xid >= %(lo)s::xid8 AND finished_xid < %(hi)s::xid8 AND scheduled_for >= %(kept)s
+        WHERE finished_xid >= %(lo)s::xid8 AND finished_xid < %(hi)s::xid8
+          AND scheduled_for >= %(start)s AND scheduled_for < %(end)s
     ) added
     GROUP BY hour
     ON CONFLICT (period_start) DO UPDATE SET succeeded = r.succeeded + EXCLUDED.succeeded,
@@ -108,15 +110,15 @@ def roll_up_attempts(*, now: datetime | None = None) -> RollupPass:
         cursor.execute(f"SELECT kept_from FROM {MARK} WHERE id = 1")
         if cursor.fetchone()[0] is None:  # the first pass: every period kept
             cursor.execute(f"DELETE FROM {ROLLUP}")
-            ranges = [(kept_from, datetime.max.replace(tzinfo=kept_from.tzinfo))]
+            chunks = [[day] for day in _days_from(kept_from)]
             hours = None
         else:
             cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_start < %s", [kept_from])
             hours = sorted(changed_hours(cursor, lo=lo, hi=hi, since=kept_from)) if hi > lo else []
             cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_hours = 1 AND period_start = ANY(%s::timestamptz[])",
                            [hours])
-            ranges = [(hour, hour + timedelta(hours=1)) for hour in hours]
-        if ranges:
+            chunks = [[(hour, hour + timedelta(hours=1)) for hour in hours]] if hours else []
+        for ranges in chunks:
             starts, ends = merged(ranges)
             cursor.execute(_COUNT_HOURS_SQL, sql_params(lo=starts, hi=ends))
         if hours is None:
@@ -136,14 +138,22 @@ def roll_up_attempts(*, now: datetime | None = None) -> RollupPass:
                        seconds=time.monotonic() - started)
 
 
+def _days_from(start: datetime) -> list[tuple[datetime, datetime]]:
+    """Every kept period a day at a time, the last one open: the first pass counts each in a
+    statement of its own, each well within the ops process's statement timeout at any history."""
+    days = [(start + timedelta(days=n), start + timedelta(days=n + 1)) for n in range(KEPT_DAYS + 1)]
+    return [*days[:-1], (days[-1][0], datetime.max.replace(tzinfo=start.tzinfo))]
+
+
 def _add_retries(cursor, *, lo: int, hi: int, kept_from: datetime, full: bool) -> None:
     """Add the retries' rows written from `lo` to `hi` to RetryRollup; every row below `hi` on the
     first pass, and when the grace that says which starts were late has changed."""
     cursor.execute(f"SELECT grace_seconds FROM {MARK} WHERE id = 1")
+    periods = [(kept_from, datetime.max.replace(tzinfo=kept_from.tzinfo))]
     if full or cursor.fetchone()[0] != settings.RETRYOPS_RETRY_SLA_GRACE_SECONDS:
         cursor.execute(f"DELETE FROM {RETRIES}")
-        lo = 0
+        lo, periods = 0, _days_from(kept_from)
     else:
         cursor.execute(f"DELETE FROM {RETRIES} WHERE period_start < %s", [kept_from])
-    if hi > lo:
-        cursor.execute(_ADD_RETRIES_SQL, retry_sql_params(lo=str(lo), hi=str(hi), kept=kept_from))
+    for start, end in periods if hi > lo else ():
+        cursor.execute(_ADD_RETRIES_SQL, retry_sql_params(lo=str(lo), hi=str(hi), start=start, end=end))
