@@ -1,4 +1,4 @@
-"""The dead-letter queue in the console (issue 9): the open dead letters grouped by flow and error
+"""The dead-letter queue in the console: the open dead letters grouped by flow and error
 signature, the first page an operator opens; replay, discard and resolve from the list and from a
 dead letter's own page, discard and resolve only with a reason given on a confirmation page.
 

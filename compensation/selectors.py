@@ -133,12 +133,6 @@ def live_work_orders() -> QuerySet[WorkOrder]:
     return WorkOrder.objects.filter(state__in=WORK_ORDER_LIVE).select_related("pool").order_by("created_at")
 
 
-def unacknowledged_past(*, now: datetime | None = None) -> QuerySet[WorkOrder]:
-    """Open work orders whose acknowledge clock has run out."""
-    limit = (now or timezone.now()) - timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS)
-    return WorkOrder.objects.filter(state=WorkOrderState.OPEN, first_dead_at__lt=limit)
-
-
 def dead_letters_by_signature(*, states=(DeadLetterState.OPEN, DeadLetterState.REPLAYING),
                               limit: int | None = None) -> list[dict]:
     """The DLQ by flow and error signature, biggest group first: how many in `states`, the oldest
@@ -173,26 +167,6 @@ def open_dead_letter_groups(*, limit: int) -> list[dict]:
     return groups
 
 
-def _queues() -> dict:
-    """Each RQ queue's waiting, scheduled and running jobs; `error` when Redis does not answer."""
-    import django_rq
-    from redis.exceptions import RedisError
-    from rq.registry import ScheduledJobRegistry, StartedJobRegistry
-
-    from scheduling.queueing import WORKER_QUEUES
-
-    queues = {}
-    for name in WORKER_QUEUES:
-        try:
-            queue = django_rq.get_queue(name)
-            queues[name] = {"waiting": queue.count,
-                            "scheduled": ScheduledJobRegistry(queue=queue).count,
-                            "running": StartedJobRegistry(queue=queue).count}
-        except RedisError as exc:
-            queues[name] = {"error": f"Redis did not answer: {exc}"}
-    return queues
-
-
 def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
     """One screen for retry_inspect: the RQ queues, the tasks waiting for a retry (and the next
     one due), running attempts, the DLQ by flow and signature, and the live work orders with their
@@ -212,16 +186,13 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
                        else sla.compensate_seconds})
     return {
         "at": now.isoformat(),
-        "queues": _queues(),
+        "queues": {queue.pop("name"): queue for queue in rq_health(now=now)["queues"]},
         "scheduled_retries": {"count": retrying.count(), "next_due": next_due.isoformat() if next_due else None},
         "running_attempts": Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).count(),
         "dead_letters": [{**row, "oldest": row["oldest"].isoformat(), "newest": row["newest"].isoformat()}
                          for row in dead_letters_by_signature()[:limit]],
         "work_orders": orders,
     }
-
-
-# The SLA clocks, in the order a work order runs through them.
 
 
 def breached_clocks(order: WorkOrder, *, now: datetime | None = None) -> tuple[str, ...]:

@@ -268,18 +268,8 @@ class RunbookRunAdmin(admin.ModelAdmin):
         if not self.has_run_permission(request):
             raise PermissionDenied
         run = get_object_or_404(RunbookRun, pk=run_id)
-        try:
-            ran = run_runbook_action(run=run.pk, actor=_actor(request))
-        except DomainError as exc:
-            self.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
-        else:
-            # The action's own failure is its outcome, not a refusal: said as such.
-            if ran.state == RunbookRunState.FAILED:
-                self.message_user(request, gettext("%(run)s ran and failed: %(error)s") % {
-                    "run": ran.display_name, "error": ran.error}, messages.ERROR)
-            else:
-                self.message_user(request, gettext("%(run)s ran and succeeded.") % {"run": ran.display_name},
-                                  messages.SUCCESS)
+        _report(self, request, lambda: run_runbook_action(run=run.pk, actor=_actor(request)),
+                gettext("%(run)s ran and succeeded.") % {"run": run.display_name})
         return self._back(run)
 
     def reject_view(self, request, run_id: int):

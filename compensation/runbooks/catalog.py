@@ -23,6 +23,7 @@ only: the runs are written by compensation.runbooks.services.
     1. Check the upstream's status page ...
 """
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -142,11 +143,6 @@ def field_of(error: ValidationError, root: str) -> str:
     return place.lstrip(".") or root
 
 
-def first_error(validator, instance: Any) -> ValidationError | None:
-    """The error jsonschema judges most relevant, or None when `instance` is valid."""
-    return best_match(validator.iter_errors(instance))
-
-
 @dataclass(frozen=True)
 class ActionContext:
     """What an action gets: the run, its work order, the validated input, and who asked,
@@ -218,13 +214,9 @@ class Runbook:
         return 1 + (2 if self.signatures else 0) + (1 if self.flows else 0)
 
 
-_callables: dict[str, Callable] = {}
-
-
+@functools.cache
 def _callable(path: str) -> Callable:
-    if path not in _callables:
-        _callables[path] = import_string(path)
-    return _callables[path]
+    return import_string(path)
 
 
 def _action(data: dict, *, file: str, where: str) -> RunbookAction:
@@ -256,7 +248,7 @@ def parse_runbook(text: str, *, file: str, expected_name: str | None = None) -> 
     if not meta:
         raise RunbookInvalid("no YAML front matter (a block between two '---' lines at the top)", file=file,
                              field="front matter")
-    error = first_error(Draft202012Validator(FRONT_MATTER_SCHEMA), meta)
+    error = best_match(Draft202012Validator(FRONT_MATTER_SCHEMA).iter_errors(meta))
     if error is not None:
         raise RunbookInvalid(error.message, file=file, field=field_of(error, ""))
     try:

@@ -12,6 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext_lazy
+from jsonschema.exceptions import best_match
 
 from audit.choices import AuditAction
 from audit.context import identity_of
@@ -27,7 +28,6 @@ from compensation.runbooks.catalog import (
     RunbookAction,
     TokenReused,
     field_of,
-    first_error,
     get_runbook,
     is_token,
 )
@@ -58,7 +58,7 @@ def _checked_input(action, value: Any) -> Any:
         refuse_unstorable(value, name="input")
     except UnstorableValue as exc:
         raise BadInput(str(exc), field=exc.path.split(" ")[0]) from None
-    error = first_error(action.validator(), value)
+    error = best_match(action.validator().iter_errors(value))
     if error is not None:
         where = field_of(error, "input")
         raise BadInput(f"{where}: {error.message}", field=where, action=action.name)

@@ -1,4 +1,4 @@
-"""A work order's page in the console (issue 9): what an operator needs to act on it on one page.
+"""A work order's page in the console: what an operator needs to act on it on one page.
 Above the form, its transition buttons, its three SLA clocks, its dead letters and its runbook
 runs with their approval (four eyes) and buttons; in the form, what an operator types (assignee,
 runbook, notes, resolution) and the suggested runbooks; below it, what the on-call was told.
@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from compensation.admin_console import audit_url, run_each
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState
-from compensation.forms import WorkOrderTransitionForm
+from compensation.forms import TRANSITION_FIELDS, WorkOrderTransitionForm
 from compensation.runbooks.admin import RunbooksOnWorkOrder, run_buttons
 from compensation.selectors import (
     SlaClock,
@@ -210,6 +210,39 @@ class WorkOrderConsole:
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
 
+def _list_action(transition: str, description, done):
+    """A transition as a list action: its service on each selected work order, with the resolution
+    typed on each (compensate, close) or a reason naming who cancelled."""
+    call, takes = TRANSITION_PAGES[transition]["call"], TRANSITION_FIELDS[transition]
+
+    def action(modeladmin, request, queryset):
+        resolutions = dict(queryset.values_list("pk", "resolution"))
+
+        def one(pk, actor):
+            # The reason is kept (audit entry, resolution): in English, like all stored text.
+            texts = {"resolution": resolutions.get(pk, ""), "reason": f"cancelled in the admin by {actor}"}
+            return call(work_order=pk, actor=actor, **{name: texts[name] for name in takes})
+
+        run_each(modeladmin, request, queryset, one, done=lambda changed: done % {"count": len(changed)})
+
+    action.__name__ = transition
+    return admin.action(description=description, permissions=["change"])(action)
+
+
+LIST_ACTIONS = [
+    _list_action("acknowledge", _("Acknowledge"), ngettext_lazy(
+        "Acknowledged %(count)d work order.", "Acknowledged %(count)d work orders.", "count")),
+    _list_action("start", _("Start compensation"), ngettext_lazy(
+        "Started compensating %(count)d work order.", "Started compensating %(count)d work orders.", "count")),
+    _list_action("compensate", _("Mark compensated (with the resolution typed on the work order)"), ngettext_lazy(
+        "Marked %(count)d work order compensated.", "Marked %(count)d work orders compensated.", "count")),
+    _list_action("close", _("Close"), ngettext_lazy(
+        "Closed %(count)d work order.", "Closed %(count)d work orders.", "count")),
+    _list_action("cancel", _("Cancel (opened by mistake)"), ngettext_lazy(
+        "Cancelled %(count)d work order.", "Cancelled %(count)d work orders.", "count")),
+]
+
+
 class WorkOrderForm(forms.ModelForm):
     """What an operator types on a work order; the state and the clocks are the services'."""
 
@@ -228,7 +261,7 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
     list_select_related = ("pool",)
     search_fields = ("=id", "title", "error_signature", "assignee")
     show_full_result_count = False
-    actions = ["acknowledge", "start", "compensate", "close", "cancel"]
+    actions = LIST_ACTIONS
     # What an operator types on a live work order; the rest is the services'.
     _TYPED = ("assignee", "runbook", "notes", "resolution")
     _TIMES = ("first_dead_at", "last_dead_at", "created_at", "acknowledged_at", "started_at", "compensated_at",
@@ -299,57 +332,3 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
 
     def save_related(self, request, form, formsets, change):
         pass  # nothing related is edited here
-
-    @admin.action(description=_("Acknowledge"), permissions=["change"])
-    def acknowledge(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.acknowledge_work_order(work_order=pk, actor=actor),
-                 done=work_orders_done("acknowledged"))
-
-    @admin.action(description=_("Start compensation"), permissions=["change"])
-    def start(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.start_work_order(work_order=pk, actor=actor),
-                 done=work_orders_done("started"))
-
-    @admin.action(description=_("Mark compensated (with the resolution typed on the work order)"),
-                  permissions=["change"])
-    def compensate(self, request, queryset):
-        resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.compensate_work_order(work_order=pk, actor=actor,
-                                                                  resolution=resolutions.get(pk, "")),
-                 done=work_orders_done("compensated"))
-
-    @admin.action(description=_("Close"), permissions=["change"])
-    def close(self, request, queryset):
-        resolutions = dict(queryset.values_list("pk", "resolution"))
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.close_work_order(work_order=pk, actor=actor,
-                                                             resolution=resolutions.get(pk, "")),
-                 done=work_orders_done("closed"))
-
-    @admin.action(description=_("Cancel (opened by mistake)"), permissions=["change"])
-    def cancel(self, request, queryset):
-        # The reason is kept (audit entry, resolution): in English, like all stored text.
-        run_each(self, request, queryset,
-                 lambda pk, actor: services.cancel_work_order(work_order=pk, actor=actor,
-                                                              reason=f"cancelled in the admin by {actor}"),
-                 done=work_orders_done("cancelled"))
-
-
-# What a list action on work orders says it did.
-WORK_ORDERS_DONE = {
-    "acknowledged": ngettext_lazy("Acknowledged %(count)d work order.", "Acknowledged %(count)d work orders.",
-                                  "count"),
-    "started": ngettext_lazy("Started compensating %(count)d work order.",
-                             "Started compensating %(count)d work orders.", "count"),
-    "compensated": ngettext_lazy("Marked %(count)d work order compensated.",
-                                 "Marked %(count)d work orders compensated.", "count"),
-    "closed": ngettext_lazy("Closed %(count)d work order.", "Closed %(count)d work orders.", "count"),
-    "cancelled": ngettext_lazy("Cancelled %(count)d work order.", "Cancelled %(count)d work orders.", "count"),
-}
-
-
-def work_orders_done(transition: str):
-    return lambda changed: WORK_ORDERS_DONE[transition] % {"count": len(changed)}

@@ -210,8 +210,3 @@ def change_work_order(*, work_order: WorkOrder | int, actor: str, assignee: str 
         record_audit(action=AuditAction.WORK_ORDER_CHANGE, target=order, before=before,
                      after={**_snapshot(order), "notes": order.notes}, actor=actor)
     return order
-
-
-def assign_work_order(*, work_order: WorkOrder | int, assignee: str, actor: str) -> WorkOrder:
-    """Give a live work order to `assignee` (empty: nobody)."""
-    return change_work_order(work_order=work_order, actor=actor, assignee=assignee)

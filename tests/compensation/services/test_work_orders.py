@@ -11,8 +11,8 @@ from compensation.models import DeadLetter
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import (
     acknowledge_work_order,
-    assign_work_order,
     cancel_work_order,
+    change_work_order,
     close_work_order,
     compensate_work_order,
     open_work_order,
@@ -39,7 +39,7 @@ def test_a_work_order_runs_from_open_to_compensated_with_its_sla_times(order):
 
 
 def test_every_work_order_action_writes_exactly_one_audit_entry(order):
-    assign_work_order(work_order=order, assignee="dave", actor="ops:carol")
+    change_work_order(work_order=order, assignee="dave", actor="ops:carol")
     acknowledge_work_order(work_order=order, actor="dave")
     start_work_order(work_order=order, actor="dave")
     close_work_order(work_order=order, actor="dave", resolution="nothing to repair")
