@@ -46,7 +46,7 @@ from django.db import connection, transaction  # noqa: E402
 from audit.choices import AuditAction  # noqa: E402
 from audit.services import Target, record_audit  # noqa: E402
 from compensation.models import DeadLetter  # noqa: E402
-from compensation.services import cleanup_dead_letters, cleanup_queryset  # noqa: E402
+from compensation.services.cleanup import cleanup_dead_letters, cleanup_queryset  # noqa: E402
 from resources.models import ResourcePool  # noqa: E402
 from scheduling.models import RetryPolicy, Task  # noqa: E402
 

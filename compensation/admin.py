@@ -1,8 +1,6 @@
 """The operators' console for dead letters and bulk replays. Every state change goes through
-compensation.services (actions); the columns they own are read-only. The pages are mixed in from
-their own modules: admin_dead_letters (the DLQ grouped by flow and signature; replay, discard,
-resolve) and admin_bulk_replay. Work orders, runbook runs and notifications have their admin in
-their own packages, imported at the end of this module for the admin's autodiscovery."""
+compensation.services (actions); the columns they own are read-only. The packages' admins are
+imported at the end, for the admin's autodiscovery."""
 
 from django.contrib import admin
 from django.template.defaultfilters import truncatechars

@@ -1,9 +1,7 @@
 """Bulk replay in the admin: a page to choose dead letters by filter, count them (the dry run),
 then start the replay; a cancel button and action; the progress on a bulk replay's page; and a
 dead-letter action that opens the page with the selected rows' common flow and signature.
-Everything goes through compensation.services.bulk_replay; no form writes a bulk replay's columns.
-
-The bulk replay's ModelAdmin (compensation.admin) mixes in BulkReplayConsole."""
+Everything goes through compensation.services.bulk_replay; no form writes a bulk replay's columns."""
 
 import hashlib
 import json

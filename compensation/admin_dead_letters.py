@@ -4,8 +4,7 @@ dead letter's own page, discard and resolve only with a reason given on a confir
 
 Every view and action checks its permission on the server (compensation.replay_deadletter,
 compensation.discard_deadletter, which covers resolve too; the view permission for the groups);
-every write is one service call, and a refusal is the service's own sentence. The dead letter's
-ModelAdmin (compensation.admin) mixes in DeadLetterConsole."""
+every write is one service call, and a refusal is the service's own sentence."""
 
 from urllib.parse import urlencode
 
@@ -19,7 +18,6 @@ from django.urls import path, reverse
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from compensation import services
 from compensation.admin_bulk_replay import bulk_replay_like_these
 from compensation.admin_console import audit_url, replays_started, run_each
 from compensation.choices import DeadLetterState
@@ -27,6 +25,8 @@ from compensation.flags import dlq_inspector_on
 from compensation.forms import ReasonForm, ReplayForm
 from compensation.models import DeadLetter
 from compensation.selectors import open_dead_letter_groups
+from compensation.services.dead_letters import discard_dead_letter, resolve_dead_letter
+from compensation.services.replay import replay_dead_letter
 from retryops.errors import DomainError
 
 # The groups page shows the biggest this many; signatures are normalised, so there are few.
@@ -37,7 +37,7 @@ LISTED = 50
 # discard and resolve: the service, the words of the confirmation page and of the result.
 SETTLE = {
     "discard": {
-        "call": services.discard_dead_letter,
+        "call": discard_dead_letter,
         "verb": _("Discard"),
         "question": ngettext_lazy(
             "Discard this dead letter? Nothing replays it; it is kept until the clean-up purges it.",
@@ -48,7 +48,7 @@ SETTLE = {
         "done_one": _("Discarded %(letter)s."),
     },
     "resolve": {
-        "call": services.resolve_dead_letter,
+        "call": resolve_dead_letter,
         "verb": _("Mark resolved"),
         "question": ngettext_lazy(
             "Mark this dead letter resolved? Say how it was taken care of outside a replay.",
@@ -156,7 +156,7 @@ class DeadLetterConsole:
                 "replayed.") % {"max": self.list_per_page}, messages.ERROR)
             return
         run_each(self, request, queryset,
-                 lambda pk, actor: services.replay_dead_letter(dead_letter=pk, actor=actor, any_resource=any_resource),
+                 lambda pk, actor: replay_dead_letter(dead_letter=pk, actor=actor, any_resource=any_resource),
                  done=replays_started)
 
     @admin.action(description=_("Discard (asks for a reason)"), permissions=["discard"])
@@ -219,8 +219,8 @@ class DeadLetterConsole:
             verb=gettext("Replay"), confirm=gettext("Yes, replay it"),
             question=gettext("Replay %(letter)s: run flow %(flow)s again with the dead task's payload?") % {
                 "letter": letter.display_name, "flow": letter.flow},
-            call=lambda data: services.replay_dead_letter(dead_letter=letter.pk, actor=actor,
-                                                          any_resource=data["any_resource"], reason=data["reason"]),
+            call=lambda data: replay_dead_letter(dead_letter=letter.pk, actor=actor,
+                                                 any_resource=data["any_resource"], reason=data["reason"]),
             done=lambda replayed: gettext("Replaying %(letter)s as task %(task)s.") % {
                 "letter": replayed.display_name, "task": replayed.replay_task_id})
 

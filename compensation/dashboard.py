@@ -1,10 +1,5 @@
 """The ops dashboard: the admin index's first panel, which fetches `fragment` every few seconds.
-
-It reads scheduling and compensation (so it lives in the top app): retries waiting and running,
-how retries ended in the last 10 minutes and in each of the last 24 hours, the dead-letter queue
-by flow, the live work orders and their SLA, and the RQ queues and workers. Every read is a
-selector; this module only arranges the figures for the template and draws the chart.
-"""
+Every read is a selector; this module only arranges the figures for the template and draws the chart."""
 
 from datetime import timedelta
 from math import log10

@@ -1,7 +1,7 @@
 """Domain errors of dead letters, work orders and replays. Each has a stable `code`, a sentence
 for people and `details` naming what was wrong (the field, the state, the reason)."""
 
-from retryops.errors import BadInput, DomainError, NotFound  # noqa: F401 (BadInput, NotFound: for the app)
+from retryops.errors import DomainError
 
 
 class CompensationError(DomainError):

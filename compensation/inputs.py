@@ -4,7 +4,7 @@ from django.db import models
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from compensation.errors import BadInput, NotFound
+from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id
 from retryops.jsonsafe import check_text
 

@@ -18,11 +18,8 @@ def dead_letters_job() -> dict:
     order (collect the dead tasks not collected yet), then follow the replays that ended, restart
     the bulk replays whose runner died, and end the runbook runs whose runner died."""
     from compensation.runbooks.services import fail_interrupted_runbook_runs
-    from compensation.services import (
-        collect_dead_letters,
-        follow_replays,
-        restart_stalled_bulk_replays,
-    )
+    from compensation.services.bulk_replay import restart_stalled_bulk_replays
+    from compensation.services.dead_letters import collect_dead_letters, follow_replays
 
     made = 0
     while batch := collect_dead_letters():
@@ -36,7 +33,7 @@ def dead_letters_job() -> dict:
 def bulk_replay_job(bulk_replay_id: int) -> str:
     """One slice of a bulk replay; enqueues the next slice while there is more, so the jobs
     sharing its queue wait one slice at most."""
-    from compensation.services import run_bulk_replay
+    from compensation.services.bulk_replay import run_bulk_replay
     from compensation.services.bulk_replay import enqueue_bulk_replay
 
     outcome = run_bulk_replay(bulk_replay=bulk_replay_id)
@@ -52,7 +49,7 @@ def dlq_cleanup_job() -> dict:
     from audit.choices import Channel
     from audit.context import acting_as
     from compensation.choices import DeadLetterState
-    from compensation.services import cleanup_dead_letters
+    from compensation.services.cleanup import cleanup_dead_letters
     from compensation.services.cleanup import RETENTION_DAYS
 
     with acting_as(actor="dlq retention", channel=Channel.SYSTEM):
@@ -68,7 +65,7 @@ def escalate_job() -> dict:
     failures are in the result and the log, not raised: the next run tries again."""
     from audit.choices import Channel
     from audit.context import acting_as
-    from compensation.services import escalate
+    from compensation.services.escalation import escalate
 
     with acting_as(actor="escalate", channel=Channel.SYSTEM):
         return escalate().as_dict()

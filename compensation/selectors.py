@@ -27,7 +27,6 @@ from compensation.choices import (
     WorkOrderSource,
     WorkOrderState,
 )
-from compensation.errors import BadInput, NotFound
 from compensation.models import BulkReplay, DeadLetter
 from compensation.notifications.models import (
     Notification,
@@ -37,6 +36,7 @@ from compensation.notifications.models import (
 )
 from compensation.runbooks.models import RunbookRun
 from compensation.work_orders.models import SLA_CLOCKS, SLA_START, WorkOrder
+from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id
 
 
@@ -277,11 +277,6 @@ def work_orders_due(*, since: datetime, until: datetime) -> QuerySet[WorkOrder]:
 def completed_by_due() -> Q:
     """A work order (annotated with `compensate_due`) compensated or closed before its compensate SLA ran out."""
     return Q(state__in=[WorkOrderState.COMPENSATED, WorkOrderState.CLOSED], ended_at__lte=F("compensate_due"))
-
-
-def completed_in_time(orders: QuerySet[WorkOrder], *, completed: bool = True) -> QuerySet[WorkOrder]:
-    """The work orders of `orders` (annotated with `compensate_due`) completed by then, or (`completed` false) the others."""
-    return orders.filter(completed_by_due()) if completed else orders.exclude(completed_by_due())
 
 
 def dead_letter_queue_by_flow() -> list[dict]:

@@ -33,9 +33,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from audit.services import create_api_client
-from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.runbooks.services import request_runbook_action
+from compensation.services.bulk_replay import start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.services import open_work_order
 import resources.services
 from retryops import roles
@@ -107,13 +108,13 @@ def committed_rows(runbooks) -> dict:
     AttemptFactory(task=dead, resource=alice, outcome="failed", finished_at=alice.created_at)
     waiting = scheduling.start_task(flow="demo", pool_name=pool, created_by="fuzz", resource=bob.pk)
     dead_tasks(pool=pool, policy=policy, resource=alice)
-    compensation.collect_dead_letters()
+    collect_dead_letters()
     letter = DeadLetter.objects.exclude(task=dead).get()  # dead_tasks's; `dead` has one of its own too
     order = open_work_order(title="fuzz", actor="fuzz", flow="demo")
     with override_settings(RETRYOPS_RUNBOOK_DIR=runbooks):
         run, _ = request_runbook_action(work_order=order, runbook="fuzz-book", action="note", input={},
                                         token="fuzz-1", actor="fuzz")
-    bulk = compensation.start_bulk_replay(filter={"flow": "nothing"}, actor="fuzz")
+    bulk = start_bulk_replay(filter={"flow": "nothing"}, actor="fuzz")
     ids = {"tasks": [dead.pk, waiting.pk], "dead-letters": [letter.pk], "bulk-replays": [bulk.pk],
            "workorders": [order.pk, letter.work_order_id], "runbook-runs": [run.pk],
            "resources": [alice.pk, bob.pk, quarantined.pk]}

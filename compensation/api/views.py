@@ -12,7 +12,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, status
 from rest_framework.response import Response
 
-from compensation import services
 from compensation.api.serializers import (
     BulkReplayCountSerializer,
     BulkReplayRequestSerializer,
@@ -49,6 +48,9 @@ from compensation.selectors import (
     runbook_runs_for,
     work_order_detail,
 )
+from compensation.services.bulk_replay import bulk_replay_preview, cancel_bulk_replay, start_bulk_replay
+from compensation.services.dead_letters import discard_dead_letter, resolve_dead_letter
+from compensation.services.replay import replay_dead_letter
 from compensation.work_orders import services as work_orders
 from compensation.work_orders.models import WorkOrder
 from resources.api.views import LOCATION
@@ -130,7 +132,7 @@ class Replay(DlqInspector, RowAction):
     required_permissions = {"POST": [REPLAY]}
 
     def act(self, row_id, actor, data):
-        return services.replay_dead_letter(dead_letter=row_id, actor=actor, **data)
+        return replay_dead_letter(dead_letter=row_id, actor=actor, **data)
 
 
 class Discard(DlqInspector, RowAction):
@@ -140,7 +142,7 @@ class Discard(DlqInspector, RowAction):
     required_permissions = {"POST": [DISCARD]}
 
     def act(self, row_id, actor, data):
-        return services.discard_dead_letter(dead_letter=row_id, actor=actor, reason=data["reason"])
+        return discard_dead_letter(dead_letter=row_id, actor=actor, reason=data["reason"])
 
 
 class Resolve(DlqInspector, RowAction):
@@ -150,7 +152,7 @@ class Resolve(DlqInspector, RowAction):
     required_permissions = {"POST": [DISCARD]}
 
     def act(self, row_id, actor, data):
-        return services.resolve_dead_letter(dead_letter=row_id, actor=actor, reason=data["reason"])
+        return resolve_dead_letter(dead_letter=row_id, actor=actor, reason=data["reason"])
 
 
 # Bulk replays
@@ -170,10 +172,10 @@ class BulkReplayStart(DlqInspector, ApiView):
     def post(self, request):
         data = parsed(BulkReplayRequestSerializer, request)
         if data["dry_run"]:
-            return Response({"dry_run": True, "count": services.bulk_replay_preview(filter=dict(data["filter"]))})
-        bulk = services.start_bulk_replay(filter=dict(data["filter"]), rate=data.get("rate"),
-                                          any_resource=data["any_resource"], everything=data["all"],
-                                          actor=actor_of(request))
+            return Response({"dry_run": True, "count": bulk_replay_preview(filter=dict(data["filter"]))})
+        bulk = start_bulk_replay(filter=dict(data["filter"]), rate=data.get("rate"),
+                                 any_resource=data["any_resource"], everything=data["all"],
+                                 actor=actor_of(request))
         return Response(BulkReplaySerializer(bulk).data, status=status.HTTP_202_ACCEPTED,
                         headers={"Location": f"/api/bulk-replays/{bulk.pk}/"})
 
@@ -206,7 +208,7 @@ class BulkReplayCancel(DlqInspector, RowAction):
     required_permissions = {"POST": [CANCEL_BULK]}
 
     def act(self, row_id, actor, data):
-        return services.cancel_bulk_replay(bulk_replay=row_id, actor=actor)
+        return cancel_bulk_replay(bulk_replay=row_id, actor=actor)
 
 
 # Work orders

@@ -6,9 +6,7 @@ no form writes a run's columns.
 Permissions, checked by every view and action: compensation.run_runbook_action to request and run
 an action, compensation.approve_runbookrun to approve one; rejecting takes either (an approver
 turns a request down, an operator withdraws one). That the requester of an external action cannot
-approve it (four eyes) is the service's rule, and the database's.
-
-The work order's ModelAdmin (compensation.work_orders.admin) mixes in RunbooksOnWorkOrder."""
+approve it (four eyes) is the service's rule, and the database's."""
 
 import json
 import uuid

@@ -18,7 +18,6 @@ from audit.choices import AuditAction
 from audit.context import identity_of
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
-from compensation.errors import BadInput
 from compensation.inputs import actor_name, locked, text
 from compensation.runbooks.catalog import (
     ActionContext,
@@ -34,7 +33,7 @@ from compensation.runbooks.catalog import (
 from compensation.runbooks.models import RunbookRun, RunbookRunState
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import start_work_order
-from retryops.errors import DomainError, IllegalTransition
+from retryops.errors import BadInput, DomainError, IllegalTransition
 from retryops.jsonsafe import UnstorableValue, make_storable, refuse_unstorable
 
 R = RunbookRunState

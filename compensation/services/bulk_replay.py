@@ -20,12 +20,12 @@ from django.utils.translation import gettext as _
 from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import BulkReplayState, DeadLetterState, state_words
-from compensation.errors import BadInput, BulkReplayRunning
+from compensation.errors import BulkReplayRunning
 from compensation.inputs import actor_name, field_name, locked, text
 from compensation.models import BulkReplay, DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
-from retryops.errors import DomainError, IllegalTransition
+from retryops.errors import BadInput, DomainError, IllegalTransition
 from retryops.inputs import flag, record_id
 
 MAX_RATE = 500

@@ -26,12 +26,11 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import Target, record_audit
 from compensation.choices import DeadLetterState
-from compensation.errors import BadInput
 from compensation.inputs import actor_name
 from compensation.models import DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.choices import FailureCategory
-from retryops.errors import DomainError
+from retryops.errors import BadInput, DomainError
 from retryops.inputs import flag, whole_number
 
 MAX_DAYS = 36500

@@ -1,15 +1,6 @@
-"""Escalation: the periodic safety net behind the dead letters and the on-call's pages.
-
-One run (`escalate`, every minute from the ops process, or
-`manage.py escalate`) does three steps, each on its own and each row in its own transaction, so
-one that fails is logged and counted and the others still run:
-
-1. work orders: open dead letters that have no live work order get one (see orphaned_dead_letters);
-2. notifications: failed ones are queued again after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at
-   most RETRYOPS_NOTIFY_MAX_RESENDS times each;
-3. SLA breaches: live work orders whose notice, acknowledge or compensate clock ran out are
-   marked once, audited, and the on-call is paged again about it.
-"""
+"""Escalation: the periodic safety net behind the dead letters and the on-call's pages. Its steps
+(STEPS) each run on their own, each row in its own transaction, so one that fails is logged and
+counted and the others still run."""
 
 import logging
 from collections.abc import Iterable
@@ -38,7 +29,6 @@ from compensation.choices import (
     DeadLetterState,
     WorkOrderState,
 )
-from compensation.errors import BadInput
 from compensation.models import DeadLetter
 from compensation.notifications.models import (
     Notification,
@@ -55,6 +45,7 @@ from compensation.notifications.services import (
 from compensation.selectors import sla_limits
 from compensation.work_orders.models import SLA_CLOCKS, SLA_START, WorkOrder
 from compensation.work_orders.services import join_work_order
+from retryops.errors import BadInput
 from retryops.inputs import flag, record_id
 
 log = logging.getLogger(__name__)

@@ -8,14 +8,14 @@ from django.utils.translation import gettext as _
 from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import REPLAYABLE_STATES, DeadLetterState, state_words
-from compensation.errors import BadInput, ReplayRefused
+from compensation.errors import ReplayRefused
 from compensation.inputs import actor_name, locked, text
 from compensation.models import DeadLetter
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from resources.selectors import describe_unavailability
-from retryops.errors import IllegalTransition
+from retryops.errors import BadInput, IllegalTransition
 from retryops.inputs import flag
 from scheduling.errors import InstanceSucceeded, TaskLive
 from scheduling.models import Task

@@ -5,8 +5,7 @@ runbook, notes, resolution) and the suggested runbooks; below it, what the on-ca
 
 A transition (acknowledge, start, compensate, close, cancel) asks for confirmation, with the text
 it takes, and calls its service; it needs the work order's change permission, checked by the view
-itself. An illegal transition is refused by the service, whose sentence the operator sees. Reads
-go through compensation.selectors. WorkOrderAdmin, below, mixes in WorkOrderConsole."""
+itself. An illegal transition is refused by the service, whose sentence the operator sees."""
 
 from django import forms
 from django.contrib import admin, messages

@@ -5,7 +5,7 @@ from django.db.models import Exists
 from django.utils.translation import gettext_lazy as _
 
 from compensation.choices import WorkOrderState
-from compensation.selectors import compensate_due, completed_in_time, first_page_sent
+from compensation.selectors import compensate_due, completed_by_due, first_page_sent
 from retryops.admin_filters import FigureFilter, time_range_filter
 
 FirstDeadFilter = time_range_filter("first_dead_at", _("first dead at"))
@@ -39,4 +39,6 @@ class CompletedInTimeFilter(FigureFilter):
 
     def select(self, queryset, value):
         due = queryset.exclude(state=WorkOrderState.CANCELLED).annotate(compensate_due=compensate_due())
-        return due if value == "due" else completed_in_time(due, completed=value == "yes")
+        if value == "due":
+            return due
+        return due.filter(completed_by_due()) if value == "yes" else due.exclude(completed_by_due())

@@ -51,9 +51,9 @@ def dead_tasks(*, pool, policy, n=1, flow="demo", signature="TimeoutError: upstr
 @pytest.fixture
 def order(pool, instant_policy):
     """The work order the dead-letter step opens for two demo tasks that died (runbooks act on it)."""
-    from compensation import services
+    from compensation.services.dead_letters import collect_dead_letters
     from compensation.work_orders.models import WorkOrder
 
     dead_tasks(pool=pool, policy=instant_policy, n=2)
-    services.collect_dead_letters()
+    collect_dead_letters()
     return WorkOrder.objects.get()

@@ -6,9 +6,11 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.models import BulkReplay, DeadLetter
+from compensation.services.bulk_replay import start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters
+from compensation.services.escalation import escalate
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import acknowledge_work_order
 import resources.services
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def letters(pool, alice, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=2, resource=alice)
-    return services.collect_dead_letters()
+    return collect_dead_letters()
 
 
 def act(client, model, action, ids):
@@ -98,7 +100,7 @@ def test_a_work_order_opened_in_the_admin_is_opened_by_the_service(admin_client,
 
 
 def test_bulk_replays_are_read_only(admin_client, letters):
-    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
+    bulk = start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
     assert admin_client.get(reverse("admin:compensation_bulkreplay_changelist")).status_code == 200
     # Its "add" is the start page (tests/compensation/admin/); no page writes a bulk replay's columns.
     url = reverse("admin:compensation_bulkreplay_change", args=[bulk.pk])
@@ -108,8 +110,8 @@ def test_bulk_replays_are_read_only(admin_client, letters):
 
 def test_the_sla_column_shows_a_breach_escalate_marked_after_the_work_order_moved_on(admin_client, letters, settings):
     order = letters[0].work_order
-    services.escalate(now=order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1),
-                      steps="breaches")
+    escalate(now=order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1),
+             steps="breaches")
     settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read ok
     acknowledge_work_order(work_order=order, actor="dave")
     page = admin_client.get(reverse("admin:compensation_workorder_changelist"))
@@ -133,7 +135,7 @@ def test_with_the_dlq_inspector_off_its_pages_answer_403(admin_client, letters, 
 
 
 def test_with_the_dlq_inspector_off_a_bulk_replay_cannot_be_cancelled(admin_client, letters, settings):
-    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
+    bulk = start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol")
     settings.RETRYOPS_FLAGS_OFF = frozenset({"dlq-inspector"})
     response = admin_client.post(reverse("admin:compensation_bulkreplay_cancel", args=[bulk.pk]))
     assert response.status_code == 403

@@ -10,9 +10,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.django_db
 def old_letters(pool, instant_policy):
     """Five discarded dead letters that died 40 days ago, and one open one."""
     dead_tasks(pool=pool, policy=instant_policy, n=6)
-    letters = services.collect_dead_letters()
+    letters = collect_dead_letters()
     for letter in letters[:5]:
-        services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+        discard_dead_letter(dead_letter=letter, actor="ops:carol")
     DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=40))
     return letters
 

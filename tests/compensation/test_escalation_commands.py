@@ -9,9 +9,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.models import DeadLetter
 from compensation.services import escalation
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 
@@ -28,7 +28,7 @@ def escalate(*args) -> str:
 def missed(pool, instant_policy, no_channels):
     """An open dead letter whose work order was deleted: nobody has to act on it."""
     dead_tasks(pool=pool, policy=instant_policy)
-    [letter] = services.collect_dead_letters()
+    [letter] = collect_dead_letters()
     WorkOrder.objects.all().delete()
     return letter
 

@@ -7,10 +7,11 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import BulkReplayState, DeadLetterState
 from compensation.jobs import dead_letters_job, dlq_cleanup_job, escalate_job
 from compensation.models import BulkReplay, DeadLetter
+from compensation.services.bulk_replay import start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter, resolve_dead_letter
 from compensation.services.cleanup import RETENTION_DAYS
 from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
@@ -33,8 +34,8 @@ def test_a_bulk_replay_runs_in_slices_until_it_is_finished(redis_conn, pool, ins
 
     monkeypatch.setattr(bulk_replay, "SLICE_SECONDS", 0.05)  # several slices, each enqueuing the next
     dead_tasks(pool=pool, policy=instant_policy, n=6)
-    services.collect_dead_letters()
-    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=40, any_resource=True)
+    collect_dead_letters()
+    bulk = start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=40, any_resource=True)
     worker = django_rq.get_worker("default", worker_class=CountingWorker)
     worker.work(burst=True)
     done = BulkReplay.objects.get(pk=bulk.pk)
@@ -44,9 +45,9 @@ def test_a_bulk_replay_runs_in_slices_until_it_is_finished(redis_conn, pool, ins
 
 def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=3)
-    letters = services.collect_dead_letters()
-    services.discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
-    services.resolve_dead_letter(dead_letter=letters[1], actor="ops:carol")
+    letters = collect_dead_letters()
+    discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
+    resolve_dead_letter(dead_letter=letters[1], actor="ops:carol")
     DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=31))
     assert dlq_cleanup_job() == {"purged": 2}
     assert list(DeadLetter.objects.values_list("state", flat=True)) == [DeadLetterState.OPEN]
@@ -55,7 +56,7 @@ def test_the_periodic_cleanup_purges_settled_dead_letters_past_retention(db, poo
 
 def test_the_escalate_job_marks_breaches_as_the_system(redis_conn, pool, instant_policy, settings):
     dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     WorkOrder.objects.update(first_dead_at=timezone.now() - timedelta(hours=1))
     escalate_job()
     order = WorkOrder.objects.get()
@@ -71,6 +72,6 @@ def test_the_dead_letter_consumer_and_the_retention_clean_up_run_with_the_dlq_in
     [task] = dead_tasks(pool=pool, policy=instant_policy)
     assert dead_letters_job()["dead_letters"] == 1
     letter = DeadLetter.objects.get(task=task)
-    services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+    discard_dead_letter(dead_letter=letter, actor="ops:carol")
     DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=RETENTION_DAYS + 1))
     assert dlq_cleanup_job() == {"purged": 1}

@@ -8,9 +8,9 @@ from django.core.management import CommandError, call_command
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
-from compensation import services
 from compensation.models import DeadLetter
 from compensation.runbooks.models import RunbookRun
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 
@@ -22,7 +22,7 @@ REFUND = {"kind": "refund", "ticket": "OPS-42", "amount_cents": 1250}
 @pytest.fixture
 def order(pool, instant_policy) -> WorkOrder:
     dead_tasks(pool=pool, policy=instant_policy, n=2, flow="http_call", signature="HttpCallError: HTTP #: bad request")
-    services.collect_dead_letters()
+    collect_dead_letters()
     return WorkOrder.objects.get()
 
 

@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
@@ -25,6 +24,7 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.services.dead_letters import resolve_dead_letter
 from compensation.work_orders.models import WorkOrder
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,7 @@ actions:
 
 def _resolve_first(context):
     first = DeadLetter.objects.filter(work_order_id=context.work_order_id).order_by("id").first()
-    services.resolve_dead_letter(dead_letter=first, actor=context.actor, reason="halfway")
+    resolve_dead_letter(dead_letter=first, actor=context.actor, reason="halfway")
 
 
 def resolve_then_fail(context):

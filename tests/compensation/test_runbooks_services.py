@@ -11,8 +11,6 @@ from django.utils import timezone, translation
 from audit.choices import AuditAction
 from audit.context import acting_as
 from audit.models import AuditEntry
-from compensation import services
-from compensation.errors import BadInput
 from compensation.runbooks.catalog import (
     ApprovalRequired,
     FourEyes,
@@ -27,9 +25,11 @@ from compensation.runbooks.services import (
     request_runbook_action,
     run_runbook_action,
 )
+from compensation.services.dead_letters import collect_dead_letters
+from compensation.services.replay import replay_dead_letter
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import close_work_order
-from retryops.errors import IllegalTransition
+from retryops.errors import BadInput, IllegalTransition
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +95,7 @@ def unstorable(context):
 
 
 def refused(context):
-    services.replay_dead_letter(dead_letter=10**9, actor=context.actor)
+    replay_dead_letter(dead_letter=10**9, actor=context.actor)
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +140,7 @@ def test_a_double_request_with_the_same_token_returns_the_first_run_and_runs_onc
 @pytest.mark.django_db(transaction=True)
 def test_two_requests_racing_with_one_token_make_one_run(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     order = WorkOrder.objects.get()
     barrier, runs, errors = threading.Barrier(2), [], []
 

@@ -13,8 +13,8 @@ from django.utils import translation
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
-from compensation import services as compensation
 from compensation.runbooks.models import RunbookRun
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from retryops import roles
 from scheduling import services
@@ -67,7 +67,7 @@ def refused_charge(settings, httpserver, redis_conn, accounts, once) -> WorkOrde
     services.start_task(flow="http_call", pool_name=accounts.pk, payload={"order": 42, "amount_cents": 1299},
                         resource=ResourceFactory(pool=accounts, key="alice@x"), created_by="shop", policy="once")
     work()
-    compensation.collect_dead_letters()
+    collect_dead_letters()
     return WorkOrder.objects.get()
 
 

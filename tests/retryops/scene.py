@@ -11,11 +11,12 @@ from rq.job import Job
 
 from audit.models import AuditEntry
 from audit.services import create_api_client
-from compensation import services as compensation
 from compensation.models import BulkReplay, DeadLetter
 from compensation.notifications.models import Notification, NotificationState
 from compensation.runbooks.models import RunbookRun
 from compensation.runbooks.services import request_runbook_action
+from compensation.services.bulk_replay import start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import change_work_order, open_work_order, start_work_order
 from resources import services as resources
@@ -92,7 +93,7 @@ def build(settings) -> Scene:
                                         created_by="shop", policy="later"), error=TimeoutError("upstream slow"))
     resources.quarantine(resource=bob, actor="ops", reason="banned upstream")
     dead_tasks(pool=pool, policy=later, n=2, resource=alice, signature="TimeoutError: upstream slow")
-    letters = compensation.collect_dead_letters()
+    letters = collect_dead_letters()
     letter = next(one for one in letters if one.task_id == dead.pk)
     order = WorkOrder.objects.get(pk=letter.work_order_id)
     started = start_work_order(
@@ -108,7 +109,7 @@ def build(settings) -> Scene:
     notification = Notification.objects.create(
         channel="slack", event="trigger", dedup_key="walk", subject_id=order.pk, subject_label=str(order),
         payload={"text": "walk"}, state=NotificationState.FAILED, attempts=1, last_error="HTTP 500")
-    bulk = compensation.start_bulk_replay(filter={"flow": "demo"}, actor="carol")
+    bulk = start_bulk_replay(filter={"flow": "demo"}, actor="carol")
     batch = scheduling.save_batch_config(data={"name": "nightly", "pool": pool, "flow": "demo", "policy": later},
                                          actor="carol")
     settings.RETRYOPS_ALERT_DLQ_LENGTH = 0

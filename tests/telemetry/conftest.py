@@ -29,12 +29,12 @@ def open_dead_letters(n: int) -> list:
 
 def settle_dead_letters(n: int) -> None:
     """Leave `n` dead letters open: an operator discards the others (oldest first)."""
-    from compensation import services as compensation
+    from compensation.services.dead_letters import discard_dead_letter
     from compensation.models import DeadLetter
 
     letters = DeadLetter.objects.filter(state="open").order_by("id")
     for letter in letters[: max(0, letters.count() - n)]:
-        compensation.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+        discard_dead_letter(dead_letter=letter, actor="ops:carol")
 
 
 @pytest.fixture

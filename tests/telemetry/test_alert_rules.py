@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation import services as compensation
 from compensation.models import DeadLetter
 from compensation.notifications.models import NotificationState
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
 from compensation.work_orders.services import cancel_work_order
 from scheduling.selectors import retry_outcomes
 from telemetry.alerts.rules import RULES
@@ -75,7 +75,7 @@ def test_retries_that_ended_before_the_window_are_not_counted(levels):
 
 def test_the_dlq_length_counts_open_dead_letters_only(levels):
     letters = open_dead_letters(3)
-    compensation.discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
+    discard_dead_letter(dead_letter=letters[0], actor="ops:carol")
 
     reading = read("dlq_length")
 
@@ -97,7 +97,7 @@ def test_a_dead_task_the_consumer_never_collected_counts_once_the_delay_passed(p
 
 def test_dead_tasks_made_dead_letters_with_a_work_order_count_nothing(pool, instant_policy, settings):
     dead_tasks(pool=pool, policy=instant_policy, n=2)
-    compensation.collect_dead_letters()
+    collect_dead_letters()
     late = timezone.now() + timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
 
     assert read("work_order_creation_failed", now=late).value == 0
@@ -105,7 +105,7 @@ def test_dead_tasks_made_dead_letters_with_a_work_order_count_nothing(pool, inst
 
 def test_open_dead_letters_of_a_cancelled_work_order_count_from_the_cancellation(pool, instant_policy, settings):
     dead_tasks(pool=pool, policy=instant_policy, n=2)
-    [letter, _] = compensation.collect_dead_letters()
+    [letter, _] = collect_dead_letters()
     delay = timedelta(seconds=settings.RETRYOPS_ALERT_WORK_ORDER_AFTER_SECONDS + 1)
     DeadLetter.objects.update(died_at=timezone.now() - 2 * delay)  # they died long ago
     cancel_work_order(work_order=letter.work_order_id, actor="ops:carol", reason="opened by mistake")

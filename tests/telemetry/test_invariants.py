@@ -15,8 +15,8 @@ from django.utils import timezone
 from rq import SimpleWorker, Worker
 from rq.job import Job
 
-from compensation import services as compensation
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import acknowledge_work_order, open_work_order
 import resources.services
@@ -59,7 +59,7 @@ def system(redis_conn, pool, alice, bob, instant_policy, default_policy, short_i
                  payload={"script": ["TimeoutError: slow", "ok"]})
     work()
     resources.services.claim_by_id(resource_id=dave.pk, holder="billing-sync")
-    compensation.collect_dead_letters()  # what the consumer has not collected on the task's commit already
+    collect_dead_letters()  # what the consumer has not collected on the task's commit already
     letter = DeadLetter.objects.get(task=dead)
     acknowledge_work_order(work_order=letter.work_order_id, actor="ops:carol")
     manual = open_work_order(title="refund by hand", actor="ops:carol")

@@ -6,9 +6,9 @@ comparing them, which paged for work orders that were never missing."""
 
 import pytest
 
-from compensation import services
 from compensation.jobs import dead_letters_job
 from compensation.models import DeadLetter
+from compensation.services.replay import replay_dead_letter
 from scheduling import services as scheduling
 from tests.scheduling.helpers import work
 from tests.telemetry.metrics_helpers import scrape, value
@@ -22,7 +22,7 @@ def test_a_dead_replay_is_a_death_but_not_a_second_escalation(redis_conn, alice,
     work()
     dead_letters_job()
     before = scrape()
-    services.replay_dead_letter(dead_letter=DeadLetter.objects.get(task=task), actor="ops:carol")
+    replay_dead_letter(dead_letter=DeadLetter.objects.get(task=task), actor="ops:carol")
     work()  # the replay dies: its dead letter opens again, back on a work order
     dead_letters_job()
     after = scrape()

@@ -4,24 +4,20 @@ import signal
 import sys
 
 from django.core.management.base import CommandError
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from tqdm import tqdm
 
 from audit.management.base import AuditedCommand
-from compensation import services
 from compensation.flags import command_requires_dlq_inspector
 from compensation.services.cleanup import DEFAULT_BATCH
+from compensation.services.cleanup import cleanup_dead_letters, cleanup_queryset, parse_states
 from retryops.errors import DomainError
 
 
 class Command(AuditedCommand):
-    @property
-    def help(self) -> str:
-        # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Archive (to a JSON Lines file) and/or purge dead letters that died more than N days ago in "
-                       "the given states, in batches of ids with constant memory; optionally replay the open, "
-                       "retryable ones first. Prints what it did; --dry-run only counts.")
+    help = _("Archive (to a JSON Lines file) and/or purge dead letters that died more than N days ago in "
+             "the given states, in batches of ids with constant memory; optionally replay the open, "
+             "retryable ones first. Prints what it did; --dry-run only counts.")
 
     def add_arguments(self, parser):
         parser.add_argument("--older-than-days", type=int, required=True,
@@ -43,8 +39,8 @@ class Command(AuditedCommand):
         previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         archive = None
         try:
-            states = services.parse_states(options["state"])
-            total = services.cleanup_queryset(older_than_days=options["older_than_days"], states=states).count()
+            states = parse_states(options["state"])
+            total = cleanup_queryset(older_than_days=options["older_than_days"], states=states).count()
             if options["archive"] and not options["dry_run"]:
                 try:
                     archive = open(options["archive"], "a", encoding="utf-8")
@@ -55,7 +51,7 @@ class Command(AuditedCommand):
                     bar.update(n)
                     if stopping:
                         raise KeyboardInterrupt
-                result = services.cleanup_dead_letters(
+                result = cleanup_dead_letters(
                     older_than_days=options["older_than_days"], states=states, actor=self._actor(),
                     archive=archive, purge=options["purge"], replay_retryable=options["replay_retryable"],
                     dry_run=options["dry_run"], batch_size=options["batch_size"], progress=progress)

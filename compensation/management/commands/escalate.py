@@ -2,24 +2,20 @@
 
 from django.core.management.base import CommandError
 from django.utils.text import format_lazy
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from audit.management.base import AuditedCommand
-from compensation.services import escalate
+from compensation.services.escalation import escalate
 from compensation.services.escalation import STEPS
 from retryops.errors import DomainError
 
 
 class Command(AuditedCommand):
-    @property
-    def help(self) -> str:
-        # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Run the escalation the ops process runs every minute: give "
-                       "open dead letters without a live work order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
-                       "most RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, "
-                       "acknowledge, compensate) once. Prints a summary; exits non-zero when a step or a row failed. "
-                       "--dry-run only counts.")
+    help = _("Run the escalation the ops process runs every minute: give "
+             "open dead letters without a live work order one, queue failed notifications again (after RETRYOPS_NOTIFY_RESEND_AFTER seconds, at "
+             "most RETRYOPS_NOTIFY_MAX_RESENDS times each), and mark and page SLA breaches (notice, "
+             "acknowledge, compensate) once. Prints a summary; exits non-zero when a step or a row failed. "
+             "--dry-run only counts.")
 
     def add_arguments(self, parser):
         parser.add_argument("--steps", default=",".join(STEPS),

@@ -6,7 +6,6 @@ import json
 
 from django.core.management.base import CommandError
 from django.db import transaction
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from audit.context import current
@@ -32,14 +31,11 @@ def _rolled_back(call):
 
 
 class Command(AuditedCommand):
-    @property
-    def help(self) -> str:
-        # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Runbooks for work orders. `list [--work-order ID]` (the suggested ones for that work order), "
-                       "`show NAME` (its steps and actions), `run NAME ACTION --work-order ID --input JSON --token T`"
-                       " (request the action and run it when it needs no approval; the same token again is the same "
-                       "run), `approve RUN_ID --actor A` (a second operator approves an external action, then it "
-                       "runs), `reject RUN_ID --reason R`. --dry-run checks without changing anything.")
+    help = _("Runbooks for work orders. `list [--work-order ID]` (the suggested ones for that work order), "
+             "`show NAME` (its steps and actions), `run NAME ACTION --work-order ID --input JSON --token T`"
+             " (request the action and run it when it needs no approval; the same token again is the same "
+             "run), `approve RUN_ID --actor A` (a second operator approves an external action, then it "
+             "runs), `reject RUN_ID --reason R`. --dry-run checks without changing anything.")
 
     def add_arguments(self, parser):
         commands = parser.add_subparsers(dest="subcommand", required=True, metavar="{list,show,run,approve,reject}")

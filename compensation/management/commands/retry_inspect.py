@@ -2,21 +2,17 @@
 
 import json
 
-from django.core.management.base import BaseCommand
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from audit.management.base import TranslatedHelpCommand
 from compensation.flags import command_requires_dlq_inspector
 from compensation.selectors import retry_overview
 
 
-class Command(BaseCommand):
-    @property
-    def help(self) -> str:
-        # Read when the parser is made (argparse needs a str, not a lazy translation).
-        return gettext("Show the retry queues (RQ), scheduled retries, running attempts, the dead letters by flow and"
-                       " error signature, and the live work orders with their SLA state. --json for scripts. Changes "
-                       "nothing.")
+class Command(TranslatedHelpCommand):
+    help = _("Show the retry queues (RQ), scheduled retries, running attempts, the dead letters by flow and"
+             " error signature, and the live work orders with their SLA state. --json for scripts. Changes "
+             "nothing.")
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help=_("Print one JSON object instead of tables."))

@@ -7,8 +7,8 @@ permissions). Each has a client of their own, so one test can have two of them a
 import pytest
 from django.test import Client
 
-from compensation import services
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from tests.compensation.conftest import dead_tasks
 from tests.scheduling.admin.conftest import staff_user
@@ -43,7 +43,7 @@ def dave(db):
 def letters(pool, alice, instant_policy) -> list[DeadLetter]:
     """Three open dead letters of flow demo on alice, timed out, on one work order."""
     dead_tasks(pool=pool, policy=instant_policy, n=3, resource=alice, signature="TimeoutError: slow")
-    return services.collect_dead_letters()
+    return collect_dead_letters()
 
 
 @pytest.fixture

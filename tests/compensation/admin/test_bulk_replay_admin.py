@@ -6,10 +6,11 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import BulkReplayState
 from compensation.models import BulkReplay, DeadLetter
 from compensation.services.bulk_replay import DEFAULT_RATE
+from compensation.services.bulk_replay import start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +23,7 @@ TIMEOUTS = {"flow": "demo", "error_signature": "TimeoutError: slow"}
 def letters(pool, alice, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=3, resource=alice, signature="TimeoutError: slow")
     dead_tasks(pool=pool, policy=instant_policy, n=2, resource=alice, signature="PermissionError: HTTP 403")
-    return services.collect_dead_letters()
+    return collect_dead_letters()
 
 
 def form_data(**fields) -> dict:
@@ -93,7 +94,7 @@ def test_a_bad_resource_id_is_shown_on_the_resource_field(admin_client, letters)
 
 
 def test_a_second_start_with_the_same_filter_says_another_bulk_replay_is_running(admin_client, letters):
-    running = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    running = start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     response = count_and_start(admin_client, **TIMEOUTS)
     assert response.status_code == 200
     assert response.context["form"].non_field_errors() == [
@@ -112,7 +113,7 @@ def test_the_permission_to_add_bulk_replays_is_what_opens_the_start_page(client,
 
 
 def test_the_cancel_action_cancels_running_bulk_replays_through_the_service(admin_client, letters):
-    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    bulk = start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     response = admin_client.post(reverse("admin:compensation_bulkreplay_changelist"),
                                  {"action": "cancel", "index": 0, "_selected_action": [str(bulk.pk)]}, follow=True)
     assert said(response) == "Cancelled 1 bulk replay; the replays it started go on."
@@ -121,7 +122,7 @@ def test_the_cancel_action_cancels_running_bulk_replays_through_the_service(admi
 
 
 def test_the_cancel_button_cancels_it_and_a_second_click_says_it_is_cancelled(admin_client, letters):
-    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    bulk = start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     page = reverse("admin:compensation_bulkreplay_change", args=[bulk.pk])
     cancel = reverse("admin:compensation_bulkreplay_cancel", args=[bulk.pk])
     assert cancel.encode() in admin_client.get(page).content
@@ -133,7 +134,7 @@ def test_the_cancel_button_cancels_it_and_a_second_click_says_it_is_cancelled(ad
 
 
 def test_the_page_of_a_bulk_replay_shows_its_progress(admin_client, letters):
-    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    bulk = start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     BulkReplay.objects.filter(pk=bulk.pk).update(done=1, refused=1)  # as its runner would
     page = admin_client.get(reverse("admin:compensation_bulkreplay_change", args=[bulk.pk]))
     assert page.status_code == 200
@@ -162,7 +163,7 @@ def test_bulk_replay_like_these_leaves_out_what_the_rows_do_not_share(admin_clie
 
 
 def test_a_finished_bulk_replay_says_how_many_were_no_longer_open_when_it_reached_them(admin_client, letters):
-    bulk = services.start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
+    bulk = start_bulk_replay(filter=TIMEOUTS, actor="ops:carol")
     BulkReplay.objects.filter(pk=bulk.pk).update(done=2, state=BulkReplayState.FINISHED, finished_at=bulk.created_at)
     page = admin_client.get(reverse("admin:compensation_bulkreplay_change", args=[bulk.pk]))
     assert b"2 of 3 handled &mdash; 2 replayed, 0 refused; the other 1 was no longer open" in page.content

@@ -10,7 +10,9 @@ from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import translation
 
-from compensation import services
+from compensation.services.bulk_replay import run_bulk_replay, start_bulk_replay
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
+from compensation.services.replay import replay_dead_letter
 from retryops.errors import IllegalTransition
 from compensation.models import BulkReplay
 from tests.compensation.conftest import dead_tasks
@@ -55,10 +57,10 @@ def test_the_dashboard_fragment_has_chinese_headings(admin_client):
 
 def test_a_refusal_is_said_in_the_operators_language_with_the_same_code_and_details(order):
     letter = order.dead_letters.order_by("id").first()
-    services.discard_dead_letter(dead_letter=letter, actor="ops:carol", reason="a duplicate")
+    discard_dead_letter(dead_letter=letter, actor="ops:carol", reason="a duplicate")
 
     with translation.override("zh-hans"), pytest.raises(IllegalTransition) as refused:
-        services.replay_dead_letter(dead_letter=letter.pk, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter.pk, actor="ops:carol")
 
     assert str(refused.value) == f"无法重放死信 {letter.pk}：其状态为已丢弃；只有待处理的死信可以重放"
     assert refused.value.code == "illegal_transition"
@@ -68,11 +70,11 @@ def test_a_refusal_is_said_in_the_operators_language_with_the_same_code_and_deta
 def test_a_bulk_replays_refusal_is_kept_in_english_whatever_the_runners_language(pool, bob, instant_policy):
     # Their tasks named no resource: a same-resource replay refuses each one.
     dead_tasks(pool=pool, policy=instant_policy, n=2, signature="TimeoutError: slow")
-    services.collect_dead_letters()
-    bulk = services.start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=500)
+    collect_dead_letters()
+    bulk = start_bulk_replay(filter={"flow": "demo"}, actor="ops:carol", rate=500)
 
     with translation.override("zh-hans"):
-        services.run_bulk_replay(bulk_replay=bulk)
+        run_bulk_replay(bulk_replay=bulk)
 
     assert "the resource was removed" in BulkReplay.objects.get(pk=bulk.pk).last_error
 

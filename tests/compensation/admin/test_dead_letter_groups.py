@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from compensation import services
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ def mixed(pool, alice, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=3, resource=alice, signature="TimeoutError: slow")
     dead_tasks(pool=pool, policy=instant_policy, n=2, resource=alice, signature="PermissionError: HTTP 403")
     dead_tasks(pool=pool, policy=instant_policy, n=1, flow="signup", signature="TimeoutError: slow")
-    return services.collect_dead_letters()
+    return collect_dead_letters()
 
 
 def groups(client) -> list[dict]:
@@ -48,7 +48,7 @@ def test_a_group_shows_its_oldest_and_newest_death_and_its_work_order(carol, mix
 
 def test_groups_leave_out_dead_letters_that_are_no_longer_open(carol, mixed):
     signup = DeadLetter.objects.get(flow="signup")
-    services.discard_dead_letter(dead_letter=signup, actor="ops", reason="duplicate signup")
+    discard_dead_letter(dead_letter=signup, actor="ops", reason="duplicate signup")
     assert [g["flow"] for g in groups(carol)] == ["demo", "demo"]
 
 
@@ -70,7 +70,7 @@ def test_bulk_replay_these_opens_the_start_page_filled_in_with_the_group(carol, 
 
 def test_a_group_without_a_signature_offers_no_bulk_replay(carol, pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=1, signature="")
-    services.collect_dead_letters()
+    collect_dead_letters()
     assert groups(carol)[0]["bulk_replay_url"] == ""
 
 
@@ -81,12 +81,12 @@ def test_a_viewer_sees_the_groups_without_the_bulk_replay_links(dave, mixed):
 
 def test_the_groups_page_costs_the_same_queries_for_one_group_as_for_many(carol, pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=2, signature="TimeoutError: slow")
-    services.collect_dead_letters()
+    collect_dead_letters()
     with CaptureQueriesContext(connection) as one:
         groups(carol)
     for n in range(6):
         dead_tasks(pool=pool, policy=instant_policy, n=1, signature=f"ValueError: bad amount {n}")
-    services.collect_dead_letters()
+    collect_dead_letters()
     with CaptureQueriesContext(connection) as many:
         assert len(groups(carol)) == 7
     assert len(many) == len(one)

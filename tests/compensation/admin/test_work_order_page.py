@@ -7,7 +7,8 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation import services
+from compensation.services.dead_letters import discard_dead_letter
+from compensation.services.escalation import escalate
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import acknowledge_work_order
 from tests.compensation.admin.conftest import said, states
@@ -49,7 +50,7 @@ def test_a_clock_that_is_still_running_within_its_limit_says_how_long_is_left(ca
 
 def test_a_clock_escalation_marked_shows_when_it_ran_out_after_the_step_was_taken(carol, order, settings):
     ran_out = order.first_dead_at + timedelta(seconds=settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS)
-    services.escalate(now=ran_out + timedelta(seconds=1), steps="breaches")
+    escalate(now=ran_out + timedelta(seconds=1), steps="breaches")
     settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS = 10**6  # the live clock alone would now read within its limit
     acknowledge_work_order(work_order=order, actor="dave")
     acknowledge = clocks(carol, order)["Acknowledge"]
@@ -58,7 +59,7 @@ def test_a_clock_escalation_marked_shows_when_it_ran_out_after_the_step_was_take
 
 
 def test_the_page_counts_its_dead_letters_by_state_and_links_to_them(carol, order, letters):
-    services.discard_dead_letter(dead_letter=letters[0], actor="ops", reason="duplicate")
+    discard_dead_letter(dead_letter=letters[0], actor="ops", reason="duplicate")
     summary = page(carol, order).context["console_dead_letters"]
     assert summary["total"] == 3
     assert [(row["label"], row["count"]) for row in summary["states"]] == [("Open", 2), ("Discarded", 1)]

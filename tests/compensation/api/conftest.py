@@ -3,8 +3,8 @@
 
 import pytest
 
-from compensation import services
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters
 from retryops import roles
 from tests.api_fixtures import keyed_client
 from tests.compensation.conftest import dead_tasks
@@ -35,5 +35,5 @@ def letters(pool, alice, bob, default_policy) -> list[DeadLetter]:
     """Two dead letters of one flow and signature, on alice and on bob, collected onto one work order."""
     for resource in (alice, bob):
         dead_tasks(pool=pool, policy=default_policy, resource=resource)
-    services.collect_dead_letters()
+    collect_dead_letters()
     return list(DeadLetter.objects.order_by("id"))

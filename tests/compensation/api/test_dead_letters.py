@@ -7,8 +7,8 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters
 import resources.services
 from resources.choices import ResourceState
 from scheduling.models import Task
@@ -27,7 +27,7 @@ def test_dead_letters_are_listed_newest_first_and_filtered_as_a_bulk_replay_filt
                                                                                    default_policy):
     on_alice, on_bob = letters
     dead_tasks(pool=pool, policy=default_policy, flow="noop", signature="ValueError: bad")
-    [other] = services.collect_dead_letters()
+    [other] = collect_dead_letters()
     DeadLetter.objects.filter(pk=on_alice.pk).update(died_at=timezone.now() - timedelta(days=2))
     since = (timezone.now() - timedelta(days=1)).isoformat().replace("+", "%2B")
 
@@ -145,7 +145,7 @@ def test_a_request_without_a_key_is_401(client, db, method, path):
 def test_a_strict_replay_of_an_instance_that_succeeded_since_is_refused_though_another_task_ran_there_last(
         ops, pool, alice, default_policy):
     [dead] = dead_tasks(pool=pool, policy=default_policy, resource=alice)
-    [letter] = services.collect_dead_letters()
+    [letter] = collect_dead_letters()
     TaskFactory(pool=pool, policy=default_policy, payload=dead.payload, first_run=dead, state="succeeded",
                 next_run_at=None, finished_at=timezone.now())
     later = TaskFactory(pool=pool, policy=default_policy, payload={"order": 43}, state="dead", next_run_at=None,

@@ -13,10 +13,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState
-from compensation.errors import BadInput
 from compensation.models import DeadLetter
+from compensation.services.cleanup import cleanup_dead_letters, parse_states
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
+from retryops.errors import BadInput
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -25,9 +26,9 @@ pytestmark = pytest.mark.django_db
 def discarded_letters(pool, policy, n: int) -> list[DeadLetter]:
     """`n` dead letters, discarded, that died 40 days ago."""
     dead_tasks(pool=pool, policy=policy, n=n)
-    letters = services.collect_dead_letters()
+    letters = collect_dead_letters()
     for letter in letters:
-        services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
+        discard_dead_letter(dead_letter=letter, actor="ops:carol")
     DeadLetter.objects.update(died_at=timezone.now() - timedelta(days=40))
     return sorted(letters, key=lambda letter: letter.pk)
 
@@ -47,16 +48,16 @@ def test_archive_lines_are_byte_for_byte_what_the_python_encoder_wrote(pool, ali
     DeadLetter.objects.filter(pk=second.pk).update(died_at=datetime(2020, 1, 1, tzinfo=UTC), work_order=None)
     DeadLetter.objects.filter(pk=third.pk).update(died_at=datetime(2020, 1, 1, 0, 0, 0, 500, tzinfo=UTC))
     expected, archive = python_lines(), StringIO()
-    services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=archive,
-                                  purge=purge)
+    cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=archive,
+                         purge=purge)
     assert archive.getvalue() == expected
 
 
 def test_a_batch_archives_and_purges_in_one_statement(pool, instant_policy, tmp_path):
     discarded_letters(pool, instant_policy, 5)
     with (tmp_path / "dlq.jsonl").open("a") as archive, CaptureQueriesContext(connection) as queries:
-        services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=archive,
-                                      purge=True, batch_size=2)
+        cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=archive,
+                             purge=True, batch_size=2)
     on_letters = [q["sql"] for q in queries if DeadLetter._meta.db_table in q["sql"]]
     # Three batches, and the statement that found nothing left.
     assert len(on_letters) == 4
@@ -65,8 +66,8 @@ def test_a_batch_archives_and_purges_in_one_statement(pool, instant_policy, tmp_
 
 def test_each_batch_takes_at_most_the_batch_size(pool, instant_policy):
     discarded_letters(pool, instant_policy, 5)
-    services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", purge=True,
-                                  batch_size=2)
+    cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", purge=True,
+                         batch_size=2)
     entries = AuditEntry.objects.filter(action="dead_letter.cleanup").order_by("id")
     assert [entry.before["count"] for entry in entries] == [2, 2, 1]
 
@@ -74,8 +75,8 @@ def test_each_batch_takes_at_most_the_batch_size(pool, instant_policy):
 def test_archiving_alone_keeps_the_dead_letters(pool, instant_policy):
     letters = discarded_letters(pool, instant_policy, 3)
     archive = StringIO()
-    result = services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol",
-                                           archive=archive)
+    result = cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol",
+                                  archive=archive)
     assert (result.archived, result.purged, DeadLetter.objects.count()) == (3, 0, 3)
     assert [json.loads(line)["id"] for line in archive.getvalue().splitlines()] == [letter.pk for letter in letters]
 
@@ -84,8 +85,8 @@ def test_an_archive_that_cannot_be_written_purges_nothing(pool, instant_policy, 
     discarded_letters(pool, instant_policy, 3)
     (tmp_path / "dlq.jsonl").write_text("")
     with (tmp_path / "dlq.jsonl").open("r") as read_only, pytest.raises(OSError):
-        services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=read_only,
-                                      purge=True)
+        cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", archive=read_only,
+                             purge=True)
     assert DeadLetter.objects.count() == 3
     assert not AuditEntry.objects.filter(action="dead_letter.cleanup").exists()
 
@@ -111,8 +112,8 @@ def test_a_dead_letter_being_replayed_while_the_clean_up_runs_is_not_purged(pool
     replayer.start()
     assert locked.wait(timeout=30)
     try:
-        result = services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol",
-                                               purge=True)
+        result = cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol",
+                                      purge=True)
     finally:
         cleaned.set()
         replayer.join()
@@ -129,9 +130,9 @@ def test_no_table_points_at_dead_letters_so_a_bare_delete_leaves_nothing_danglin
 def test_a_cleanup_flag_sent_as_text_is_refused_naming_it(option):
     arguments = {"purge": True, option: "no"}
     with pytest.raises(BadInput, match=f"{option} must be true or false"):
-        services.cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", **arguments)
+        cleanup_dead_letters(older_than_days=30, states="discarded", actor="ops:carol", **arguments)
 
 
 def test_a_state_that_is_not_text_is_refused_naming_the_field():
     with pytest.raises(BadInput, match="state must name dead-letter states"):
-        services.parse_states([["open"]])
+        parse_states([["open"]])

@@ -4,12 +4,12 @@ import threading
 import pytest
 from django.db import connection
 
-from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
 from compensation.models import DeadLetter
 from compensation.notifications.models import Notification
 from compensation.notifications.notifiers import NOTIFIERS
 from compensation.services import dead_letters
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import close_work_order
 from retryops.errors import IllegalTransition
@@ -25,7 +25,7 @@ def test_a_task_that_dies_in_a_worker_becomes_a_dead_letter_with_its_work_order(
                                  policy="instant")
     work()
     assert not DeadLetter.objects.exists()  # the dead-letter step alone makes it
-    services.collect_dead_letters()
+    collect_dead_letters()
     letter = DeadLetter.objects.select_related("work_order").get(task=task)
     assert (letter.state, letter.flow, letter.resource_id, letter.attempt_count) == (
         DeadLetterState.OPEN, "until_fixed", alice.pk, 3)
@@ -45,10 +45,10 @@ def test_a_collection_that_fails_before_its_commit_leaves_the_death_for_the_next
 
     monkeypatch.setattr(dead_letters, "join_work_order", broken)
     with pytest.raises(RuntimeError):
-        services.collect_dead_letters()
+        collect_dead_letters()
     assert not DeadLetter.objects.exists() and Task.objects.get(pk=task.pk).collected_at is None
     monkeypatch.undo()
-    services.collect_dead_letters()
+    collect_dead_letters()
     assert DeadLetter.objects.get(task=task).work_order.dead_letter_count == 1
 
 
@@ -71,9 +71,9 @@ def test_a_group_the_database_refuses_stays_queued_and_holds_up_no_other(pool, i
 @pytest.mark.django_db
 def test_a_dead_task_collected_twice_makes_no_second_dead_letter(pool, instant_policy):
     [task] = dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     Task.objects.filter(pk=task.pk).update(collected_at=None)  # as a restore from before the commit would
-    assert services.collect_dead_letters() == []
+    assert collect_dead_letters() == []
     assert Task.objects.get(pk=task.pk).collected_at is not None
     assert DeadLetter.objects.filter(task=task).count() == 1
     assert WorkOrder.objects.get().dead_letter_count == 1
@@ -82,16 +82,16 @@ def test_a_dead_task_collected_twice_makes_no_second_dead_letter(pool, instant_p
 @pytest.mark.django_db
 def test_a_purged_dead_letter_is_not_made_again(pool, instant_policy):
     [task] = dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     DeadLetter.objects.all().delete()  # the clean-up purged it; the task stays
-    assert services.collect_dead_letters() == []
+    assert collect_dead_letters() == []
     assert not DeadLetter.objects.filter(task=task).exists()
 
 
 @pytest.mark.django_db
 def test_a_burst_of_a_thousand_deaths_of_one_signature_is_one_work_order_and_one_page(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, n=1000)
-    while services.collect_dead_letters():
+    while collect_dead_letters():
         pass
     order = WorkOrder.objects.get()
     assert (order.dead_letter_count, order.dead_letters.count()) == (1000, 1000)
@@ -105,7 +105,7 @@ def test_a_burst_of_a_thousand_deaths_of_one_signature_is_one_work_order_and_one
 def test_deaths_of_another_signature_open_a_work_order_of_their_own(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy, signature="TimeoutError: slow")
     dead_tasks(pool=pool, policy=instant_policy, signature="PermissionError: HTTP 403")
-    services.collect_dead_letters()
+    collect_dead_letters()
     assert sorted(WorkOrder.objects.values_list("error_signature", "dead_letter_count")) == [
         ("PermissionError: HTTP 403", 1), ("TimeoutError: slow", 1)]
 
@@ -113,11 +113,11 @@ def test_deaths_of_another_signature_open_a_work_order_of_their_own(pool, instan
 @pytest.mark.django_db
 def test_a_death_after_its_work_order_was_closed_opens_a_new_one(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     first = WorkOrder.objects.get()
     close_work_order(work_order=first, actor="ops:carol", resolution="upstream fixed")
     dead_tasks(pool=pool, policy=instant_policy)
-    [letter] = services.collect_dead_letters()
+    [letter] = collect_dead_letters()
     assert letter.work_order_id != first.pk
     assert WorkOrder.objects.get(pk=letter.work_order_id).state == WorkOrderState.OPEN
 
@@ -125,10 +125,10 @@ def test_a_death_after_its_work_order_was_closed_opens_a_new_one(pool, instant_p
 @pytest.mark.django_db
 def test_discarding_a_discarded_dead_letter_names_its_state(pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy)
-    [letter] = services.collect_dead_letters()
-    services.discard_dead_letter(dead_letter=letter, actor="ops:carol", reason="test order")
+    [letter] = collect_dead_letters()
+    discard_dead_letter(dead_letter=letter, actor="ops:carol", reason="test order")
     with pytest.raises(IllegalTransition, match="it is discarded") as refused:
-        services.discard_dead_letter(dead_letter=letter.pk, actor="ops:carol")
+        discard_dead_letter(dead_letter=letter.pk, actor="ops:carol")
     assert refused.value.details["from_state"] == DeadLetterState.DISCARDED
 
 
@@ -144,9 +144,9 @@ def test_two_collectors_at_once_never_both_make_a_dead_letter(pool, instant_poli
         return join(**kwargs)
 
     monkeypatch.setattr(dead_letters, "join_work_order", slow_join)
-    thread = in_thread(lambda: first.extend(services.collect_dead_letters()))
+    thread = in_thread(lambda: first.extend(collect_dead_letters()))
     assert held.wait(10)
-    second = services.collect_dead_letters()  # the first holds every dead task: it skips them, and waits for none
+    second = collect_dead_letters()  # the first holds every dead task: it skips them, and waits for none
     release.set()
     thread.join(10)
     assert (len(first), second) == (3, [])

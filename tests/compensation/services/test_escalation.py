@@ -9,9 +9,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import WorkOrderState
-from compensation.errors import BadInput
 from compensation.models import DeadLetter
 from compensation.notifications.models import Notification, NotificationState
 from compensation.notifications.services import (
@@ -20,6 +18,8 @@ from compensation.notifications.services import (
     work_order_dedup_key,
 )
 from compensation.services import escalation
+from compensation.services.dead_letters import collect_dead_letters, discard_dead_letter
+from compensation.services.escalation import escalate, mark_breach
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import (
     acknowledge_work_order,
@@ -27,6 +27,7 @@ from compensation.work_orders.services import (
     close_work_order,
     start_work_order,
 )
+from retryops.errors import BadInput
 from tests.compensation.conftest import dead_tasks
 from tests.compensation.notify_fixtures import (
     PAGERDUTY_PATH,
@@ -45,7 +46,7 @@ pytestmark = pytest.mark.django_db
 def order(pool, instant_policy, no_channels) -> WorkOrder:
     """A work order of two dead letters; its trigger page was skipped (no channel configured)."""
     dead_tasks(pool=pool, policy=instant_policy, n=2)
-    services.collect_dead_letters()
+    collect_dead_letters()
     return WorkOrder.objects.get()
 
 
@@ -69,7 +70,7 @@ def breach_pages(order, clock):
 
 def test_dead_letters_left_open_by_a_cancelled_work_order_get_a_new_one(order):
     cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
-    result = services.escalate()
+    result = escalate()
     new = WorkOrder.objects.exclude(pk=order.pk).get()
     assert (result.orphans, result.work_orders) == (2, 1)
     assert (new.state, new.dead_letter_count) == (WorkOrderState.OPEN, 2)
@@ -78,9 +79,9 @@ def test_dead_letters_left_open_by_a_cancelled_work_order_get_a_new_one(order):
 
 def test_an_open_dead_letter_without_a_work_order_joins_the_live_one_of_its_signature(order, pool, instant_policy):
     dead_tasks(pool=pool, policy=instant_policy)
-    [stray] = services.collect_dead_letters()
+    [stray] = collect_dead_letters()
     DeadLetter.objects.filter(pk=stray.pk).update(work_order=None)
-    services.escalate()
+    escalate()
     assert DeadLetter.objects.get(pk=stray.pk).work_order_id == order.pk
     assert WorkOrder.objects.get(pk=order.pk).dead_letter_count == 4  # 3 collected, 1 joined again
 
@@ -88,8 +89,8 @@ def test_an_open_dead_letter_without_a_work_order_joins_the_live_one_of_its_sign
 def test_a_settled_dead_letter_of_a_cancelled_work_order_needs_no_work_order(order):
     cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     for letter in DeadLetter.objects.all():
-        services.discard_dead_letter(dead_letter=letter, actor="ops:carol")
-    assert services.escalate().orphans == 0
+        discard_dead_letter(dead_letter=letter, actor="ops:carol")
+    assert escalate().orphans == 0
     assert WorkOrder.objects.count() == 1
 
 
@@ -114,8 +115,8 @@ def failed_page(work_order_id: int = 7) -> Notification:
 
 def test_a_failed_notification_is_queued_again_once_its_last_try_is_old_enough(failing_pagerduty, settings):
     row = failed_page()
-    assert services.escalate(now=row.last_attempt_at + timedelta(seconds=3599)).resent == 0
-    result = services.escalate(now=row.last_attempt_at + timedelta(seconds=3600))
+    assert escalate(now=row.last_attempt_at + timedelta(seconds=3599)).resent == 0
+    result = escalate(now=row.last_attempt_at + timedelta(seconds=3600))
     row.refresh_from_db()
     assert result.resent == 1
     assert (row.state, row.attempts, row.resends) == (NotificationState.QUEUED, 0, 1)
@@ -126,7 +127,7 @@ def test_a_notification_that_keeps_failing_is_not_queued_again_past_the_cap(fail
     settings.RETRYOPS_NOTIFY_MAX_RESENDS = 2
     row = failed_page()
     for _ in range(3):
-        services.escalate(now=timezone.now() + timedelta(hours=2))
+        escalate(now=timezone.now() + timedelta(hours=2))
         send_due_notifications()
     row.refresh_from_db()
     assert (row.state, row.resends) == (NotificationState.FAILED, 2)
@@ -135,7 +136,7 @@ def test_a_notification_that_keeps_failing_is_not_queued_again_past_the_cap(fail
 
 def test_a_skipped_notification_stays_skipped(no_channels):
     rows = page()
-    services.escalate(now=timezone.now() + timedelta(days=1))
+    escalate(now=timezone.now() + timedelta(days=1))
     assert {row.state for row in Notification.objects.filter(pk__in=[r.pk for r in rows])} == {
         NotificationState.SKIPPED}
 
@@ -146,7 +147,7 @@ def test_a_failed_trigger_is_not_sent_again_once_its_work_orders_resolve_went_ou
     accept(failing_pagerduty)
     resolve(7)
     send_due_notifications()
-    assert services.escalate(now=timezone.now() + timedelta(hours=2)).resent == 0
+    assert escalate(now=timezone.now() + timedelta(hours=2)).resent == 0
     assert Notification.objects.get(pk=row.pk).state == NotificationState.FAILED
 
 
@@ -154,7 +155,7 @@ def test_a_failed_trigger_is_not_sent_again_once_its_work_orders_resolve_went_ou
 
 
 def test_an_open_work_order_past_its_acknowledge_clock_is_marked_when_the_clock_ran_out(order, settings):
-    services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60))
+    escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60))
     order.refresh_from_db()
     assert order.acknowledge_breached_at == after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS)
     assert order.compensate_breached_at is None
@@ -162,7 +163,7 @@ def test_an_open_work_order_past_its_acknowledge_clock_is_marked_when_the_clock_
 
 def test_a_breach_is_marked_once_when_escalate_runs_twice(order, settings):
     later = after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60)
-    first, second = services.escalate(now=later), services.escalate(now=later + timedelta(seconds=60))
+    first, second = escalate(now=later), escalate(now=later + timedelta(seconds=60))
     assert (first.breaches["acknowledge"], second.breaches["acknowledge"]) == (1, 0)
     assert breach_entries(order).filter(after__sla="acknowledge").count() == 1
     assert breach_pages(order, "acknowledge").count() == 1
@@ -170,26 +171,26 @@ def test_a_breach_is_marked_once_when_escalate_runs_twice(order, settings):
 
 def test_an_acknowledged_work_order_breaches_no_acknowledge_clock(order, settings):
     acknowledge_work_order(work_order=order, actor="ops:carol")
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60))
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60))
     assert result.breaches["acknowledge"] == 0
     assert WorkOrder.objects.get(pk=order.pk).acknowledge_breached_at is None
 
 
 def test_a_live_work_order_past_its_compensate_clock_is_marked(order, settings):
     start_work_order(work_order=order, actor="ops:carol")
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
     assert result.breaches == {"notice": 1, "acknowledge": 0, "compensate": 1}
     assert WorkOrder.objects.get(pk=order.pk).compensate_breached_at is not None
 
 
 def test_an_ended_work_order_is_not_marked(order, settings):
     close_work_order(work_order=order, actor="ops:carol")
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_COMPENSATE_SECONDS + 1))
     assert result.breaches == {"notice": 0, "acknowledge": 0, "compensate": 0}
 
 
 def test_a_work_order_whose_trigger_was_never_sent_breaches_its_notice_clock(order, settings):
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1))
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1))
     assert result.breaches["notice"] == 1
     assert WorkOrder.objects.get(pk=order.pk).notice_breached_at == after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS)
     entry = breach_entries(order).get()
@@ -199,10 +200,10 @@ def test_a_work_order_whose_trigger_was_never_sent_breaches_its_notice_clock(ord
 def test_a_trigger_sent_in_time_meets_the_notice_clock(pool, instant_policy, pagerduty_only, settings):
     accept(pagerduty_only)
     dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     send_due_notifications()
     order = WorkOrder.objects.get()
-    assert services.escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 0
+    assert escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 0
 
 
 def test_an_alerts_page_whose_id_is_the_work_orders_does_not_meet_its_notice_clock(order, pagerduty_only,
@@ -215,16 +216,16 @@ def test_an_alerts_page_whose_id_is_the_work_orders_does_not_meet_its_notice_clo
                        link="/admin/telemetry/alert/1/change/")
     send_due_notifications()
     assert Notification.objects.get(subject_type="alert", channel="pagerduty").state == NotificationState.SENT
-    assert services.escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 1
+    assert escalate(now=after(order, settings.RETRYOPS_SLA_NOTICE_SECONDS + 1)).breaches["notice"] == 1
 
 
 def test_a_breach_re_triggers_the_work_orders_own_incident_as_critical(pool, instant_policy, both_channels, settings):
     accept(both_channels)
     dead_tasks(pool=pool, policy=instant_policy)
-    services.collect_dead_letters()
+    collect_dead_letters()
     send_due_notifications()
     order = WorkOrder.objects.get()
-    services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1))
+    escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1))
     send_due_notifications()
     opened, breached = bodies(both_channels, PAGERDUTY_PATH)
     pagerduty_event_validator().validate(breached)
@@ -245,12 +246,12 @@ def test_two_escalators_racing_for_one_breach_mark_it_once(order, settings):
 
     def second_escalator():
         try:
-            second["marked"] = services.mark_breach(work_order=order.pk, clock="acknowledge", now=later)
+            second["marked"] = mark_breach(work_order=order.pk, clock="acknowledge", now=later)
         finally:
             connections.close_all()
 
     with transaction.atomic():
-        assert services.mark_breach(work_order=order.pk, clock="acknowledge", now=later)
+        assert mark_breach(work_order=order.pk, clock="acknowledge", now=later)
         racer = threading.Thread(target=second_escalator)
         racer.start()
         wait_for_a_lock_wait()
@@ -268,7 +269,7 @@ def test_a_work_order_closed_while_its_breach_is_marked_is_not_paged_after_its_r
 
     def escalate_now():
         try:
-            escalator["marked"] = services.mark_breach(work_order=order.pk, clock="acknowledge", now=later)
+            escalator["marked"] = mark_breach(work_order=order.pk, clock="acknowledge", now=later)
         finally:
             connections.close_all()
 
@@ -303,7 +304,7 @@ def test_a_step_that_raises_does_not_stop_the_others(order, settings, monkeypatc
         raise RuntimeError("database unreachable")
 
     monkeypatch.setattr(escalation, "orphaned_dead_letters", broken)
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1))
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 1))
     assert result.failures == ["work orders: RuntimeError: database unreachable"]
     assert result.breaches["acknowledge"] == 1
 
@@ -311,7 +312,7 @@ def test_a_step_that_raises_does_not_stop_the_others(order, settings, monkeypatc
 def test_a_work_order_whose_breach_fails_does_not_stop_the_others(order, pool, instant_policy, settings,
                                                                   monkeypatch):
     dead_tasks(pool=pool, policy=instant_policy, signature="KeyError: sku")
-    services.collect_dead_letters()
+    collect_dead_letters()
     other = WorkOrder.objects.exclude(pk=order.pk).get()
     real = escalation._page_breach
 
@@ -321,7 +322,7 @@ def test_a_work_order_whose_breach_fails_does_not_stop_the_others(order, pool, i
         real(work_order, clock, breached_at)
 
     monkeypatch.setattr(escalation, "_page_breach", page_fails_for_the_first)
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), steps="breaches")
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), steps="breaches")
     assert f"acknowledge breach of work order {order.pk}: RuntimeError: summary refused" in result.failures
     assert WorkOrder.objects.get(pk=other.pk).acknowledge_breached_at is not None
     assert WorkOrder.objects.get(pk=order.pk).acknowledge_breached_at is None  # nothing half-written
@@ -331,21 +332,21 @@ def test_a_work_order_whose_breach_fails_does_not_stop_the_others(order, pool, i
 def test_a_dry_run_counts_what_it_would_do_and_changes_nothing(order, settings):
     cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     audit_before = AuditEntry.objects.count()
-    result = services.escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), dry_run=True)
+    result = escalate(now=after(order, settings.RETRYOPS_SLA_ACKNOWLEDGE_SECONDS + 60), dry_run=True)
     assert (result.dry_run, result.orphans, result.work_orders) == (True, 2, 1)
     assert WorkOrder.objects.count() == 1
     assert AuditEntry.objects.count() == audit_before
-    assert services.escalate().orphans == 2  # the dry run left them for the real one
+    assert escalate().orphans == 2  # the dry run left them for the real one
 
 
 def test_an_unknown_step_is_refused_by_name_before_anything_runs(order):
     cancel_work_order(work_order=order, actor="ops:carol", reason="grouped wrongly")
     with pytest.raises(BadInput, match="unknown escalation step breach: use work_orders, notifications") as refused:
-        services.escalate(steps="work_orders,breach")
+        escalate(steps="work_orders,breach")
     assert refused.value.details["field"] == "steps"
     assert WorkOrder.objects.count() == 1  # the work orders step, named first, did not run
 
 
 def test_a_naive_now_is_refused(db):
     with pytest.raises(BadInput, match="now must be an aware datetime"):
-        services.escalate(now=timezone.now().replace(tzinfo=None))
+        escalate(now=timezone.now().replace(tzinfo=None))

@@ -8,12 +8,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from compensation import services
 from compensation.choices import DeadLetterState
 from compensation.errors import ReplayRefused
 from compensation.models import BulkReplay, DeadLetter
 from compensation.runbooks.actions.dead_letters import replay_dead_letters
 from compensation.runbooks.catalog import ActionContext
+from compensation.services.bulk_replay import run_bulk_replay, start_bulk_replay
+from compensation.services.cleanup import cleanup_dead_letters
+from compensation.services.replay import replay_dead_letter
 from resources.choices import FailureCategory
 from scheduling.choices import TaskState
 from scheduling.models import Task
@@ -50,7 +52,7 @@ def test_a_replay_of_an_instance_that_is_live_or_succeeded_is_refused(letter, bo
     run = instance_since(letter, state, bob)
     tasks = Task.objects.count()
     with pytest.raises(ReplayRefused) as refused:
-        services.replay_dead_letter(dead_letter=letter.pk, actor="ops:carol", any_resource=any_resource)
+        replay_dead_letter(dead_letter=letter.pk, actor="ops:carol", any_resource=any_resource)
     reason, sentence = REFUSALS[state]
     assert (refused.value.details["reason"], refused.value.details["task_id"]) == (reason, run.pk)
     assert sentence in str(refused.value)
@@ -61,8 +63,8 @@ def test_a_replay_of_an_instance_that_is_live_or_succeeded_is_refused(letter, bo
 def test_a_bulk_replay_counts_an_instance_that_is_live_or_succeeded_as_refused(letter, bob, state):
     instance_since(letter, state, bob)
     tasks = Task.objects.count()
-    bulk = services.start_bulk_replay(filter={"flow": letter.flow}, actor="ops:carol", rate=500)
-    assert services.run_bulk_replay(bulk_replay=bulk.pk, max_seconds=5) == "finished"
+    bulk = start_bulk_replay(filter={"flow": letter.flow}, actor="ops:carol", rate=500)
+    assert run_bulk_replay(bulk_replay=bulk.pk, max_seconds=5) == "finished"
     bulk = BulkReplay.objects.get(pk=bulk.pk)
     assert (bulk.done, bulk.refused) == (0, 1)
     assert REFUSALS[state][1] in bulk.last_error
@@ -84,8 +86,8 @@ def test_a_runbooks_replay_action_reports_an_instance_that_is_live_or_succeeded_
 def test_the_clean_up_replays_no_instance_that_is_live_or_succeeded(letter, bob, state):
     instance_since(letter, state, bob)
     tasks = Task.objects.count()
-    result = services.cleanup_dead_letters(older_than_days=30, states="open", actor="ops:carol",
-                                           replay_retryable=True)
+    result = cleanup_dead_letters(older_than_days=30, states="open", actor="ops:carol",
+                                  replay_retryable=True)
     assert (result.replayed, result.refused) == (0, 1)
     assert REFUSALS[state][1] in result.refusals[0]
     assert nothing_started(letter, tasks)

@@ -4,10 +4,11 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState
-from compensation.errors import BadInput, ReplayRefused
-from retryops.errors import IllegalTransition
+from compensation.errors import ReplayRefused
+from compensation.services.dead_letters import collect_dead_letters, follow_replays
+from compensation.services.replay import replay_dead_letter
+from retryops.errors import BadInput, IllegalTransition
 from compensation.models import DeadLetter
 import resources.services
 from resources.choices import ResourceState
@@ -26,12 +27,12 @@ def letter(redis_conn, alice, instant_policy) -> DeadLetter:
     task = scheduling.start_task(flow="until_fixed", pool_name=alice.pool, resource=alice, created_by="shop",
                                  policy="instant")
     work()
-    services.collect_dead_letters()
+    collect_dead_letters()
     return DeadLetter.objects.get(task=task)
 
 
 def test_a_replay_starts_a_strict_task_on_the_same_resource(letter, alice):
-    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replayed = replay_dead_letter(dead_letter=letter, actor="ops:carol")
     task = replayed.replay_task
     assert (replayed.state, replayed.replay_count) == (DeadLetterState.REPLAYING, 1)
     assert (task.flow, task.strict, task.pinned_resource_id) == ("until_fixed", True, alice.pk)
@@ -40,24 +41,24 @@ def test_a_replay_starts_a_strict_task_on_the_same_resource(letter, alice):
 
 def test_a_replay_writes_one_audit_entry_of_its_own(letter):
     before = AuditEntry.objects.count()
-    services.replay_dead_letter(dead_letter=letter, actor="ops:carol", reason="upstream fixed")
+    replay_dead_letter(dead_letter=letter, actor="ops:carol", reason="upstream fixed")
     entries = list(AuditEntry.objects.order_by("id").values_list("action", "actor", "reason"))[before:]
     assert entries == [("dead_letter.replay", "ops:carol", "upstream fixed")]
 
 
 def test_a_replay_that_succeeds_marks_the_dead_letter_replayed(letter):
     upstream["broken"] = False
-    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replay_dead_letter(dead_letter=letter, actor="ops:carol")
     work()
-    services.follow_replays()  # a first-attempt success emits no event: the periodic job follows it
+    follow_replays()  # a first-attempt success emits no event: the periodic job follows it
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYED
 
 
 def test_a_replay_that_dies_reopens_the_dead_letter_with_the_new_error(letter):
-    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replayed = replay_dead_letter(dead_letter=letter, actor="ops:carol")
     work()
-    services.collect_dead_letters()  # the dead-letter step: its death is its dead letter's
-    services.follow_replays()
+    collect_dead_letters()  # the dead-letter step: its death is its dead letter's
+    follow_replays()
     again = DeadLetter.objects.get(pk=letter.pk)
     assert Task.objects.get(pk=replayed.replay_task_id).state == TaskState.DEAD
     assert (again.state, again.replay_task_id) == (DeadLetterState.OPEN, replayed.replay_task_id)
@@ -73,18 +74,18 @@ def dies_uncollected(task: Task) -> None:
 
 
 def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay(letter):
-    first = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True).replay_task
+    first = replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True).replay_task
     dies_uncollected(first)
     # The replays are followed before the dead-letter step collects that death: were the dead
     # letter open again, a second replay would leave the first one's death unknown to the step,
     # which would make it a dead letter of its own.
-    services.follow_replays()
+    follow_replays()
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYING
-    services.collect_dead_letters()
-    services.follow_replays()
+    collect_dead_letters()
+    follow_replays()
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
-    services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
-    services.collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
+    collect_dead_letters()
     assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [letter.task_id]
 
 
@@ -92,27 +93,27 @@ def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay
 def test_any_resource_that_is_not_true_or_false_is_refused_and_nothing_starts(letter, any_resource):
     tasks = Task.objects.count()
     with pytest.raises(BadInput, match="any_resource must be true or false") as refused:
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+        replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
     assert refused.value.details["field"] == "any_resource"
     assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
 
 
 def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):
-    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replay_dead_letter(dead_letter=letter, actor="ops:carol")
     tasks = Task.objects.count()
     with pytest.raises(IllegalTransition, match="it is replaying") as refused:
-        services.replay_dead_letter(dead_letter=letter.pk, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter.pk, actor="ops:carol")
     assert refused.value.details["from_state"] == "replaying"
     assert Task.objects.count() == tasks
 
 
 def test_replaying_a_replayed_dead_letter_names_its_state(letter):
     upstream["broken"] = False
-    services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replay_dead_letter(dead_letter=letter, actor="ops:carol")
     work()
-    services.follow_replays()
+    follow_replays()
     with pytest.raises(IllegalTransition, match="it is replayed"):
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter, actor="ops:carol")
 
 
 def test_a_dead_letter_whose_resource_is_quarantined_says_so_instead_of_replaying(letter, alice):
@@ -120,7 +121,7 @@ def test_a_dead_letter_whose_resource_is_quarantined_says_so_instead_of_replayin
     resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     tasks = Task.objects.count()
     with pytest.raises(ReplayRefused, match="quarantined .*banned upstream") as refused:
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter, actor="ops:carol")
     assert refused.value.reason == "quarantined"
     assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
     assert not AuditEntry.objects.filter(action="dead_letter.replay").exists()
@@ -131,14 +132,14 @@ def test_a_dead_letter_whose_resource_was_consumed_says_so(letter, alice):
     alice.pool.consume_on_success = True
     alice.pool.save(update_fields=["consume_on_success"])
     with pytest.raises(ReplayRefused, match="consumed") as refused:
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter, actor="ops:carol")
     assert refused.value.reason == "consumed"
 
 
 def test_a_dead_letter_whose_resource_was_removed_says_so(letter):
     DeadLetter.objects.filter(pk=letter.pk).update(resource=None)
     with pytest.raises(ReplayRefused, match="removed"):
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+        replay_dead_letter(dead_letter=letter, actor="ops:carol")
 
 
 def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_that_resource(redis_conn, alice,
@@ -147,10 +148,10 @@ def test_a_strict_task_that_died_before_it_claimed_its_resource_is_replayed_on_t
                                  policy="instant")
     resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     work()
-    services.collect_dead_letters()
+    collect_dead_letters()
     letter = DeadLetter.objects.get(task=task)
     resources.services.unquarantine(resource=alice, actor="ops", reason="cleared by upstream")
-    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol")
+    replayed = replay_dead_letter(dead_letter=letter, actor="ops:carol")
     assert (replayed.replay_task.strict, replayed.replay_task.pinned_resource_id) == (True, alice.pk)
 
 
@@ -158,10 +159,10 @@ def test_a_replay_on_any_resource_starts_a_task_the_pool_chooses_for(letter, ali
     resources.services.reset(resource=alice, actor="ops")
     resources.services.quarantine(resource=alice, actor="ops", reason="banned upstream")
     upstream["broken"] = False
-    replayed = services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
+    replayed = replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=True)
     assert (replayed.replay_task.strict, replayed.replay_task.requested_resource_id) == (False, None)
     work()
-    services.follow_replays()
+    follow_replays()
     assert Task.objects.get(pk=replayed.replay_task_id).resource_id == bob.pk
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.REPLAYED
 
@@ -183,7 +184,7 @@ def run_again_by_an_operator(letter, alice) -> Task:
 def test_a_replay_while_an_operator_retry_of_the_same_order_waits_is_refused(letter, alice, any_resource):
     again = run_again_by_an_operator(letter, alice)
     with pytest.raises(ReplayRefused) as refused:
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+        replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
     assert refused.value.details["reason"] == "task_live"
     assert Task.objects.filter(payload=letter.task.payload).exclude(pk__in=[letter.task_id, again.pk]).count() == 0
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN
@@ -195,6 +196,6 @@ def test_a_replay_of_an_order_that_succeeded_since_is_refused_saying_so(letter, 
     run_again_by_an_operator(letter, alice)
     work()
     with pytest.raises(ReplayRefused) as refused:
-        services.replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
+        replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
     assert refused.value.details["reason"] == "succeeded"
     assert DeadLetter.objects.get(pk=letter.pk).state == DeadLetterState.OPEN

@@ -4,10 +4,9 @@ import pytest
 
 from audit.choices import AuditAction
 from audit.models import AuditEntry
-from compensation import services
 from compensation.choices import DeadLetterState, WorkOrderState
-from compensation.errors import BadInput
 from compensation.models import DeadLetter
+from compensation.services.dead_letters import collect_dead_letters
 from compensation.work_orders.models import WorkOrder
 from compensation.work_orders.services import (
     acknowledge_work_order,
@@ -18,7 +17,7 @@ from compensation.work_orders.services import (
     open_work_order,
     start_work_order,
 )
-from retryops.errors import IllegalTransition
+from retryops.errors import BadInput, IllegalTransition
 from tests.compensation.conftest import dead_tasks
 
 pytestmark = pytest.mark.django_db
@@ -101,5 +100,5 @@ def test_opening_a_work_order_with_bad_input_names_the_field_and_writes_nothing(
 def test_a_manual_work_order_for_a_signature_does_not_take_its_dead_letters(pool, instant_policy):
     open_work_order(title="watch timeouts", actor="ops:carol", flow="demo")
     dead_tasks(pool=pool, policy=instant_policy)
-    [letter] = services.collect_dead_letters()
+    [letter] = collect_dead_letters()
     assert letter.work_order.source == "dead_letters"

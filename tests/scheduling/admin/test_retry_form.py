@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from audit.models import AuditEntry
-from compensation import services as compensation
+from compensation.services.dead_letters import collect_dead_letters
+from compensation.services.replay import replay_dead_letter
 import resources.services
 from resources.choices import ResourceState
 from resources.models import Resource
@@ -164,8 +165,8 @@ def test_the_same_strict_page_submitted_twice_starts_one_task_and_shows_it_both_
 
 
 def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewhere(carol, dead_order, bob):
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
     tasks = Task.objects.count()
 
@@ -178,8 +179,8 @@ def test_unchecked_strict_starts_nothing_when_the_order_succeeded_since_elsewher
 
 
 def test_unchecked_strict_with_a_changed_payload_is_a_new_order_and_starts(carol, dead_order, bob):
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
@@ -203,8 +204,8 @@ def test_the_form_opened_from_a_dead_task_is_prefilled_with_its_resource_flow_an
 
 def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeeded_since_elsewhere(carol, dead_order,
                                                                                                  bob):
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     replay = run(Task.objects.get(first_run=dead_order))
     assert (replay.state, replay.resource_id) == ("succeeded", bob.pk)
     alice = resources.services.reset(resource=dead_order.resource_id, actor="ops")
@@ -223,8 +224,8 @@ def test_the_form_opened_from_a_dead_task_starts_nothing_when_its_order_succeede
 @pytest.mark.parametrize("strict", [True, False])
 def test_run_it_again_as_a_new_instance_starts_an_order_that_succeeded_since_as_a_new_one(carol, dead_order, bob,
                                                                                          strict):
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
@@ -368,8 +369,8 @@ def replay_then_page(carol, dead_order, bob):
     """Order 42's dead letter replayed (waiting elsewhere), the retry form opened for the dead
     task meanwhile (its payload left out: that run is live), then the replay cancelled: returns
     the page as the operator saw it."""
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     replay = Task.objects.get(first_run=dead_order)
     page = carol.get(f"{RETRY}?task={dead_order.pk}")
     assert not form_of(page)["payload"].value() and "Type the payload of a new run below." in page.content.decode()
@@ -418,8 +419,8 @@ def test_a_payload_emptied_on_a_page_that_showed_it_starts_an_empty_object_as_th
         carol, failed_alice, dead_order, bob):
     page = retry_page(carol, failed_alice)
     assert "empty means {}" in page.content.decode()
-    [letter] = compensation.collect_dead_letters()
-    compensation.replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
+    [letter] = collect_dead_letters()
+    replay_dead_letter(dead_letter=letter, actor="olga", any_resource=True)
     assert run(Task.objects.get(first_run=dead_order)).state == "succeeded"
 
     carol.post(f"{RETRY}?resource={failed_alice.pk}", posted(form_of(page), payload=""))
