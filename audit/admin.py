@@ -44,7 +44,14 @@ def type_label(target_type: str) -> str:
         return target_type
 
 
-class ActionFilter(admin.SimpleListFilter):
+class ExactFilter(admin.SimpleListFilter):
+    """The rows whose `parameter_name` column is the chosen value."""
+
+    def queryset(self, request, queryset):
+        return queryset.filter(**{self.parameter_name: self.value()}) if self.value() else queryset
+
+
+class ActionFilter(ExactFilter):
     # The known actions, not a DISTINCT over the table (which a plain list_filter would run).
     title = _("action")
     parameter_name = "action"
@@ -52,22 +59,16 @@ class ActionFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return AuditAction.choices
 
-    def queryset(self, request, queryset):
-        return queryset.filter(action=self.value()) if self.value() else queryset
 
-
-class TargetTypeFilter(admin.SimpleListFilter):
+class TargetTypeFilter(ExactFilter):
     title = _("target type")
     parameter_name = "target_type"
 
     def lookups(self, request, model_admin):
         return [(t, type_label(t)) for t in selectors.target_types()]
 
-    def queryset(self, request, queryset):
-        return queryset.filter(target_type=self.value()) if self.value() else queryset
 
-
-class ActorFilter(admin.SimpleListFilter):
+class ActorFilter(ExactFilter):
     # Who acted recently, not a DISTINCT over the table; any other actor is one ?actor= away
     # (or the search box).
     title = _("actor")
@@ -79,9 +80,6 @@ class ActorFilter(admin.SimpleListFilter):
         if chosen and chosen not in actors:
             actors = sorted([*actors, chosen])
         return [(actor, actor) for actor in actors]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(actor=self.value()) if self.value() else queryset
 
 
 # The time filter's choices: how far back from now. Served by the BRIN index on created_at.
@@ -108,7 +106,8 @@ class WithinFilter(admin.SimpleListFilter):
         return queryset.filter(created_at__gte=timezone.now() - WITHIN[self.value()][0])
 
 
-def _json_block(value):
+def json_block(value):
+    """A JSON value on a read-only page: indented, with secrets masked."""
     if value is None:
         return "—"
     # Masked again when shown: entries written before masking existed may hold a secret.
@@ -145,11 +144,11 @@ class AuditEntryAdmin(ReadOnlyAdmin):  # append-only: the database refuses chang
 
     @admin.display(description=_("before"))
     def before_shown(self, entry):
-        return _json_block(entry.before)
+        return json_block(entry.before)
 
     @admin.display(description=_("after"))
     def after_shown(self, entry):
-        return _json_block(entry.after)
+        return json_block(entry.after)
 
 
 class ApiClientForm(forms.ModelForm):

@@ -23,10 +23,11 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from compensation.admin_console import run_each
+from compensation.admin_console import run_each, span
 from compensation.choices import BulkReplayState
 from compensation.errors import BulkReplayRunning
 from compensation.flags import dlq_inspector_on
+from compensation.forms import ConsoleForm
 from compensation.models import BulkReplay
 from compensation.services.bulk_replay import (
     DEFAULT_RATE,
@@ -46,7 +47,7 @@ STATE_COLOURS = {BulkReplayState.RUNNING: "#205493", BulkReplayState.FINISHED: "
 LIKE_THESE = {"flow": "flow", "error_signature": "error_signature", "pool": "pool_id"}
 
 
-class BulkReplayForm(forms.Form):
+class BulkReplayForm(ConsoleForm):
     """What the operator chooses. It only parses what was typed; the services judge it (a rate
     out of range, an unknown pool) and their errors are put on the field they name."""
 
@@ -67,7 +68,6 @@ class BulkReplayForm(forms.Form):
     any_resource = forms.BooleanField(required=False, label=_("On any resource of the pool"),
                                       help_text=_("Otherwise each dead letter is replayed on its own resource."))
 
-
     def filter(self) -> dict:
         data = self.cleaned_data
         chosen = {name: data.get(name) for name in FILTER_FIELDS}
@@ -79,21 +79,6 @@ class BulkReplayForm(forms.Form):
         """The filter the count on the page was made for: "start" is taken only for that one, so
         what starts is what the operator saw counted (the rate does not change the count)."""
         return hashlib.sha256(json.dumps(self.filter(), sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-    def add_domain_error(self, exc: DomainError) -> None:
-        """Put a service's error on the field it names ("filter.pool" is the pool field), else on the form."""
-        field = exc.details.get("field") or ("pool" if "pool" in exc.details else None)
-        field = field.removeprefix("filter.") if isinstance(field, str) else None
-        self.add_error(field if field in self.fields else None, str(exc))
-
-
-def _duration(seconds: float) -> str:
-    seconds = math.ceil(seconds)
-    if seconds < 120:
-        return gettext("%(s)d s") % {"s": seconds}
-    if seconds < 7200:
-        return gettext("%(m)d min") % {"m": math.ceil(seconds / 60)}
-    return gettext("%(h).1f h") % {"h": seconds / 3600}
 
 
 @admin.action(description=_("Bulk replay like these (a filter with their common flow and signature)"),
@@ -185,7 +170,7 @@ class BulkReplayConsole:
             "media": self.media + form.media,
             "count": count,
             "previewed": form.fingerprint() if count is not None else "",
-            "estimate": _duration(count / form.cleaned_data["rate"])
+            "estimate": span(math.ceil(count / form.cleaned_data["rate"]))
             if count and form.cleaned_data.get("rate", 0) > 0 else None,
             **(extra_context or {}),
         }
@@ -195,7 +180,7 @@ class BulkReplayConsole:
         try:
             return bulk_replay_preview(filter=form.filter())
         except DomainError as exc:
-            form.add_domain_error(exc)
+            form.add_refusal(exc)
             return None
 
     def _start(self, request, form: BulkReplayForm) -> BulkReplay | None:
@@ -216,7 +201,7 @@ class BulkReplayConsole:
                     url=reverse("admin:compensation_bulkreplay_change", args=[running]), id=running))
             return None
         except DomainError as exc:
-            form.add_domain_error(exc)
+            form.add_refusal(exc)
             return None
         self.message_user(request, ngettext(
             "Started %(bulk)s: %(count)d open dead letter matched, at most %(rate)s replays per second.",

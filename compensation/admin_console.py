@@ -53,6 +53,20 @@ def replays_started(letters) -> str:
     return format_html(gettext("Replaying {replays}."), replays=shown)
 
 
+def span(seconds: float) -> str:
+    """A duration as an operator reads it in a table: "45 s", "12 min", "3 h 05 min", "2 d 4 h"."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return gettext("%(s)d s") % {"s": seconds}
+    minutes = seconds // 60
+    if minutes < 120:
+        return gettext("%(m)d min") % {"m": minutes}
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return gettext("%(h)d h %(m)02d min") % {"h": hours, "m": minutes}
+    return gettext("%(d)d d %(h)d h") % {"d": hours // 24, "h": hours % 24}
+
+
 @admin.display(description=_("work order"), ordering="work_order")
 def work_order_shown(obj) -> str:
     """A list column: the work order of a dead letter or a runbook run, named in the reader's language."""

@@ -10,8 +10,9 @@ from retryops.errors import DomainError
 
 class ConsoleForm(forms.Form):
     def add_refusal(self, error: DomainError) -> None:
-        """Show a service's refusal on the field it names, else above the form."""
-        field = error.details.get("field")
+        """Show a service's refusal on the field it names ("filter.pool" is the pool field; a pool not
+        found names no field), else above the form."""
+        field = str(error.details.get("field") or ("pool" if "pool" in error.details else "")).removeprefix("filter.")
         self.add_error(field if field in self.fields else None, str(error))
 
 

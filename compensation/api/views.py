@@ -80,6 +80,20 @@ class DlqInspector:
         require_dlq_inspector()
 
 
+class ListView(mixins.ListModelMixin, ApiView):
+    """A cursor-paginated list of `queryset`, filtered by `filterset_class`."""
+
+    def get(self, request, **kwargs):
+        return self.list(request)
+
+
+class DetailView(ApiView):
+    """One row by the id in its path: `read(id)` finds it (NotFound: 404), `serializer_class` renders it."""
+
+    def get(self, request, id):
+        return Response(self.serializer_class(self.read(int(id))).data)
+
+
 class RowAction(ApiView):
     """A POST that calls one service on the row in its path: `input_serializer` parses the body,
     `act` calls the service with the row's id, `output_serializer` renders what it returns."""
@@ -97,7 +111,7 @@ class RowAction(ApiView):
 # Dead letters
 
 
-class DeadLetterList(DlqInspector, mixins.ListModelMixin, ApiView):
+class DeadLetterList(DlqInspector, ListView):
     """Dead letters, newest first (cursor-paginated), filtered by flow, error signature, pool,
     resource, state and when they died: the same filters as a bulk replay's."""
 
@@ -106,18 +120,13 @@ class DeadLetterList(DlqInspector, mixins.ListModelMixin, ApiView):
     filterset_class = DeadLetterFilterSet
     required_permissions = {"GET": [VIEW_DEAD_LETTERS]}
 
-    def get(self, request):
-        return self.list(request)
 
-
-class DeadLetterDetail(DlqInspector, ApiView):
+class DeadLetterDetail(DlqInspector, DetailView):
     """One dead letter, with the payload a replay runs again."""
 
     serializer_class = DeadLetterDetailSerializer
+    read = staticmethod(get_dead_letter)
     required_permissions = {"GET": [VIEW_DEAD_LETTERS]}
-
-    def get(self, request, id):
-        return Response(DeadLetterDetailSerializer(get_dead_letter(int(id))).data)
 
 
 class Replay(DlqInspector, RowAction):
@@ -180,25 +189,20 @@ class BulkReplayStart(DlqInspector, ApiView):
                         headers={"Location": f"/api/bulk-replays/{bulk.pk}/"})
 
 
-class BulkReplayList(DlqInspector, mixins.ListModelMixin, ApiView):
+class BulkReplayList(DlqInspector, ListView):
     """Bulk replays, newest first (cursor-paginated)."""
 
     queryset = BulkReplay.objects.all()
     serializer_class = BulkReplaySerializer
     required_permissions = {"GET": [VIEW_BULK]}
 
-    def get(self, request):
-        return self.list(request)
 
-
-class BulkReplayDetail(DlqInspector, ApiView):
+class BulkReplayDetail(DlqInspector, DetailView):
     """A bulk replay's progress."""
 
     serializer_class = BulkReplaySerializer
+    read = staticmethod(get_bulk_replay)
     required_permissions = {"GET": [VIEW_BULK]}
-
-    def get(self, request, id):
-        return Response(BulkReplaySerializer(get_bulk_replay(int(id))).data)
 
 
 class BulkReplayCancel(DlqInspector, RowAction):
@@ -214,7 +218,7 @@ class BulkReplayCancel(DlqInspector, RowAction):
 # Work orders
 
 
-class WorkOrderList(mixins.ListModelMixin, ApiView):
+class WorkOrderList(ListView):
     """Work orders, newest first (cursor-paginated), filtered by state, source, flow, error
     signature, pool, assignee and when they were opened; POST opens one by hand."""
 
@@ -222,9 +226,6 @@ class WorkOrderList(mixins.ListModelMixin, ApiView):
     serializer_class = WorkOrderSerializer
     filterset_class = WorkOrderFilterSet
     required_permissions = {"GET": [VIEW_ORDERS], "POST": [OPEN_ORDER]}
-
-    def get(self, request):
-        return self.list(request)
 
     @extend_schema(request=WorkOrderOpenSerializer, responses={201: WorkOrderSerializer}, parameters=[LOCATION])
     def post(self, request):
@@ -234,16 +235,14 @@ class WorkOrderList(mixins.ListModelMixin, ApiView):
                         headers={"Location": f"/api/ops/workorders/{order.pk}/"})
 
 
-class WorkOrderDetail(ApiView):
+class WorkOrderDetail(DetailView):
     """One work order with its SLA clocks and its dead letters' states; PATCH changes what an operator
     edits on a live one (assignee, runbook, notes, resolution); its state changes through the
     transitions (POST .../acknowledge, start, compensate, close, cancel)."""
 
     serializer_class = WorkOrderDetailSerializer
+    read = staticmethod(work_order_detail)
     required_permissions = {"GET": [VIEW_ORDERS], "PATCH": [CHANGE_ORDER]}
-
-    def get(self, request, id):
-        return Response(WorkOrderDetailSerializer(work_order_detail(int(id))).data)
 
     @extend_schema(request=WorkOrderPatchSerializer, responses={
         200: WorkOrderSerializer,
@@ -311,7 +310,7 @@ class CancelOrder(Transition):
 # Runbook runs
 
 
-class RunbookRuns(mixins.ListModelMixin, ApiView):
+class RunbookRuns(ListView):
     """A work order's runbook runs, newest first (cursor-paginated); POST asks to run an action of
     a runbook for it: an internal action is ready to run at once (state approved), an external one
     waits for another operator's approval (requested). The same token again answers the first run
@@ -325,9 +324,6 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
         if getattr(self, "swagger_fake_view", False):  # the schema's generator asks, with no work order
             return RunbookRun.objects.none()
         return runbook_runs_for(int(self.kwargs["id"]))
-
-    def get(self, request, id):
-        return self.list(request)
 
     @extend_schema(request=RunbookRequestSerializer, parameters=[LOCATION], responses={
         201: RunbookRunSerializer,
@@ -344,14 +340,12 @@ class RunbookRuns(mixins.ListModelMixin, ApiView):
                         headers={"Location": f"/api/ops/runbook-runs/{run.pk}/"})
 
 
-class RunbookRunDetail(ApiView):
+class RunbookRunDetail(DetailView):
     """One runbook run and its outcome."""
 
     serializer_class = RunbookRunSerializer
+    read = staticmethod(get_runbook_run)
     required_permissions = {"GET": [VIEW_RUNS]}
-
-    def get(self, request, id):
-        return Response(RunbookRunSerializer(get_runbook_run(int(id))).data)
 
 
 class Approve(RowAction):

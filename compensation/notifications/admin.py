@@ -2,15 +2,13 @@
 "send again" action for failed or skipped ones. Read-only otherwise: rows change only through
 the sender and compensation.notifications.services.resend_notifications."""
 
-import json
-
 from django.contrib import admin, messages
 from django.template.defaultfilters import truncatechars
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from audit.admin import CappedCountPaginator
+from audit.admin import CappedCountPaginator, json_block
 from compensation.notifications.models import (
     Notification,
     NotificationState,
@@ -19,7 +17,6 @@ from compensation.notifications.models import (
 from compensation.notifications.services import resend_notifications
 from retryops.admin_filters import ReadOnlyAdmin
 from retryops.errors import DomainError
-from retryops.masking import mask_secrets
 
 STATE_COLOURS = {
     NotificationState.QUEUED: "#777",
@@ -76,5 +73,4 @@ class NotificationAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("payload"))
     def payload_shown(self, row):
-        return format_html("<pre>{}</pre>", json.dumps(mask_secrets(row.payload), indent=2, ensure_ascii=False,
-                                                       sort_keys=True))
+        return json_block(row.payload)

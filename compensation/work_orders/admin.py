@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from compensation.admin_console import audit_url, run_each
+from compensation.admin_console import audit_url, run_each, span
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState
 from compensation.forms import TRANSITION_FIELDS, WorkOrderTransitionForm
@@ -88,20 +88,6 @@ CLOCK_NAMES = {
     "acknowledge": _("Acknowledge: dead letter → acknowledged"),
     "compensate": _("Compensate: dead letter → compensated"),
 }
-
-
-def span(seconds: float) -> str:
-    """A duration as an operator reads it in a table: "45 s", "12 min", "3 h 05 min", "2 d 4 h"."""
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return gettext("%(s)d s") % {"s": seconds}
-    minutes = seconds // 60
-    if minutes < 120:
-        return gettext("%(m)d min") % {"m": minutes}
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return gettext("%(h)d h %(m)02d min") % {"h": hours, "m": minutes}
-    return gettext("%(d)d d %(h)d h") % {"d": hours // 24, "h": hours % 24}
 
 
 def clock_row(clock: SlaClock) -> dict:
