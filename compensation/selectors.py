@@ -40,38 +40,8 @@ from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id
 
 
-@dataclass(frozen=True)
-class Sla:
-    """A work order's SLA clocks: how long each step took (or has been waiting), and which passed its limit."""
-
-    notice_seconds: float | None
-    acknowledge_seconds: float | None
-    compensate_seconds: float | None
-    breached: tuple[str, ...]
-
-    @property
-    def state(self) -> str:
-        return "breached: " + ", ".join(self.breached) if self.breached else "ok"
-
-
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return None if start is None or end is None else round((end - start).total_seconds(), 3)
-
-
-def sla_of(order: WorkOrder, *, now: datetime | None = None) -> Sla:
-    """The SLA of one work order, measured from its first dead letter (from its opening for one
-    opened by hand): dead letter -> opened (the notice), -> acknowledged, -> compensated. A step
-    not taken yet is measured to `now`, so a work order nobody acknowledges breaches while it waits."""
-    now = now or timezone.now()
-    start = order.first_dead_at or order.created_at
-    live = order.state in WORK_ORDER_LIVE
-    acknowledged = order.acknowledged_at or (now if live else None)
-    compensated = order.compensated_at or (now if live else None)
-    took = {"notice": _seconds(start, order.created_at), "acknowledge": _seconds(start, acknowledged),
-            "compensate": _seconds(start, compensated)}
-    breached = tuple(clock for clock, limit in sla_limits().items()
-                     if took[clock] is not None and took[clock] > limit)
-    return Sla(took["notice"], took["acknowledge"], took["compensate"], breached)
 
 
 def sla_limits() -> dict[str, int]:
@@ -102,14 +72,20 @@ class SlaClock:
 
 
 def sla_clocks(order: WorkOrder, *, now: datetime | None = None) -> list[SlaClock]:
-    """The three clocks of sla_of (notice: dead letter -> opened; acknowledge; compensate), each
-    with its limit and the breach escalation marked, for the work order's page."""
-    sla = sla_of(order, now=now)
+    """A work order's clocks, measured from its first dead letter (from its opening for one opened
+    by hand): notice (-> opened), acknowledge, compensate. A step not taken yet on a live work
+    order is measured to `now`, so a work order nobody acknowledges breaches while it waits."""
+    now = now or timezone.now()
+    start = order.first_dead_at or order.created_at
+    live = order.state in WORK_ORDER_LIVE
     stops = {"notice": order.created_at, "acknowledge": order.acknowledged_at, "compensate": order.compensated_at}
-    return [SlaClock(name=name, started_at=order.first_dead_at or order.created_at, stopped_at=stops[name],
-                     seconds=getattr(sla, f"{name}_seconds"), limit=limit, breached=name in sla.breached,
-                     marked_at=getattr(order, f"{name}_breached_at"))
-            for name, limit in sla_limits().items()]
+    clocks = []
+    for name, limit in sla_limits().items():
+        seconds = _seconds(start, stops[name] or (now if live else None))
+        clocks.append(SlaClock(name=name, started_at=start, stopped_at=stops[name], seconds=seconds, limit=limit,
+                               breached=seconds is not None and seconds > limit,
+                               marked_at=getattr(order, f"{name}_breached_at")))
+    return clocks
 
 
 def dead_letter_states_of(order: WorkOrder) -> dict[str, int]:
@@ -179,11 +155,12 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
     next_due = retrying.order_by("next_run_at").values_list("next_run_at", flat=True).first()
     orders = []
     for order in live_work_orders()[:limit]:
-        sla = sla_of(order, now=now)
+        clocks = {clock.name: clock for clock in sla_clocks(order, now=now)}
+        breached = [name for name, clock in clocks.items() if clock.breached]
+        waiting = clocks["acknowledge" if order.state == WorkOrderState.OPEN else "compensate"]
         orders.append({"id": order.pk, "title": order.title, "state": order.state, "assignee": order.assignee,
-                       "dead_letters": order.dead_letter_count, "sla": sla.state,
-                       "waiting_seconds": sla.acknowledge_seconds if order.state == WorkOrderState.OPEN
-                       else sla.compensate_seconds})
+                       "dead_letters": order.dead_letter_count, "waiting_seconds": waiting.seconds,
+                       "sla": "breached: " + ", ".join(breached) if breached else "ok"})
     return {
         "at": now.isoformat(),
         "queues": {queue.pop("name"): queue for queue in rq_health(now=now)["queues"]},
@@ -197,9 +174,9 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
 
 def breached_clocks(order: WorkOrder, *, now: datetime | None = None) -> tuple[str, ...]:
     """The SLA clocks a work order is past: those escalation marked (a mark stays after the work
-    order moved on), then those past their limit now (sla_of)."""
+    order moved on), then those past their limit now."""
     marked = [clock for clock in SLA_CLOCKS if getattr(order, f"{clock}_breached_at") is not None]
-    return tuple(dict.fromkeys([*marked, *sla_of(order, now=now).breached]))
+    return tuple(dict.fromkeys([*marked, *(clock.name for clock in sla_clocks(order, now=now) if clock.breached)]))
 
 
 def _past_sla(now: datetime) -> dict[str, Q]:

@@ -187,7 +187,7 @@ def _resend_failed(result: Escalation, *, now: datetime, dry_run: bool) -> None:
         result.resent += 1
 
 
-# 4. SLA breaches.
+# 3. SLA breaches.
 
 def _limit(clock: str) -> timedelta:
     return timedelta(seconds=sla_limits()[clock])

@@ -274,7 +274,7 @@ class WorkOrderAdmin(EditsWhatThePageShowed, WorkOrderConsole, RunbooksOnWorkOrd
 
     @admin.display(description=_("SLA"))
     def sla(self, order):
-        """The clocks past their limit now (selectors.sla_of) and those escalate marked, with when
+        """The clocks past their limit now (selectors.sla_clocks) and those escalate marked, with when
         each ran out: a marked breach stays shown after the work order moved on."""
         marked = {clock: at for clock in SLA_CLOCKS if (at := getattr(order, f"{clock}_breached_at")) is not None}
         clocks = breached_clocks(order)

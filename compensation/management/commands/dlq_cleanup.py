@@ -7,6 +7,7 @@ from django.core.management.base import CommandError
 from django.utils.translation import gettext_lazy as _
 from tqdm import tqdm
 
+from audit.context import current
 from audit.management.base import AuditedCommand
 from compensation.flags import command_requires_dlq_inspector
 from compensation.services.cleanup import DEFAULT_BATCH
@@ -52,7 +53,7 @@ class Command(AuditedCommand):
                     if stopping:
                         raise KeyboardInterrupt
                 result = cleanup_dead_letters(
-                    older_than_days=options["older_than_days"], states=states, actor=self._actor(),
+                    older_than_days=options["older_than_days"], states=states, actor=current().actor,
                     archive=archive, purge=options["purge"], replay_retryable=options["replay_retryable"],
                     dry_run=options["dry_run"], batch_size=options["batch_size"], progress=progress)
         except DomainError as exc:
@@ -66,11 +67,6 @@ class Command(AuditedCommand):
             if archive is not None:
                 archive.close()
         self._summary(result, options)
-
-    def _actor(self) -> str:
-        from audit.context import current
-
-        return current().actor
 
     def _summary(self, result, options) -> None:
         would = "would " if result.dry_run else ""

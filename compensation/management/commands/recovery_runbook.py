@@ -72,9 +72,6 @@ class Command(AuditedCommand):
         except DomainError as exc:
             raise CommandError(f"{exc} [{exc.code}]") from None
 
-    def _actor(self, options) -> str:
-        return current().actor
-
     def do_list(self, *, work_order=None, **options):
         books = list(runbooks().values())
         if work_order is not None:
@@ -106,7 +103,7 @@ class Command(AuditedCommand):
             value = json.loads(input)
         except ValueError as exc:
             raise CommandError(f"--input is not JSON: {exc}") from None
-        actor = self._actor(options)
+        actor = current().actor
         if dry_run:
             _, step, _ = check_runbook_request(runbook=name, action=action, input=value)
             order = WorkOrder.objects.filter(pk=work_order).first()
@@ -153,7 +150,7 @@ class Command(AuditedCommand):
             self._carry_on(run, actor=actor)
 
     def do_reject(self, *, run_id, reason, dry_run, **options):
-        actor = self._actor(options)
+        actor = current().actor
         if dry_run:
             _rolled_back(lambda: reject_runbook_action(run=run_id, actor=actor, reason=reason))
             self.stdout.write(f"dry run: {actor} may reject runbook run {run_id}; nothing changed")
