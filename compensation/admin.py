@@ -10,11 +10,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from compensation.admin_bulk_replay import BulkReplayConsole
-from compensation.admin_console import work_order_link, work_order_shown
+from compensation.admin_console import ShownAs, work_order_shown
 from compensation.admin_dead_letters import DeadLetterConsole
-from compensation.flags import dlq_inspector_on
 from compensation.models import BulkReplay, DeadLetter
-from scheduling.admin import ReadOnlyAdmin
+from retryops import flags
+from retryops.admin_filters import ReadOnlyAdmin
 from scheduling.admin_filters import FlowFilter
 
 
@@ -24,23 +24,23 @@ class DlqInspectorPage:
     ModelAdmin class in the bases."""
 
     def has_module_permission(self, request):
-        return dlq_inspector_on() and super().has_module_permission(request)
+        return flags.enabled(flags.DLQ_INSPECTOR) and super().has_module_permission(request)
 
     def has_view_permission(self, request, obj=None):
-        return dlq_inspector_on() and super().has_view_permission(request, obj)
+        return flags.enabled(flags.DLQ_INSPECTOR) and super().has_view_permission(request, obj)
 
     def has_add_permission(self, request, *args):
-        return dlq_inspector_on() and super().has_add_permission(request, *args)
+        return flags.enabled(flags.DLQ_INSPECTOR) and super().has_add_permission(request, *args)
 
     def has_change_permission(self, request, obj=None):
-        return dlq_inspector_on() and super().has_change_permission(request, obj)
+        return flags.enabled(flags.DLQ_INSPECTOR) and super().has_change_permission(request, obj)
 
     def has_delete_permission(self, request, obj=None):
-        return dlq_inspector_on() and super().has_delete_permission(request, obj)
+        return flags.enabled(flags.DLQ_INSPECTOR) and super().has_delete_permission(request, obj)
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
+class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ShownAs, ReadOnlyAdmin):
     """Every field is the services'; the actions change them, and the clean-up purges them."""
 
     list_display = ("id", "state", "flow", "resource", "short_signature", "attempt_count", "died_at",
@@ -51,13 +51,8 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     show_full_result_count = False
     # A facet count per flow and pool would count the queue once per choice on every page.
     show_facets = admin.ShowFacets.NEVER
-    # On a dead letter's page, the rows it names as the reader's language names them: their
-    # __str__ stays English (audit entries keep it).
-    NAMED = {"task": "task_link", "work_order": "work_order_link", "replay_task": "replay_task_link"}
-    readonly_fields = [*(f.name for f in DeadLetter._meta.fields), *NAMED.values()]
-
-    def get_fields(self, request, obj=None):
-        return list(dict.fromkeys(self.NAMED.get(name, name) for name in super().get_fields(request, obj)))
+    SHOWN_AS = {"task": "task_link", "work_order": "work_order_link", "replay_task": "replay_task_link"}
+    readonly_fields = [*(f.name for f in DeadLetter._meta.fields), *SHOWN_AS.values()]
 
     @admin.display(description=_("error signature"))
     def short_signature(self, letter):
@@ -74,10 +69,6 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ReadOnlyAdmin):
     @admin.display(description=_("replay task"))
     def replay_task_link(self, letter):
         return _task_link(letter.replay_task_id)
-
-    @admin.display(description=_("work order"))
-    def work_order_link(self, letter):
-        return work_order_link(letter)
 
 
 def _task_link(task_id: int | None) -> str:

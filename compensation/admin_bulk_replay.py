@@ -26,7 +26,6 @@ from django.views.decorators.http import require_POST
 from compensation.admin_console import run_each, span
 from compensation.choices import BulkReplayState
 from compensation.errors import BulkReplayRunning
-from compensation.flags import dlq_inspector_on
 from compensation.forms import ConsoleForm
 from compensation.models import BulkReplay
 from compensation.services.bulk_replay import (
@@ -39,6 +38,7 @@ from compensation.services.bulk_replay import (
     start_bulk_replay,
 )
 from resources.models import ResourcePool
+from retryops import flags
 from retryops.errors import DomainError
 
 STATE_COLOURS = {BulkReplayState.RUNNING: "#205493", BulkReplayState.FINISHED: "#2e7d32",
@@ -105,7 +105,7 @@ class BulkReplayConsole:
         return admin.ModelAdmin.has_add_permission(self, request)
 
     def has_cancel_permission(self, request):
-        return dlq_inspector_on() and request.user.has_perm("compensation.change_bulkreplay")
+        return flags.enabled(flags.DLQ_INSPECTOR) and request.user.has_perm("compensation.change_bulkreplay")
 
     def get_fields(self, request, obj=None):
         return ["progress", *(f.name for f in BulkReplay._meta.fields)]

@@ -73,12 +73,22 @@ def work_order_shown(obj) -> str:
     return obj.work_order.display_name if obj.work_order_id else "-"
 
 
-def work_order_link(obj) -> str:
-    """On a dead letter's or a runbook run's page: its work order, linked, named in the reader's language."""
-    if obj.work_order_id is None:
-        return "-"
-    return format_html('<a href="{}">{}</a>', reverse("admin:compensation_workorder_change", args=[obj.work_order_id]),
-                       obj.work_order.display_name)
+class ShownAs:
+    """Mixed into the ModelAdmin of a dead letter or a runbook run: on its page the fields of
+    SHOWN_AS are shown by a display method of their own, in the field's place; its work order is
+    linked, named in the reader's language (its __str__ stays English: audit entries keep it)."""
+
+    SHOWN_AS: dict[str, str] = {}
+
+    def get_fields(self, request, obj=None):
+        return list(dict.fromkeys(self.SHOWN_AS.get(name, name) for name in super().get_fields(request, obj)))
+
+    @admin.display(description=_("work order"))
+    def work_order_link(self, obj) -> str:
+        if obj.work_order_id is None:
+            return "-"
+        return format_html('<a href="{}">{}</a>', reverse("admin:compensation_workorder_change",
+                                                          args=[obj.work_order_id]), obj.work_order.display_name)
 
 
 def audit_url(request, obj: models.Model) -> str:

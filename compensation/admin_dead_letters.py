@@ -21,12 +21,12 @@ from django.utils.translation import gettext_lazy as _
 from compensation.admin_bulk_replay import bulk_replay_like_these
 from compensation.admin_console import audit_url, replays_started, run_each
 from compensation.choices import DeadLetterState
-from compensation.flags import dlq_inspector_on
 from compensation.forms import ReasonForm, ReplayForm
 from compensation.models import DeadLetter
 from compensation.selectors import open_dead_letter_groups
 from compensation.services.dead_letters import discard_dead_letter, resolve_dead_letter
 from compensation.services.replay import replay_dead_letter
+from retryops import flags
 from retryops.errors import DomainError
 
 # The groups page shows the biggest this many; signatures are normalised, so there are few.
@@ -63,7 +63,7 @@ SETTLE = {
 
 
 def _has(request, codename: str) -> bool:
-    return dlq_inspector_on() and request.user.has_perm(f"compensation.{codename}")
+    return flags.enabled(flags.DLQ_INSPECTOR) and request.user.has_perm(f"compensation.{codename}")
 
 
 def changelist_url(**lookups) -> str:

@@ -13,8 +13,8 @@ from django.views.decorators.http import require_safe
 
 from compensation import selectors as compensation
 from compensation.choices import WorkOrderState
-from compensation.flags import dlq_inspector_on
 from compensation.work_orders.models import SLA_CLOCK_NAMES
+from retryops import flags
 from scheduling import selectors as scheduling
 from scheduling.services.recovery import OVERDUE_GRACE
 
@@ -133,4 +133,4 @@ def fragment(request):
     if not request.user.has_perm(PERMISSION):
         raise PermissionDenied(_("Viewing the dashboard needs the permission to view tasks."))
     return TemplateResponse(request, "admin/compensation/dashboard.html",
-                            {**figures(with_dead_letters=dlq_inspector_on()), "refresh_seconds": REFRESH_SECONDS})
+                            {**figures(with_dead_letters=flags.enabled(flags.DLQ_INSPECTOR)), "refresh_seconds": REFRESH_SECONDS})

@@ -16,14 +16,9 @@ class FeatureOff(CompensationError):
     code = "feature_off"
 
 
-def dlq_inspector_on() -> bool:
-    """Whether the DLQ pages and commands are on (the flag `dlq-inspector`)."""
-    return flags.enabled(flags.DLQ_INSPECTOR)
-
-
 def require_dlq_inspector() -> None:
     """Raise FeatureOff, naming the flag and the variable that turned it off, unless it is on."""
-    if not dlq_inspector_on():
+    if not flags.enabled(flags.DLQ_INSPECTOR):
         raise FeatureOff(
             _("the dead-letter queue inspector is turned off: the feature flag %(flag)r is listed in %(setting)s; "
               "remove it from there to use the DLQ pages and commands") % {

@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
-from compensation.admin_console import work_order_link, work_order_shown
+from compensation.admin_console import ShownAs, work_order_shown
 from compensation.forms import ReasonForm
 from compensation.runbooks.catalog import suggest_for_work_order
 from compensation.runbooks.models import RunbookRun, RunbookRunState
@@ -168,7 +168,7 @@ class RunbooksOnWorkOrder:
 
 
 @admin.register(RunbookRun)
-class RunbookRunAdmin(admin.ModelAdmin):
+class RunbookRunAdmin(ShownAs, admin.ModelAdmin):
     """Runs are read-only; their transitions are the actions and buttons below, each through its service."""
 
     list_display = ("id", work_order_shown, "runbook", "action", "external", "badge", "requested_by", "approved_by",
@@ -176,23 +176,13 @@ class RunbookRunAdmin(admin.ModelAdmin):
     list_filter = ("state", "external", "runbook")
     list_select_related = ("work_order",)
     search_fields = ("token", "runbook", "action", "requested_by")
-    # On a run's page, its work order as the reader's language names it (its __str__ stays English).
-    readonly_fields = [*(f.name for f in RunbookRun._meta.fields), "work_order_link", "input_shown", "result_shown"]
+    SHOWN_AS = {"work_order": "work_order_link", "input": "input_shown", "result": "result_shown"}
+    readonly_fields = [*(f.name for f in RunbookRun._meta.fields), *SHOWN_AS.values()]
     actions = ["approve", "run", "reject"]
     show_full_result_count = False
 
-    # Fields shown through a display method of their own, in the field's place.
-    SHOWN_AS = {"work_order": "work_order_link", "input": "input_shown", "result": "result_shown"}
-
-    def get_fields(self, request, obj=None):
-        return list(dict.fromkeys(self.SHOWN_AS.get(name, name) for name in super().get_fields(request, obj)))
-
     input_shown = masked_json_display("input", description=RunbookRun._meta.get_field("input").verbose_name)
     result_shown = masked_json_display("result", description=RunbookRun._meta.get_field("result").verbose_name)
-
-    @admin.display(description=_("work order"))
-    def work_order_link(self, run):
-        return work_order_link(run)
 
     @admin.display(description=_("state"), ordering="state")
     def badge(self, run):
