@@ -57,9 +57,8 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
 
 
 def _make_dead_letters(*, flow: str, signature: str, group: list[Task]) -> list[DeadLetter]:
-    died = [t.finished_at for t in group]
     order = join_work_order(flow=flow, error_signature=signature, pool_id=group[0].pool_id,
-                            first_dead_at=min(died), last_dead_at=max(died), count=len(group))
+                            died=[t.finished_at for t in group])
     # The resource is the one it last ran on, else the one it named: a strict task that
     # never claimed it (quarantined, or in use at every attempt) is replayed on it too.
     return DeadLetter.objects.bulk_create(
@@ -98,8 +97,7 @@ def follow_replays(*, limit: int = BATCH) -> int:
             letter.resource_id = task.resource_id or letter.resource_id
             if letter.work_order is None or letter.work_order.state in WORK_ORDER_TERMINAL:
                 letter.work_order = join_work_order(flow=letter.flow, error_signature=letter.error_signature,
-                                                    pool_id=letter.pool_id, first_dead_at=letter.died_at,
-                                                    last_dead_at=letter.died_at, count=1)
+                                                    pool_id=letter.pool_id, died=[letter.died_at])
             letter.save(update_fields=["state", "last_error", "error_signature", "error_category", "attempt_count",
                                        "died_at", "resource", "work_order", "updated_at"])
     return len(letters)

@@ -131,8 +131,7 @@ def _give_work_orders(result: Escalation, *, now: datetime, dry_run: bool) -> No
                 if not letters:
                     continue  # another escalator has them
                 order = join_work_order(flow=flow, error_signature=signature, pool_id=letters[0].pool_id,
-                                        first_dead_at=min(letter.died_at for letter in letters),
-                                        last_dead_at=max(letter.died_at for letter in letters), count=len(letters))
+                                        died=[letter.died_at for letter in letters])
                 DeadLetter.objects.filter(pk__in=[letter.pk for letter in letters]).update(
                     work_order=order, updated_at=timezone.now())
         except Exception as exc:

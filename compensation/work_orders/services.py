@@ -64,11 +64,11 @@ def _page(order: WorkOrder, event: str) -> None:
         link=f"/admin/compensation/workorder/{order.pk}/change/")
 
 
-def join_work_order(*, flow: str, error_signature: str, pool_id: int, first_dead_at: datetime,
-                    last_dead_at: datetime, count: int) -> WorkOrder:
-    """The live work order of this flow and signature, joined by `count` new dead letters; opened
-    when there is none. Called by collect_dead_letters in its transaction; the system's own act,
-    so no audit entry (the dead letters are the record)."""
+def join_work_order(*, flow: str, error_signature: str, pool_id: int, died: list[datetime]) -> WorkOrder:
+    """The live work order of this flow and signature, joined by new dead letters that died at
+    `died`; opened when there is none. Called in the transaction that makes or moves the dead
+    letters; the system's own act, so no audit entry (the dead letters are the record)."""
+    first_dead_at, last_dead_at, count = min(died), max(died), len(died)
     for _attempt in range(2):
         order = (WorkOrder.objects.select_for_update()
                  .filter(source=WorkOrderSource.DEAD_LETTERS, state__in=WORK_ORDER_LIVE, flow=flow,
