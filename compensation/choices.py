@@ -13,8 +13,6 @@ class DeadLetterState(models.TextChoices):
 
 # A replay can start only from an open dead letter; a replay that dies brings it back to open.
 REPLAYABLE_STATES = (DeadLetterState.OPEN,)
-# What the cleanup may archive or purge by default: nobody has anything left to do with them.
-SETTLED_STATES = (DeadLetterState.REPLAYED, DeadLetterState.RESOLVED, DeadLetterState.DISCARDED)
 
 
 class WorkOrderState(models.TextChoices):

@@ -38,7 +38,7 @@ class NotificationState(models.TextChoices):
 # PagerDuty refuses a longer dedup_key.
 MAX_DEDUP_KEY_LENGTH = 255
 # The most times escalate may queue one failed notification again (RETRYOPS_NOTIFY_MAX_RESENDS is
-# checked against it at start-up): a counter past it is a loop, not a receiver being down.
+# far below it): a counter past it is a loop, not a receiver being down.
 MAX_RESENDS = 100
 
 
