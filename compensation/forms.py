@@ -38,27 +38,17 @@ class ReplayForm(ConsoleForm):
     reason = _text_field(_("Reason"), required=False)
 
 
-# What each work-order transition asks for besides the operator. Whether it may be empty is the
-# services' rule (compensate needs a resolution, cancel a reason): their refusal lands on the field.
-TRANSITION_FIELDS = {
-    "acknowledge": (),
-    "start": (),
-    "compensate": ("resolution",),
-    "close": ("resolution",),
-    "cancel": ("reason",),
-}
-
-
 class WorkOrderTransitionForm(ConsoleForm):
-    """The confirmation of one work-order transition, with the text it takes."""
+    """The confirmation of one work-order transition, with the text it takes (`takes`). Whether it
+    may be empty is the services' rule (compensate needs a resolution, cancel a reason): their
+    refusal lands on the field."""
 
     resolution = _text_field(_("Resolution"), required=False,
                              help_text=_("How the business effects were repaired, or why nothing was needed."))
     reason = _text_field(_("Reason"), required=False, help_text=_("Why it was opened by mistake."))
 
-    def __init__(self, *args, action: str, **kwargs):
+    def __init__(self, *args, takes: tuple[str, ...], **kwargs):
         super().__init__(*args, **kwargs)
-        wanted = TRANSITION_FIELDS[action]
         for name in list(self.fields):
-            if name not in wanted:
+            if name not in takes:
                 del self.fields[name]

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from compensation.admin_console import audit_url, run_each, span
 from compensation.admin_dead_letters import bulk_replay_url, changelist_url
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState
-from compensation.forms import TRANSITION_FIELDS, WorkOrderTransitionForm
+from compensation.forms import WorkOrderTransitionForm
 from compensation.runbooks.admin import RunbooksOnWorkOrder, run_buttons
 from compensation.selectors import (
     SlaClock,
@@ -52,34 +52,39 @@ NOTIFICATIONS_SHOWN = 20
 RUNS_SHOWN = 50
 
 # Each transition: its button, the question of its confirmation page, and the service it calls
-# with the form's fields (compensation.forms.TRANSITION_FIELDS).
+# with the text it takes besides the operator.
 TRANSITION_PAGES = {
     "acknowledge": {
         "label": _("Acknowledge"),
         "question": _("Acknowledge %(order)s? Its acknowledge clock stops; if nobody has it, it is yours."),
         "call": services.acknowledge_work_order,
+        "takes": (),
     },
     "start": {
         "label": _("Start compensation"),
         "question": _("Start compensating %(order)s? It acknowledges it too if nobody has."),
         "call": services.start_work_order,
+        "takes": (),
     },
     "compensate": {
         "label": _("Mark compensated"),
         "question": _("Mark %(order)s compensated? Its open dead letters are resolved and the on-call's page is "
                       "closed."),
         "call": services.compensate_work_order,
+        "takes": ("resolution",),
     },
     "close": {
         "label": _("Close"),
         "question": _("Close %(order)s without compensation? Its open dead letters are resolved and the on-call's "
                       "page is closed."),
         "call": services.close_work_order,
+        "takes": ("resolution",),
     },
     "cancel": {
         "label": _("Cancel"),
         "question": _("Cancel %(order)s, opened by mistake? Its dead letters stay open for another work order."),
         "call": services.cancel_work_order,
+        "takes": ("reason",),
     },
 }
 
@@ -141,7 +146,7 @@ class WorkOrderConsole:
         if not self.has_change_permission(request, order):
             raise PermissionDenied
         back = reverse("admin:compensation_workorder_change", args=[order.pk])
-        form = WorkOrderTransitionForm(request.POST if request.method == "POST" else None, action=action,
+        form = WorkOrderTransitionForm(request.POST if request.method == "POST" else None, takes=page["takes"],
                                        initial={"resolution": order.resolution})
         if request.method == "POST" and form.is_valid():
             try:
@@ -198,7 +203,7 @@ class WorkOrderConsole:
 def _list_action(transition: str, description, done):
     """A transition as a list action: its service on each selected work order, with the resolution
     typed on each (compensate, close) or a reason naming who cancelled."""
-    call, takes = TRANSITION_PAGES[transition]["call"], TRANSITION_FIELDS[transition]
+    call, takes = TRANSITION_PAGES[transition]["call"], TRANSITION_PAGES[transition]["takes"]
 
     def action(modeladmin, request, queryset):
         resolutions = dict(queryset.values_list("pk", "resolution"))
