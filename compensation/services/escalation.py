@@ -188,14 +188,6 @@ def _resend_failed(result: Escalation, *, now: datetime, dry_run: bool) -> None:
 
 # 3. SLA breaches.
 
-def _limit(clock: str) -> timedelta:
-    return timedelta(seconds=sla_limits()[clock])
-
-
-def _deadline(limit: timedelta):
-    return ExpressionWrapper(F("sla_start") + limit, output_field=DateTimeField())
-
-
 def breached_work_orders(clock: str, *, now: datetime) -> QuerySet[WorkOrder]:
     """Live work orders whose `clock` ran out and is not marked yet, annotated with `breached_at`
     (when it ran out). notice: no trigger page was sent (on any channel) by the deadline;
@@ -203,10 +195,10 @@ def breached_work_orders(clock: str, *, now: datetime) -> QuerySet[WorkOrder]:
     (its incident is resolved). The live ones are few: work_order_live_idx."""
     if clock not in SLA_CLOCKS:
         raise BadInput(f"clock must be one of {', '.join(SLA_CLOCKS)}, got {clock!r}", field="clock")
-    limit = _limit(clock)
+    limit = timedelta(seconds=sla_limits()[clock])
     orders = (WorkOrder.objects.filter(state__in=WORK_ORDER_LIVE, **{f"{clock}_breached_at__isnull": True})
               .annotate(sla_start=SLA_START).filter(sla_start__lt=now - limit)
-              .annotate(breached_at=_deadline(limit)))
+              .annotate(breached_at=ExpressionWrapper(F("sla_start") + limit, output_field=DateTimeField())))
     if clock == "acknowledge":
         orders = orders.filter(state=WorkOrderState.OPEN)
     elif clock == "notice":
@@ -224,7 +216,7 @@ def _page_breach(order: WorkOrder, clock: str, breached_at: datetime) -> None:
     appends it to the open incident (or opens it, if the first trigger never got through), the
     work order's resolve still closes it, and Slack shows the message. A dedup key of its own
     would open a second incident that nothing ever resolves."""
-    limit = int(_limit(clock).total_seconds())
+    limit = sla_limits()[clock]
     queue_notification(
         event=NotificationEvent.TRIGGER, dedup_key=work_order_dedup_key(order.pk), subject_id=order.pk,
         subject_label=str(order), severity="critical",
@@ -256,7 +248,7 @@ def mark_breach(*, work_order: int, clock: str, now: datetime | None = None) -> 
                 **{column: breached_at, "updated_at": timezone.now()}) != 1:
             return False
         order = WorkOrder.objects.get(pk=work_order)
-        limit = int(_limit(clock).total_seconds())
+        limit = sla_limits()[clock]
         record_audit(action=AuditAction.WORK_ORDER_SLA_BREACH, target=order, before={column: None},
                      after={column: breached_at.isoformat(), "sla": clock, "limit_seconds": limit},
                      reason=f"{clock} SLA breached: {BREACH_WORDS[clock].format(limit=limit)}")
