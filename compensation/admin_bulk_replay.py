@@ -90,7 +90,12 @@ def bulk_replay_like_these(modeladmin, request, queryset):
         values = list(queryset.order_by().values_list(column, flat=True).distinct()[:2])
         if len(values) == 1 and values[0] not in (None, ""):
             initial[name] = values[0]
-    return HttpResponseRedirect(f"{reverse('admin:compensation_bulkreplay_add')}?{urlencode(initial)}")
+    return HttpResponseRedirect(bulk_replay_url(**initial))
+
+
+def bulk_replay_url(**initial) -> str:
+    """The bulk replay start page, filled in (it counts before it starts anything)."""
+    return f"{reverse('admin:compensation_bulkreplay_add')}?{urlencode(initial)}"
 
 
 class BulkReplayConsole:

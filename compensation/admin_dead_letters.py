@@ -18,7 +18,7 @@ from django.urls import path, reverse
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from compensation.admin_bulk_replay import bulk_replay_like_these
+from compensation.admin_bulk_replay import bulk_replay_like_these, bulk_replay_url
 from compensation.admin_console import audit_url, replays_started, run_each
 from compensation.choices import DeadLetterState
 from compensation.forms import ReasonForm, ReplayForm
@@ -68,11 +68,6 @@ def _has(request, codename: str) -> bool:
 
 def changelist_url(**lookups) -> str:
     return f"{reverse('admin:compensation_deadletter_changelist')}?{urlencode(lookups)}"
-
-
-def bulk_replay_url(*, flow: str, error_signature: str) -> str:
-    """The bulk replay start page, filled in (it counts before it starts anything)."""
-    return f"{reverse('admin:compensation_bulkreplay_add')}?{urlencode({'flow': flow, 'error_signature': error_signature})}"
 
 
 class DeadLetterConsole:

@@ -21,7 +21,8 @@ from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from compensation.admin_console import audit_url, run_each, span
-from compensation.admin_dead_letters import bulk_replay_url, changelist_url
+from compensation.admin_bulk_replay import bulk_replay_url
+from compensation.admin_dead_letters import changelist_url
 from compensation.choices import WORK_ORDER_LIVE, DeadLetterState
 from compensation.forms import WorkOrderTransitionForm
 from compensation.runbooks.admin import RunbooksOnWorkOrder, run_buttons
