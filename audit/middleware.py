@@ -17,12 +17,7 @@ def actor_of(request) -> str:
     """The API client ("api:<name>") when the API authenticated one (retryops.api sets
     `api_client` on the request), else the logged-in user's name, else anonymous."""
     client = getattr(request, "api_client", None)
-    if client is not None:
-        return client.actor
-    user = getattr(request, "user", None)
-    if user is None or not user.is_authenticated:
-        return ANONYMOUS_ACTOR
-    return user.get_username()
+    return client.actor if client is not None else user_of(request) or ANONYMOUS_ACTOR
 
 
 def user_of(request) -> str:
