@@ -147,12 +147,10 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
     """One screen for retry_inspect: the RQ queues, the tasks waiting for a retry (and the next
     one due), running attempts, the DLQ by flow and signature, and the live work orders with their
     SLA. JSON-ready (times as ISO text)."""
-    from scheduling.choices import AttemptOutcome, TaskState
-    from scheduling.models import Attempt, Task
+    from scheduling.selectors import running_attempts, scheduled_retries
 
     now = now or timezone.now()
-    retrying = Task.objects.filter(state=TaskState.RETRYING)
-    next_due = retrying.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    retries = scheduled_retries(now=now)
     orders = []
     for order in live_work_orders()[:limit]:
         clocks = {clock.name: clock for clock in sla_clocks(order, now=now)}
@@ -164,8 +162,9 @@ def retry_overview(*, now: datetime | None = None, limit: int = 50) -> dict:
     return {
         "at": now.isoformat(),
         "queues": {queue.pop("name"): queue for queue in rq_health(now=now)["queues"]},
-        "scheduled_retries": {"count": retrying.count(), "next_due": next_due.isoformat() if next_due else None},
-        "running_attempts": Attempt.objects.filter(outcome=AttemptOutcome.RUNNING).count(),
+        "scheduled_retries": {"count": retries["count"],
+                              "next_due": retries["next_due"].isoformat() if retries["next_due"] else None},
+        "running_attempts": running_attempts()["count"],
         "dead_letters": [{**row, "oldest": row["oldest"].isoformat(), "newest": row["newest"].isoformat()}
                          for row in dead_letters_by_signature()[:limit]],
         "work_orders": orders,
