@@ -62,7 +62,7 @@ def test_a_group_the_database_refuses_stays_queued_and_holds_up_no_other(pool, i
                        f"RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON {DeadLetter._meta.db_table} "
                        "FOR EACH ROW EXECUTE FUNCTION refuse()")
 
-    services.collect_dead_letters()
+    collect_dead_letters()
 
     assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [taken.pk]
     assert Task.objects.get(pk=refused.pk).collected_at is None
