@@ -90,11 +90,6 @@ def _before_user_delete(sender, instance, **kwargs):
     instance.__dict__["_audit_before"] = {**user_snapshot(instance), "groups": groups}
 
 
-def _after_user_delete(sender, instance, **kwargs):
-    _record(action=AuditAction.USER_DELETE, target=instance, before=instance.__dict__.pop("_audit_before", None),
-            after=None)
-
-
 # Groups
 
 
@@ -119,9 +114,10 @@ def _before_group_delete(sender, instance, **kwargs):
     instance.__dict__["_audit_before"] = {"name": instance.name, "permissions": permissions, "members": members}
 
 
-def _after_group_delete(sender, instance, **kwargs):
-    _record(action=AuditAction.GROUP_DELETE, target=instance, before=instance.__dict__.pop("_audit_before", None),
-            after=None)
+def _after_delete(sender, instance, **kwargs):
+    """A user's or a group's deletion, with what _before_user_delete or _before_group_delete kept."""
+    action = AuditAction.GROUP_DELETE if sender is Group else AuditAction.USER_DELETE
+    _record(action=action, target=instance, before=instance.__dict__.pop("_audit_before", None), after=None)
 
 
 # Memberships and permissions: one entry per user or group whose list changed, with the list
@@ -184,9 +180,9 @@ def connect() -> None:
     """Called once, by AuditConfig.ready."""
     for signal, receiver, model in [
             (pre_save, _before_user_save, User), (post_save, _after_user_save, User),
-            (pre_delete, _before_user_delete, User), (post_delete, _after_user_delete, User),
+            (pre_delete, _before_user_delete, User), (post_delete, _after_delete, User),
             (pre_save, _before_group_save, Group), (post_save, _after_group_save, Group),
-            (pre_delete, _before_group_delete, Group), (post_delete, _after_group_delete, Group)]:
+            (pre_delete, _before_group_delete, Group), (post_delete, _after_delete, Group)]:
         signal.connect(receiver, sender=model, dispatch_uid=f"audit.{receiver.__name__}")
     for through in M2M_OF:
         m2m_changed.connect(_m2m_changed, sender=through, dispatch_uid=f"audit.m2m_changed.{through._meta.label}")

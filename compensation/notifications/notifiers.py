@@ -95,10 +95,12 @@ class Notifier:
 
     channel: ClassVar[str]
     label: ClassVar[str]
+    # The setting without which the channel cannot send (its URL or key).
+    needs: ClassVar[str]
 
     def not_configured(self) -> str | None:
-        """Why this channel cannot send now (a setting is empty), or None when it can."""
-        raise NotImplementedError
+        """Why this channel cannot send now (its setting is empty), or None when it can."""
+        return None if getattr(settings, self.needs) else f"{self.needs} is not set"
 
     def build(self, message: Message) -> dict:
         """The body to store on the notification row, without secrets."""
@@ -142,11 +144,7 @@ class SlackNotifier(Notifier):
 
     channel = NotificationChannel.SLACK
     label = "Slack"
-
-    def not_configured(self) -> str | None:
-        if not settings.RETRYOPS_SLACK_WEBHOOK_URL:
-            return "RETRYOPS_SLACK_WEBHOOK_URL is not set"
-        return None
+    needs = "RETRYOPS_SLACK_WEBHOOK_URL"
 
     def build(self, message: Message) -> dict:
         opened = message.event == NotificationEvent.TRIGGER
@@ -176,11 +174,7 @@ class PagerDutyNotifier(Notifier):
 
     channel = NotificationChannel.PAGERDUTY
     label = "PagerDuty"
-
-    def not_configured(self) -> str | None:
-        if not settings.RETRYOPS_PAGERDUTY_ROUTING_KEY:
-            return "RETRYOPS_PAGERDUTY_ROUTING_KEY is not set"
-        return None
+    needs = "RETRYOPS_PAGERDUTY_ROUTING_KEY"
 
     def build(self, message: Message) -> dict:
         if message.event == NotificationEvent.RESOLVE:
