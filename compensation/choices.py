@@ -40,6 +40,15 @@ class BulkReplayState(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
 
 
+class Named:
+    """Mixed into a model: `display_name`, its name in the reader's language ("dead letter 7");
+    its __str__ stays English (audit entries and pages keep it)."""
+
+    @property
+    def display_name(self) -> str:
+        return gettext("%(name)s %(id)s") % {"name": self._meta.verbose_name, "id": self.pk}
+
+
 def state_words(choices: type[models.TextChoices], *states: str) -> str:
     """States as a sentence names them, in the reader's language: "acknowledged or in progress"."""
     return gettext(" or ").join(str(choices(state).label).lower() for state in states)

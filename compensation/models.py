@@ -3,17 +3,16 @@ are in their own packages, imported here so that Django finds them."""
 
 from django.db import models
 from django.db.models import Q
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from compensation.choices import BulkReplayState, DeadLetterState
+from compensation.choices import BulkReplayState, DeadLetterState, Named
 from compensation.work_orders.models import WorkOrder
 from resources.choices import FailureCategory
 from resources.models import Resource, ResourcePool
 from scheduling.models import Task, TransactionIdField
 
 
-class DeadLetter(models.Model):
+class DeadLetter(Named, models.Model):
     """A task that died (retries exhausted or a failure not worth retrying), kept for an operator
     to replay, resolve or discard."""
 
@@ -83,13 +82,8 @@ class DeadLetter(models.Model):
     def __str__(self) -> str:
         return f"dead letter {self.pk}"
 
-    @property
-    def display_name(self) -> str:
-        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
-        return gettext("dead letter %(id)s") % {"id": self.pk}
 
-
-class BulkReplay(models.Model):
+class BulkReplay(Named, models.Model):
     """One request to replay the open dead letters matching a filter, at a velocity limit; its
     progress survives the process that runs it, which resumes from `last_dead_letter_id`."""
 
@@ -131,11 +125,6 @@ class BulkReplay(models.Model):
 
     def __str__(self) -> str:
         return f"bulk replay {self.pk}"
-
-    @property
-    def display_name(self) -> str:
-        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
-        return gettext("bulk replay %(id)s") % {"id": self.pk}
 
 
 from compensation.notifications.models import Notification  # noqa: E402, F401  (notifications: their own package)

@@ -3,8 +3,9 @@ of it. Written only by compensation.runbooks.services."""
 
 from django.db import models
 from django.db.models import F, Q
-from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+
+from compensation.choices import Named
 
 
 class RunbookRunState(models.TextChoices):
@@ -21,7 +22,7 @@ RUN_STARTED = (RunbookRunState.RUNNING, RunbookRunState.SUCCEEDED, RunbookRunSta
 RUN_FINISHED = (RunbookRunState.SUCCEEDED, RunbookRunState.FAILED)
 
 
-class RunbookRun(models.Model):
+class RunbookRun(Named, models.Model):
     """One request to run a runbook action for a work order, idempotent by its token, and its outcome."""
 
     work_order = models.ForeignKey("compensation.WorkOrder", verbose_name=_("work order"), on_delete=models.PROTECT,
@@ -106,8 +107,3 @@ class RunbookRun(models.Model):
 
     def __str__(self) -> str:
         return f"runbook run {self.pk}"
-
-    @property
-    def display_name(self) -> str:
-        """Its name in the reader's language; __str__ stays English (audit entries keep it)."""
-        return gettext("runbook run %(id)s") % {"id": self.pk}

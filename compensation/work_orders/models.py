@@ -4,10 +4,10 @@ compensation.work_orders.services."""
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
-from django.utils.translation import gettext, pgettext_lazy
+from django.utils.translation import pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from compensation.choices import WORK_ORDER_LIVE, WorkOrderSource, WorkOrderState
+from compensation.choices import WORK_ORDER_LIVE, Named, WorkOrderSource, WorkOrderState
 from resources.models import ResourcePool
 
 # Where a work order's SLA clocks start: its first dead letter, or its opening for one opened by hand.
@@ -23,7 +23,7 @@ SLA_CLOCK_NAMES = {
 }
 
 
-class WorkOrder(models.Model):
+class WorkOrder(Named, models.Model):
     """What an operator has to compensate: a group of dead letters of one flow and error
     signature, or a case opened by hand; with its SLA clock (dead letter -> opened ->
     acknowledged -> compensated)."""
@@ -108,8 +108,3 @@ class WorkOrder(models.Model):
 
     def __str__(self) -> str:
         return f"work order {self.pk}"
-
-    @property
-    def display_name(self) -> str:
-        """Its name in the reader's language; __str__ stays English (audit entries and pages keep it)."""
-        return gettext("work order %(id)s") % {"id": self.pk}
