@@ -4,13 +4,11 @@ imported at the end, for the admin's autodiscovery."""
 
 from django.contrib import admin
 from django.template.defaultfilters import truncatechars
-from django.urls import reverse
-from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from compensation.admin_bulk_replay import BulkReplayConsole
-from compensation.admin_console import ShownAs, work_order_shown
+from compensation.admin_console import ShownAs, linked_task, work_order_shown
 from compensation.admin_dead_letters import DeadLetterConsole
 from compensation.models import BulkReplay, DeadLetter
 from retryops import flags
@@ -64,18 +62,11 @@ class DeadLetterAdmin(DlqInspectorPage, DeadLetterConsole, ShownAs, ReadOnlyAdmi
 
     @admin.display(description=_("task"))
     def task_link(self, letter):
-        return _task_link(letter.task_id)
+        return linked_task(letter.task_id)
 
     @admin.display(description=_("replay task"))
     def replay_task_link(self, letter):
-        return _task_link(letter.replay_task_id)
-
-
-def _task_link(task_id: int | None) -> str:
-    if task_id is None:
-        return "-"
-    return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_task_change", args=[task_id]),
-                       gettext("task %(id)s") % {"id": task_id})
+        return linked_task(letter.replay_task_id)
 
 
 @admin.register(BulkReplay)

@@ -37,15 +37,21 @@ def run_each(modeladmin, request, queryset, call, *, done) -> None:
             "count": len(refused), "refusals": shown}, messages.ERROR)
 
 
+def linked_task(task_id: int | None) -> str:
+    """A task, linked to its page, named in the reader's language."""
+    if task_id is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', reverse("admin:scheduling_task_change", args=[task_id]),
+                       gettext("task %(id)s") % {"id": task_id})
+
+
 def replays_started(letters) -> str:
     """Which dead letter is replayed by which new task, each task linked, so the operator can
     follow the replay instead of looking for it."""
     shown = format_html_join(
         pgettext("between replays", ", "), "{}",
         ((format_html(gettext("{letter} as {task}"), letter=letter.display_name,
-                      task=format_html('<a href="{}">{}</a>',
-                                       reverse("admin:scheduling_task_change", args=[letter.replay_task_id]),
-                                       gettext("task %(id)s") % {"id": letter.replay_task_id})),)
+                      task=linked_task(letter.replay_task_id)),)
          for letter in letters[:REFUSALS_SHOWN]))
     more = len(letters) - REFUSALS_SHOWN
     if more > 0:
