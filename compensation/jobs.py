@@ -1,10 +1,8 @@
 """RQ jobs of the compensation app: thin, they call the services and return what they did."""
 
-import logging
+from dataclasses import asdict
 
 from retryops.language import in_stored_language
-
-log = logging.getLogger(__name__)
 
 # Seconds between the ops process's runs of the periodic jobs (retryops.ops).
 DEAD_LETTERS_EVERY = 5
@@ -68,4 +66,4 @@ def escalate_job() -> dict:
     from compensation.services.escalation import escalate
 
     with acting_as(actor="escalate", channel=Channel.SYSTEM):
-        return escalate().as_dict()
+        return asdict(escalate())

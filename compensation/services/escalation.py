@@ -4,7 +4,7 @@ counted and the others still run."""
 
 import logging
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -73,9 +73,6 @@ class Escalation:
     failures: list[str] = field(default_factory=list)
     dry_run: bool = False
     steps: tuple[str, ...] = STEPS
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _fail(result: Escalation, what: str, exc: Exception) -> None:
