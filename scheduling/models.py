@@ -124,6 +124,8 @@ class Task(models.Model):
     pinned_resource = models.ForeignKey(
         Resource, verbose_name=_("pinned resource"), null=True, blank=True, on_delete=models.PROTECT,
         related_name="pinned_tasks", db_index=False)
+    # The lease the task holds on `resource` (its attempt's while one runs): the task is the
+    # lease's holder, found by this token (the resource's lease_holder is only its name for people).
     held_lease_token = models.UUIDField(_("held lease token"), null=True, blank=True)
     # Set on a task that runs a business instance again (an operator's retry of a finished task's
     # payload, a replay, a probe): the instance's first task, so that every run of it is one query
@@ -167,6 +169,10 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=Q(strict=False) | Q(requested_resource__isnull=False), name="task_strict_names_a_resource"
             ),
+            # One holder per lease; also how a lease finds its task (the invariant checker, the
+            # retry history). Written only while a task holds a lease.
+            models.UniqueConstraint(fields=["held_lease_token"], condition=Q(held_lease_token__isnull=False),
+                                    name="task_held_lease_unique"),
         ]
         indexes = [
             # The dispatcher: waiting tasks by due time.
@@ -192,15 +198,9 @@ class Task(models.Model):
 
     @property
     def holder(self) -> str:
-        """How the task appears as a resource's holder, in operators' messages."""
+        """How the task appears as a resource's holder, in operators' messages: a name only, never
+        read back (a lease finds its task by its token: held_lease_token, Attempt.lease_token)."""
         return f"task {self.pk}"
-
-    @staticmethod
-    def id_of_holder(holder: str) -> int | None:
-        """The id of the task a holder (or a timeline event's actor) names, or None: the way back
-        from `holder`, which every lease a task takes and every release it makes are written under."""
-        number = holder.removeprefix("task ") if holder.startswith("task ") else ""
-        return int(number) if number.isdigit() and len(number) <= 18 else None
 
 
 class TransactionIdField(models.Field):
@@ -273,6 +273,10 @@ class Attempt(models.Model):
         indexes = [
             # A resource's retry history, newest first.
             models.Index(fields=["resource", "-id"], name="attempt_resource_history_idx"),
+            # The task behind a lease token: a timeline event's in the retry history, a lease no
+            # task holds any more in the invariant checker.
+            models.Index(fields=["lease_token"], condition=Q(lease_token__isnull=False),
+                         name="attempt_lease_token_idx"),
             # telemetry's metrics rollup and scrape: the attempts finished since the rollup's watermark.
             models.Index(fields=["finished_xid"], condition=Q(finished_xid__isnull=False),
                          name="attempt_finished_xid_idx"),

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import (
+    BigIntegerField,
     Count,
     DateTimeField,
     Exists,
@@ -17,9 +18,10 @@ from django.db.models import (
     Prefetch,
     Q,
     QuerySet,
+    Subquery,
     prefetch_related_objects,
 )
-from django.db.models.functions import TruncHour
+from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -448,24 +450,35 @@ def _event_entry(event: dict) -> HistoryEntry:
     return HistoryEntry(
         time=event["created_at"], kind=kind, outcome=outcome, error=reason if failed else "",
         signature=text_signature(reason) if failed and reason else "", category=category,
-        task=Task.id_of_holder(event["actor"]), actor=event["actor"], event_id=event["id"],
+        task=event["lease_task"], actor=event["actor"], event_id=event["id"],
         details=event["details"] or {})
+
+
+def _lease_task() -> Coalesce:
+    """The task that held a timeline event's lease: the task of the attempts that ran on it
+    (attempt_lease_token_idx), else the live task holding it with no attempt yet
+    (task_held_lease_unique). Neither: an external client's lease, or none."""
+    token, resource = OuterRef("lease_token"), OuterRef("resource_id")
+    ran = Attempt.objects.filter(lease_token=token, resource_id=resource).order_by().values("task_id")[:1]
+    holds = Task.objects.filter(held_lease_token=token, resource_id=resource).order_by().values("pk")[:1]
+    return Coalesce(Subquery(ran), Subquery(holds), output_field=BigIntegerField())
 
 
 def retry_history(*, resource: Resource | int, before: tuple[int | None, int | None] = (None, None),
                   limit: int = 50) -> HistoryPage:
     """A page of the resource's history, newest first: its attempts and its timeline events merged
     by time, in two index reads of `limit` + 1 rows whatever its length (attempt_resource_history_idx
-    and resource_event_timeline_idx, newest id first). `before` continues a page: (attempt id, event
-    id) below which each list is read, None for from the newest. Each list is read by id, which is
-    its order in time; a page is exact however many rows arrive meanwhile (those come on no page:
-    they are newer than the first)."""
+    and resource_event_timeline_idx, newest id first; an event's task found by its lease). `before`
+    continues a page: (attempt id, event id) below which each list is read, None for from the
+    newest. Each list is read by id, which is its order in time; a page is exact however many rows
+    arrive meanwhile (those come on no page: they are newer than the first)."""
     limit = whole_number(limit, field="limit", maximum=1000, error=BadInput)
     current = resource if isinstance(resource, Resource) else get_resource(resource_id=_resource_id(resource))
     attempt_below, event_below = (record_id(bound, field="cursor", error=BadInput) if bound is not None else None
                                   for bound in before)
     attempts = newest_first_of(Attempt.objects, resource_id=current.pk).values(*_ATTEMPT_COLUMNS)
-    events = newest_first_of(ResourceEvent.objects, resource_id=current.pk).values(*_EVENT_COLUMNS)
+    events = newest_first_of(ResourceEvent.objects, resource_id=current.pk).values(
+        *_EVENT_COLUMNS, lease_task=_lease_task())
     if attempt_below is not None:
         attempts = attempts.filter(id__lt=attempt_below)
     if event_below is not None:

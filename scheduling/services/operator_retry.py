@@ -40,7 +40,7 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
                  if last is None or last.pk == task.pk else
                  _("task %(task)s (%(flow)s) runs the payload of task %(last)s, the last task on %(resource)s, "
                    "on another resource"))
-    elif current.state == ResourceState.IN_USE and current.lease_holder == task.holder:
+    elif current.state == ResourceState.IN_USE and current.lease_token == task.held_lease_token:
         where = _("%(resource)s is in use by task %(task)s (%(flow)s) until %(until)s")
     else:
         where = _("%(resource)s is bound to task %(task)s (%(flow)s)")
@@ -51,7 +51,7 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
     else:
         doing = _("%(where)s: it is %(state)s and runs next at %(next)s; a retry now would run it twice: run that "
                   "task now or cancel it first")
-    holds = current is not None and current.state == ResourceState.IN_USE and current.lease_holder == task.holder
+    holds = current is not None and current.state == ResourceState.IN_USE and current.lease_token == task.held_lease_token
     return TaskLive(
         doing % {**names, "where": where % names},
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None,

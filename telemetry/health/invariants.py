@@ -52,8 +52,6 @@ DEFAULT_LIMIT = 100
 _R, _RE, _P = Resource._meta.db_table, ResourceEvent._meta.db_table, ResourcePool._meta.db_table
 _T, _A, _TE = Task._meta.db_table, Attempt._meta.db_table, TaskEvent._meta.db_table
 _DL, _WO, _AU = DeadLetter._meta.db_table, WorkOrder._meta.db_table, AuditEntry._meta.db_table
-# The task a lease's holder names (Task.holder): "task <id>", as Task.id_of_holder reads it.
-_HOLDER_TASK = r"CASE WHEN r.lease_holder ~ '^task [0-9]{1,18}$' THEN substr(r.lease_holder, 6)::bigint END"
 
 
 @dataclass(frozen=True)
@@ -132,44 +130,41 @@ def _rows(sql: str, params: dict) -> list[tuple]:
 
 
 def lease_holders(h: Horizons) -> list[Violation]:
-    """Every in_use resource has a holder: the task its lease names, running an attempt on that
-    lease or holding it between attempts (Task.held_lease_token); an external holder (an API
+    """Every in_use resource has a holder: the live task holding its lease (Task.held_lease_token,
+    its attempt's while one runs) or the attempt running on it; a lease no task ever had (an API
     claim) is judged by its expiry alone. No lease stays expired past the sweeper's grace.
-    Reads the in_use resources by resource_in_use_idx; each task-held lease is judged against the
-    live tasks' held leases (task_state_idx) and the running attempts
-    (attempt_one_running_per_task), which the planner hashes once rather than probe per lease;
-    the holder's task row is read only for a lease reported, and the holder's task id is parsed
-    once per lease (a materialized CTE). The statement this replaced (a scan of the resource table,
-    the regular expression at each of its four mentions, the task joined per lease) took 450 ms
-    at the 8,000 leases of 1,000,000 attempts (bench/invariants.py)."""
+    Reads the in_use resources by resource_in_use_idx; each lease is judged against the live tasks'
+    held leases (task_state_idx) and the running attempts (attempt_one_running_per_task), which the
+    planner hashes once rather than probe per lease; only a lease no live task holds looks for the
+    task whose attempts ran on it (attempt_lease_token_idx), and that task's row is read only for a
+    lease reported."""
     rows = _rows(f"""
         WITH leased AS MATERIALIZED (
-            SELECT r.id, r.lease_holder, r.lease_kind, r.leased_until, r.leased_at, r.lease_token,
-                   {_HOLDER_TASK} AS task_id, p.lease_seconds
+            SELECT r.id, r.lease_holder, r.lease_kind, r.leased_until, r.leased_at, r.lease_token, p.lease_seconds
             FROM {_R} r JOIN {_P} p ON p.id = r.pool_id WHERE r.state IN {_IN_USE}
         ), judged AS MATERIALIZED (
             -- The sweeper takes a lapsed lease a heartbeat interval (a third of the lease) after it first saw it.
             SELECT l.*, l.leased_until + make_interval(secs => l.lease_seconds / 3.0) < %(expired_before)s AS expired,
-                   l.task_id IS NOT NULL AND l.leased_at < %(fresh_before)s AND NOT (
-                       EXISTS (SELECT 1 FROM {_T} t WHERE t.id = l.task_id AND t.state IN {_LIVE_TASK}
+                   l.leased_at < %(fresh_before)s AND NOT (
+                       EXISTS (SELECT 1 FROM {_T} t WHERE t.state IN {_LIVE_TASK}
                                AND t.resource_id = l.id AND t.held_lease_token = l.lease_token)
-                       OR EXISTS (SELECT 1 FROM {_A} a WHERE a.task_id = l.task_id AND a.outcome IN {_RUNNING}
+                       OR EXISTS (SELECT 1 FROM {_A} a WHERE a.outcome IN {_RUNNING}
                                   AND a.resource_id = l.id AND a.lease_token = l.lease_token)) AS unheld
             FROM leased l
         )
-        SELECT j.id, j.lease_holder, j.lease_kind, j.leased_until, t.id, t.state, j.expired, j.unheld
-        FROM judged j LEFT JOIN {_T} t ON t.id = j.task_id
-        WHERE j.expired OR j.unheld
+        SELECT j.id, j.lease_holder, j.lease_kind, j.leased_until, t.id, t.state, j.expired, t.id IS NOT NULL
+        FROM judged j
+        LEFT JOIN LATERAL (SELECT a.task_id FROM {_A} a WHERE j.unheld AND a.lease_token = j.lease_token
+                           AND a.resource_id = j.id ORDER BY a.id DESC LIMIT 1) ran ON true
+        LEFT JOIN {_T} t ON t.id = ran.task_id
+        WHERE j.expired OR t.id IS NOT NULL
         ORDER BY j.id""", {"expired_before": h.now - h.sweep_grace, "fresh_before": h.now - h.fresh_lease})
     found = []
     for resource_id, holder, kind, until, task_id, task_state, expired, unheld in rows:
         if unheld:
-            if task_id is None:
-                why = f"is leased ({kind}) to {holder!r}, a task that does not exist"
-            else:
-                why = (f"is leased ({kind}) to {holder!r}, which ({task_state}) neither runs an attempt on "
-                       f"that lease nor holds it")
-            found.append(Violation({"resource": resource_id, "task": task_id}, why))
+            found.append(Violation({"resource": resource_id, "task": task_id},
+                                   f"is leased ({kind}) to {holder!r}, which ({task_state}) ran on that lease and "
+                                   f"neither runs an attempt on it nor holds it"))
         if expired:
             found.append(Violation({"resource": resource_id},
                                    f"lease ({kind}) of {holder!r} expired at {until.isoformat()} and was not "
@@ -179,16 +174,19 @@ def lease_holders(h: Horizons) -> list[Violation]:
 
 def double_leases(h: Horizons) -> list[Violation]:
     """No resource has two open leases: the running attempts (attempt_one_running_per_task, a few
-    rows), and the current lease of each resource they run on, name one holder per resource."""
+    rows), and the current lease of each resource they run on, hold one lease token per resource.
+    Each lease is named by its running attempt's task, else by the resource's holder."""
     rows = _rows(f"""
         WITH running AS (
-            SELECT a.resource_id, 'task ' || a.task_id AS holder FROM {_A} a
+            SELECT a.resource_id, a.lease_token, a.task_id FROM {_A} a
             WHERE a.outcome IN {_RUNNING} AND a.resource_id IS NOT NULL
         ), holders AS (
-            SELECT resource_id, holder FROM running
-            UNION
-            SELECT r.id, r.lease_holder FROM {_R} r
-            WHERE r.id IN (SELECT resource_id FROM running) AND r.state IN {_IN_USE}
+            SELECT DISTINCT ON (resource_id, lease_token) resource_id, holder FROM (
+                SELECT resource_id, lease_token, 'task ' || task_id AS holder, 0 AS named_by FROM running
+                UNION ALL
+                SELECT r.id, r.lease_token, r.lease_holder, 1 FROM {_R} r
+                WHERE r.id IN (SELECT resource_id FROM running) AND r.state IN {_IN_USE}
+            ) lease ORDER BY resource_id, lease_token, named_by
         )
         SELECT resource_id, array_agg(holder ORDER BY holder) FROM holders
         GROUP BY resource_id HAVING count(*) > 1 ORDER BY resource_id""",

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import django_rq
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 import resources.services
@@ -80,6 +81,16 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     assert row.leased_until >= task.next_run_at + timedelta(seconds=alice.pool.lease_seconds)
     with pytest.raises(PoolExhausted):
         resources.services.claim_next(pool=alice.pool, holder="someone else")
+
+
+def test_a_held_lease_has_one_holding_task_by_its_token(redis_conn, alice, bob, default_policy):
+    held = start(alice.pool, ["TimeoutError: slow", "ok"], resource=alice, policy="default")
+    other = start(alice.pool, ["TimeoutError: slow", "ok"], resource=bob, policy="default")
+    work()
+    token = Task.objects.get(pk=held.pk).held_lease_token
+    assert token == Resource.objects.get(pk=alice.pk).lease_token
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Task.objects.filter(pk=other.pk).update(held_lease_token=token)
 
 
 def test_a_delivery_long_before_next_run_at_defers_without_running_the_flow(redis_conn, alice, default_policy):

@@ -66,6 +66,14 @@ def test_an_operators_reset_is_in_the_history_with_its_actor_and_no_task(api, al
     assert (newest["kind"], newest["actor"], newest["task"], newest["outcome"]) == ("reset", "ops:carol", None, None)
 
 
+def test_a_clients_lease_belongs_to_no_task_whatever_its_holder_reads(api, alice):
+    lease = resources.services.claim_by_id(resource_id=alice.pk, holder="task 1")
+    resources.services.release(resource=lease, lease_token=lease.lease_token, outcome="success")
+    results = history(api, f"/api/resources/{alice.pk}/retry_history")["results"]
+    assert [(e["kind"], e["task"]) for e in results] == [("released_success", None), ("claimed", None)]
+    assert results[1]["actor"] == "task 1"
+
+
 def test_every_entry_is_on_exactly_one_page_following_next(api, alice):
     for _ in range(4):
         fail_on(alice)
