@@ -18,7 +18,7 @@ from resources import services
 from resources.choices import ResourceState
 from resources.forms import ResourceActionForm
 from resources.models import Resource
-from retryops.errors import BadInput, DomainError
+from retryops.errors import DomainError
 
 log = logging.getLogger(__name__)
 
@@ -74,25 +74,11 @@ class BulkOutcome:
     refused: list[tuple[Resource, str]] = field(default_factory=list)
 
 
-class ReasonRefused(Exception):
-    """The operator's reason itself is unusable (the service named the field): nothing was done."""
-
-    def __init__(self, error: BadInput):
-        super().__init__(str(error))
-        self.error = error
-
-
 def apply(operation: ResourceOperation, resources: list[Resource], *, actor: str, reason: str) -> BulkOutcome:
     outcome = BulkOutcome()
     for resource in resources:
         try:
             changed = operation.call(resource=resource.pk, actor=actor, reason=reason)
-        except BadInput as exc:
-            if exc.details.get("field") == "reason":
-                # The same for every resource and checked before anything is written, so it stops
-                # at the first one: said once, on the form.
-                raise ReasonRefused(exc) from None
-            outcome.refused.append((resource, str(exc)))
         except DomainError as exc:
             outcome.refused.append((resource, str(exc)))
         except Exception as exc:  # one surprise must not stop the others; it is logged with its traceback
@@ -140,17 +126,13 @@ class ResourceBulkActions:
         confirmed = request.method == "POST" and request.POST.get("post") == "yes"
         form = ResourceActionForm(request.POST if confirmed else None, reason_required=operation.reason_required)
         if confirmed and form.is_valid():
-            try:
-                outcome = apply(operation, resources, actor=request.user.get_username(),
-                                reason=form.cleaned_data["reason"])
-            except ReasonRefused as refused:
-                form.add_error("reason", str(refused))
-            else:
-                return self._bulk_page(request, self.bulk_result_template, operation, resources,
-                                       title=gettext("%(verb)s: %(done)d of %(count)d done") % {
-                                           "verb": operation.verb, "done": len(outcome.succeeded),
-                                           "count": len(resources)},
-                                       outcome=outcome, back_url=back_url)
+            outcome = apply(operation, resources, actor=request.user.get_username(),
+                            reason=form.cleaned_data["reason"])
+            return self._bulk_page(request, self.bulk_result_template, operation, resources,
+                                   title=gettext("%(verb)s: %(done)d of %(count)d done") % {
+                                       "verb": operation.verb, "done": len(outcome.succeeded),
+                                       "count": len(resources)},
+                                   outcome=outcome, back_url=back_url)
         return self._bulk_page(request, self.bulk_confirmation_template, operation, resources,
                                title=operation.question % {"count": len(resources)}, form=form, back_url=back_url)
 

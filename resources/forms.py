@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
 from retryops.errors import BadInput
-from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable
+from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable, storable_text
 from retryops.masking import keep_masked_secrets, mask_secrets
 
 
@@ -92,9 +92,10 @@ class ResourceForm(forms.ModelForm):
 
 class ResourceActionForm(forms.Form):
     """The reason an operator gives for a reset, a quarantine or a release from quarantine of the
-    resources listed on the confirmation page; the service refuses one it cannot store."""
+    resources listed on the confirmation page, refused here if no column can store it."""
 
-    reason = forms.CharField(label=_("Reason"), required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+    reason = forms.CharField(label=_("Reason"), required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             validators=[storable_text])
 
     def __init__(self, *args, reason_required: bool = False, **kwargs):
         super().__init__(*args, **kwargs)

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -53,7 +51,7 @@ from resources.selectors import (
 )
 from retryops import inputs
 from retryops.clock import db_now
-from retryops.jsonsafe import UnstorableValue, check_text, clean_text, refuse_unstorable
+from retryops.jsonsafe import clean_text
 from retryops.masking import keep_masked_secrets, mask_secrets
 from retryops.errors import BadInput, IllegalTransition
 
@@ -78,48 +76,19 @@ class ExpiredLease:
     used: bool = True
 
 
-# Input checks: every service answers bad input with BadInput naming the argument, before it
-# writes anything, instead of letting PostgreSQL refuse the value halfway through a transaction.
-
-
-def _text(value, *, field: str, max_length: int | None = None, required: bool = False) -> str:
-    if not isinstance(value, str):
-        raise BadInput(gettext("%(field)s must be text, got %(type)s") % {
-            "field": field, "type": type(value).__name__}, field=field)
-    value = value.strip()
-    if required and not value:
-        raise BadInput(gettext("%(field)s must not be empty") % {"field": field}, field=field)
-    problem = check_text(value)
-    if problem:
-        raise BadInput(gettext("%(field)s %(problem)s") % {"field": field, "problem": problem}, field=field)
-    if max_length is not None and len(value) > max_length:
-        raise BadInput(gettext("%(field)s is %(length)d characters long; at most %(max)d fit") % {
-            "field": field, "length": len(value), "max": max_length}, field=field)
-    return value
+# Input: the interfaces (serializers, forms, command options) check types, lengths and what a
+# column cannot hold (retryops.jsonsafe, retryops.inputs) before they call a service; internal
+# callers pass typed values. What stays here are the rules: how long a lease may be, and the
+# ranges of the numbers the statements cast.
 
 
 def _whole(value, *, field: str, minimum: int = 1, maximum: int = MAX_INTEGER) -> int:
     return inputs.whole_number(value, field=field, minimum=minimum, maximum=maximum, error=BadInput)
 
 
-def _json(value: dict | None, *, field: str) -> str:
-    if value is not None and not isinstance(value, dict):
-        raise BadInput(gettext("%(field)s must be a JSON object, got %(type)s") % {
-            "field": field, "type": type(value).__name__}, field=field)
-    try:
-        refuse_unstorable(value or {}, name=field)
-        return json.dumps(value or {}, cls=DjangoJSONEncoder)
-    except UnstorableValue as exc:
-        raise BadInput(str(exc), field=field, path=exc.path) from None
-    except RecursionError:  # json.loads reads a few hundred levels more than the walk can check
-        raise BadInput(gettext("%(field)s is nested too deeply to store") % {"field": field},
-                           field=field) from None
-
-
 def _details(value: dict | None) -> str:
-    """A claim's or a release's details as the timeline keeps them: checked, then with the values
-    of secret keys masked (the timeline is for people; nothing ever reads a secret back from it)."""
-    _json(value, field="details")
+    """A claim's or a release's details as the timeline keeps them: with the values of secret keys
+    masked (the timeline is for people; nothing ever reads a secret back from it)."""
     return json.dumps(mask_secrets(value or {}), cls=DjangoJSONEncoder)
 
 
@@ -127,18 +96,6 @@ def _lease_seconds(value: int | None, *, field: str = "lease_seconds") -> int | 
     """A lease's length: never longer than RETRYOPS_MAX_LEASE_SECONDS, so one careless client
     cannot take a resource out of its pool for years, past every sweep."""
     return None if value is None else _whole(value, field=field, maximum=settings.RETRYOPS_MAX_LEASE_SECONDS)
-
-
-def _holder(holder: str) -> str:
-    return _text(holder, field="holder", max_length=200, required=True)
-
-
-def _actor(actor: str) -> str:
-    return _text(actor, field="actor", max_length=200, required=True)
-
-
-def _reason(reason: str, *, required: bool = False) -> str:
-    return _text(reason, field="reason", required=required)[:MAX_REASON_LENGTH]
 
 
 def _error_reason(error: BaseException | str) -> str:
@@ -199,12 +156,11 @@ def _resource_id(resource: Resource | int) -> int:
 
 def _claim_params(*, holder: str, lease_seconds: int | None, actor: str | None, details: dict | None,
                   reserve: bool) -> dict:
-    holder = _holder(holder)
     return {
         "token": uuid.uuid4(),
         "holder": holder,
         "lease_seconds": _lease_seconds(lease_seconds),
-        "actor": _actor(actor) if actor else holder,
+        "actor": actor or holder,
         "details": _details(details),
         "lease_kind": LeaseKind.RESERVATION if reserve else LeaseKind.USE,
     }
@@ -289,10 +245,7 @@ def release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: 
     `probation_seconds` puts a quarantine on probation: one probe after that cooldown."""
     resource_id = _resource_id(resource)
     token = _token(lease_token, resource_id)
-    if outcome not in Outcome.values:
-        raise BadInput(gettext("%(field)s must be one of %(values)s, got %(value)s") % {
-            "field": "outcome", "values": ", ".join(Outcome.values), "value": repr(outcome)}, field="outcome")
-    params = {"resource_id": resource_id, "token": token, "actor": _actor(actor) if actor else "",
+    params = {"resource_id": resource_id, "token": token, "actor": actor or "",
               "details": _details(details)}
     if outcome == Outcome.SUCCESS:
         released = _one(sql.RELEASE_SUCCESS, params)
@@ -381,7 +334,6 @@ def client_release(*, resource: Resource | int, lease_token: uuid.UUID | str, ou
 def client_heartbeat(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str,
                      seconds: int | None = None) -> Resource:
     """An external system's extend_lease, audited as RESOURCE_HEARTBEAT by `actor`."""
-    actor = _actor(actor)
     with transaction.atomic():
         before = _lease_shown(_held(resource, lease_token))
         return _audited(AuditAction.RESOURCE_HEARTBEAT, extend_lease(resource=resource, lease_token=lease_token,
@@ -411,7 +363,6 @@ def hold_after_failure(*, resource: Resource | int, lease_token: uuid.UUID | str
     finds the resource waiting for it and neither claim_next nor a scheduler takes it meanwhile.
     The lease becomes a hold: if it runs out, the sweeper counts no second failure."""
     reason = _error_reason(error)
-    actor = actor and _actor(actor)
     with transaction.atomic():
         current = _held(resource, lease_token)
         if not classification.retryable:
@@ -450,7 +401,6 @@ def release_unused(*, resource: Resource | int, lease_token: uuid.UUID | str, ac
     """Give back a lease that was never used (its task ended before running on it): no success
     or failure is counted; the resource returns as failed if its last use failed, else available.
     A probe's lease returns the resource to its quarantine."""
-    actor, reason = _actor(actor), _reason(reason)
     with transaction.atomic():
         current = _held(resource, lease_token)
         token = current.lease_token
@@ -467,7 +417,6 @@ def claim_for_probe(*, resource: Resource | int, holder: str, now: datetime | No
                     lease_seconds: int | None = None) -> Resource:
     """Lease a quarantined resource whose probation cooldown is over, for its one probe. The lease
     is a probe lease until its attempt starts (extend_lease(use=True))."""
-    holder = _holder(holder)
     lease_seconds = _lease_seconds(lease_seconds)
     with transaction.atomic():
         current = lock_resource(resource)
@@ -496,7 +445,6 @@ def postpone_probe(*, resource: Resource | int, actor: str, reason: str, now: da
     one waits another cooldown, so the quarantined resources due after this one are probed
     meanwhile instead of queueing behind it. Nothing changes if the resource is no longer due
     (probed, released or postponed since)."""
-    actor, reason = _actor(actor), _reason(reason, required=True)
     with transaction.atomic():
         current = lock_resource(resource)
         now = now or db_now()
@@ -515,7 +463,6 @@ def end_probe(*, resource: Resource | int, lease_token: uuid.UUID | str, succeed
     done in a pool that consumes its resources); failure quarantines it again with twice the
     cooldown (at most a week). A lease taken on a resource that was no longer quarantined (a stale
     probe, after an operator released the quarantine) is released as any use of that outcome."""
-    actor = actor and _actor(actor)
     now = timezone.now()
     with transaction.atomic():
         current = _held(resource, lease_token)
@@ -605,7 +552,6 @@ def _event(resource: Resource, kind: str, *, actor: str, reason: str = "", categ
 def reset(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
     """An operator's reset: make a failed or consumed resource available again, audited as
     RESOURCE_RESET. Counters, reasons and history stay."""
-    actor, reason = _actor(actor), _reason(reason)
     with transaction.atomic():
         current, previous = _reset(resource, actor=actor, reason=reason)
         record_audit(action=AuditAction.RESOURCE_RESET, target=current, before={"state": previous},
@@ -617,7 +563,7 @@ def reset_for_retry(*, resource: Resource | int, actor: str) -> Resource:
     """The reset inside an operator's retry of the resource: no audit entry of its own (the retry
     records one RESOURCE_RETRY, not a reset besides it)."""
     with transaction.atomic():
-        return _reset(resource, actor=_actor(actor), reason="retry this resource")[0]
+        return _reset(resource, actor=actor, reason="retry this resource")[0]
 
 
 def _reset(resource: Resource | int, *, actor: str, reason: str) -> tuple[Resource, str]:
@@ -631,7 +577,6 @@ def _reset(resource: Resource | int, *, actor: str, reason: str) -> tuple[Resour
 
 def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource:
     """Take a resource out of rotation until someone releases it from quarantine."""
-    actor, reason = _actor(actor), _reason(reason, required=True)
     allowed = (ResourceState.AVAILABLE, ResourceState.FAILED, ResourceState.DONE)
     with transaction.atomic():
         current = _locked_in(resource, "quarantine", allowed)
@@ -651,7 +596,6 @@ def quarantine(*, resource: Resource | int, actor: str, reason: str) -> Resource
 
 def unquarantine(*, resource: Resource | int, actor: str, reason: str = "") -> Resource:
     """Put a quarantined resource back in the pool; the quarantine stays in its timeline."""
-    actor, reason = _actor(actor), _reason(reason)
     allowed = (ResourceState.QUARANTINED,)
     with transaction.atomic():
         current = _locked_in(resource, "unquarantine", allowed)
@@ -681,7 +625,7 @@ def sweep_expired_leases(*, now: datetime | None = None, actor: str = "lease swe
     nothing. Each gets a lease_expired event saying which it was. A lease is taken a heartbeat
     interval after a sweep first saw it lapsed (sql.SWEEP), on PostgreSQL's clock; `now` is for
     tests, standing in for a later time."""
-    params = {"now": now, "limit": _whole(limit, field="limit"), "actor": _actor(actor),
+    params = {"now": now, "limit": _whole(limit, field="limit"), "actor": actor,
               "reason": LEASE_EXPIRED_REASON, "unused_reason": LEASE_EXPIRED_UNUSED_REASON}
     with connection.cursor() as cursor:
         cursor.execute(sql.SWEEP, params)
@@ -696,29 +640,9 @@ def _unique_violation(exc: IntegrityError) -> str | None:
     return getattr(diag, "constraint_name", None) if getattr(exc.__cause__, "sqlstate", None) == "23505" else None
 
 
-def _pool_name(name) -> str:
-    name = _text(name, field="name", max_length=ResourcePool._meta.get_field("name").max_length, required=True)
-    try:
-        validate_slug(name)
-    except ValidationError:
-        raise BadInput(gettext("pool name %(name)s must be letters, digits, hyphens or underscores") % {
-            "name": repr(name)}, field="name") from None
-    return name
-
-
-def _pool_fields(*, name=None, resource_noun=None, lease_seconds=None, consume_on_success=None,
-                 description=None) -> dict:
-    """The given pool fields, checked; None leaves a field out."""
-    fields = {
-        "name": None if name is None else _pool_name(name),
-        "resource_noun": None if resource_noun is None else _text(
-            resource_noun, field="resource_noun", required=True,
-            max_length=ResourcePool._meta.get_field("resource_noun").max_length),
-        "lease_seconds": _lease_seconds(lease_seconds),
-        "consume_on_success": None if consume_on_success is None else inputs.flag(
-            consume_on_success, field="consume_on_success", error=BadInput),
-        "description": None if description is None else _text(description, field="description"),
-    }
+def _pool_fields(*, lease_seconds=None, **fields) -> dict:
+    """The given pool fields, the lease's length checked; None leaves a field out."""
+    fields["lease_seconds"] = _lease_seconds(lease_seconds)
     return {field: value for field, value in fields.items() if value is not None}
 
 
@@ -731,7 +655,6 @@ def create_pool(*, name: str, resource_noun: str = "resource", lease_seconds: in
                 consume_on_success: bool = False, description: str = "", actor: str | None = None) -> ResourcePool:
     """A new, empty pool; a taken name (also by a create running at the same time) is bad input naming it.
     `actor` names who creates it in the audit log (default: the audit context's actor)."""
-    actor = actor and _actor(actor)
     fields = _pool_fields(name=name, resource_noun=resource_noun, lease_seconds=lease_seconds,
                           consume_on_success=consume_on_success, description=description)
     try:
@@ -783,12 +706,7 @@ def change_resource(*, resource: Resource | int, actor: str, label: str | None =
     is left unchanged: ResourceChanged. Under the row's lock and with update_fields, so a claim or
     release landing meanwhile keeps its state and lease; state and statistics change only through
     the other services. The resource is returned with its `version` after the change."""
-    actor = _actor(actor)
-    changes = {}
-    if label is not None:
-        changes["label"] = _text(label, field="label", max_length=Resource._meta.get_field("label").max_length)
-    if attributes is not None:
-        _json(attributes, field="attributes")
+    changes = {} if label is None else {"label": label}
     with transaction.atomic():
         current = lock_resource(resource)
         if if_match is not None:
@@ -817,7 +735,6 @@ def change_pool(*, pool: ResourcePool | int | str, actor: str, name: str | None 
                 resource_noun: str | None = None, lease_seconds: int | None = None,
                 consume_on_success: bool | None = None, description: str | None = None) -> ResourcePool:
     """Edit a pool's settings (None: leave it), writing only what changed, under the row's lock."""
-    actor = _actor(actor)
     changes = _pool_fields(name=name, resource_noun=resource_noun, lease_seconds=lease_seconds,
                            consume_on_success=consume_on_success, description=description)
     pool_id = get_pool(pool).pk
@@ -830,20 +747,6 @@ def change_pool(*, pool: ResourcePool | int | str, actor: str, name: str | None 
             raise
         raise _name_taken(changes["name"]) from None
     return current
-
-
-def _resource_fields(item, n: int) -> dict:
-    if not isinstance(item, dict):
-        raise BadInput(gettext("resource %(n)d must be an object with a key, got %(type)s") % {
-            "n": n, "type": type(item).__name__}, field="resources")
-    attributes = item.get("attributes") or {}
-    _json(attributes, field="attributes")
-    return {
-        "key": _text(item.get("key"), field="key", max_length=Resource._meta.get_field("key").max_length,
-                     required=True),
-        "label": _text(item.get("label", ""), field="label", max_length=Resource._meta.get_field("label").max_length),
-        "attributes": attributes,
-    }
 
 
 def _keys_taken(target: ResourcePool, keys: list[str], repeated: list[str]) -> BadInput | None:
@@ -863,11 +766,9 @@ def add_resources(*, pool: ResourcePool | int | str, resources: list[dict],
     """Add resources ({"key", "label", "attributes"}) to a pool, all or none; duplicate keys are
     named, also those another add running at the same time took first. One audit entry for the
     whole add, on the pool, with the keys (`actor`: default, the audit context's actor)."""
-    actor = actor and _actor(actor)
     target = get_pool(pool)
-    if not isinstance(resources, (list, tuple)):
-        raise BadInput(gettext("resources must be a list of objects"), field="resources")
-    rows = [_resource_fields(item, n) for n, item in enumerate(resources)]
+    rows = [{"key": item["key"], "label": item.get("label", ""), "attributes": item.get("attributes") or {}}
+            for item in resources]
     if not rows:
         return []
     keys = [row["key"] for row in rows]

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.translation import gettext, gettext_noop
 
@@ -54,6 +55,14 @@ def check_text(text: str) -> str | None:
     """What keeps a text column from holding `text`, as the end of a sentence naming it ("contains
     a NUL character (\\u0000)"), in the current language; None when it can be stored."""
     return _text_problem(text, gettext)
+
+
+def storable_text(text: str) -> None:
+    """check_text as a form field's validator: the console's forms call the same guard as the API's
+    fields (retryops.api.fields.Text)."""
+    problem = check_text(text)
+    if problem:  # shown under the field it names, as "contains a NUL character (\\u0000)"
+        raise ValidationError(problem, code="unstorable")
 
 
 def _problem(value: Any, say: Callable[[str], str]) -> str | None:

@@ -1,7 +1,8 @@
 """Serializer fields stricter than DRF's, for input from other systems: text is a JSON string
 (DRF's CharField turns 12 into "12") that a text column can hold, and a JSON object is an object
 PostgreSQL's jsonb can hold; and the base of every input serializer (Input), which refuses a field
-it does not take. What else a service refuses, it refuses itself (BadInput)."""
+it does not take. The API checks types and storability here, once (retryops.jsonsafe); the
+services take typed values and refuse only what breaks a rule (BadInput)."""
 
 from collections.abc import Mapping
 

@@ -86,10 +86,6 @@ def test_a_quarantine_records_the_state_and_reason_it_set(alice):
     assert entry.after["quarantine_reason"] == "leaked key" and entry.after["quarantined_at"]
 
 
-def test_a_quarantine_without_a_reason_records_nothing(alice):
-    with pytest.raises(DomainError):
-        resources.services.quarantine(resource=alice.pk, actor="carol", reason=" ")
-    assert not AuditEntry.objects.exists()
 
 
 def test_an_unquarantine_records_the_quarantine_it_ended(alice):
@@ -158,11 +154,6 @@ def test_a_resource_change_that_changes_nothing_records_nothing(alice):
     assert not AuditEntry.objects.exists()
 
 
-def test_a_resource_change_with_unstorable_attributes_records_nothing(alice):
-    with pytest.raises(DomainError):
-        resources.services.change_resource(resource=alice.pk, actor="carol", attributes={"limit": float("nan")})
-    assert not AuditEntry.objects.exists()
-    assert Resource.objects.get(pk=alice.pk).attributes == {}
 
 
 def test_changing_a_pool_records_just_the_fields_that_changed(pool):

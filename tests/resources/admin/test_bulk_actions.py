@@ -8,6 +8,7 @@ from django.urls import reverse
 from audit.models import AuditEntry
 from resources import admin_bulk, services
 from resources.choices import EventKind, ResourceState
+from resources.forms import ResourceActionForm
 from resources.models import Resource, ResourceEvent
 from tests.factories import ResourceFactory
 from tests.resources.admin.conftest import change_url, console_user, failed, logged_in
@@ -85,10 +86,9 @@ def test_a_reason_with_a_nul_character_is_refused_on_the_form_and_nothing_change
     assert state(alice) == state(bob) == ResourceState.AVAILABLE
 
 
-def test_a_reason_the_service_refuses_stops_at_the_first_resource_with_the_services_words(pool, alice, bob):
-    with pytest.raises(admin_bulk.ReasonRefused, match="reason"):
-        admin_bulk.apply(admin_bulk.OPERATIONS["quarantine"], [alice, bob], actor="olga", reason="bad \ud800")
-    assert state(alice) == state(bob) == ResourceState.AVAILABLE
+def test_a_reason_no_column_can_store_is_refused_by_the_form_naming_the_problem(db):
+    form = ResourceActionForm({"reason": "bad \ud800"}, reason_required=True)
+    assert not form.is_valid() and "lone surrogate" in form.errors["reason"][0]
 
 
 def test_a_release_from_quarantine_makes_the_resource_available(operator, list_url, alice):

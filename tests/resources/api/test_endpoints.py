@@ -71,6 +71,23 @@ def test_a_taken_key_is_409_key_taken_naming_the_field(api, alice):
     assert (error["code"], error["details"]["field"], error["details"]["taken"]) == ("key_taken", "key", ["alice@x"])
 
 
+@pytest.mark.parametrize(("body", "field"), [
+    ('{"key": "a\\u0000b"}', "key"), ('{"key": "a\\ud800b"}', "key"), ('{"key": "%s"}' % ("k" * 201), "key"),
+    ('{"key": "k", "label": "%s"}' % ("l" * 201), "label"), ('{"key": "k", "attributes": {"n\\ud800": 1}}', "attributes"),
+    ('{"key": "k", "attributes": {"deep": %s}}' % ("[" * 700 + "]" * 700), "attributes"),
+])
+def test_a_resource_no_column_can_hold_is_refused_naming_the_field_and_nothing_is_added(api, pool, body, field):
+    response = api.post("/api/resources/", '{"pool": "accounts", ' + body[1:], content_type="application/json")
+    assert list(error_of(response, 400)["details"]["fields"]) == [field]
+    assert not Resource.objects.exists()
+
+
+def test_a_flag_sent_as_text_is_refused_naming_it_and_no_pool_is_made(api, db):
+    error = error_of(post(api, "/api/pools/", {"name": "coupons", "consume_on_success": "no"}), 400)
+    assert list(error["details"]["fields"]) == ["consume_on_success"]
+    assert not ResourcePool.objects.filter(name="coupons").exists()
+
+
 def test_a_resource_is_read_by_id_and_by_pool_and_key_without_its_lease_token(api, claimed_alice):
     by_id = ok(api.get(f"/api/resources/{claimed_alice.pk}/"))
     by_key = ok(api.get("/api/pools/accounts/resources/alice@x/"))
@@ -244,9 +261,12 @@ def test_a_patch_of_a_service_owned_field_is_refused_naming_it(api, alice):
 @pytest.mark.parametrize("attributes", ['[1]', '"x"', '{"a": 1e999}', '{"k\\u0000": 1}', '{"k": "\\ud800"}',
                                         '{"n": 1152921504606846976}'])
 def test_attributes_that_are_no_storable_json_object_are_bad_input(api, alice, attributes):
+    audited = AuditEntry.objects.count()
     response = api.patch(f"/api/resources/{alice.pk}/", f'{{"attributes": {attributes}}}',
                          content_type="application/json")
     assert list(error_of(response, 400)["details"]["fields"]) == ["attributes"]
+    assert Resource.objects.get(pk=alice.pk).attributes == alice.attributes
+    assert AuditEntry.objects.count() == audited
 
 
 # Claims
@@ -364,6 +384,13 @@ def test_a_failure_without_its_error_is_bad_input(api, claimed_alice):
     assert error["details"]["field"] == "error"
 
 
+def test_an_unknown_outcome_is_refused_naming_it_and_the_lease_stays(api, claimed_alice):
+    error = error_of(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                          {"lease_token": str(claimed_alice.lease_token), "outcome": "maybe"}), 400)
+    assert list(error["details"]["fields"]) == ["outcome"]
+    assert Resource.objects.get(pk=claimed_alice.pk).state == ResourceState.IN_USE
+
+
 def test_a_heartbeat_extends_the_lease_and_is_audited(api, claimed_alice):
     body = ok(post(api, f"/api/resources/{claimed_alice.pk}/heartbeat",
                    {"lease_token": str(claimed_alice.lease_token), "seconds": 3600}))
@@ -385,6 +412,18 @@ def test_reset_makes_a_failed_resource_available_and_keeps_its_history(api, fail
 def test_reset_of_an_available_resource_is_409_illegal_transition(api, alice):
     error = error_of(post(api, f"/api/resources/{alice.pk}/reset"), 409)
     assert (error["code"], error["details"]["state"]) == ("illegal_transition", "available")
+
+
+@pytest.mark.parametrize("reason", ["banned\x00", "banned\udc00"])
+def test_a_quarantine_reason_no_column_can_hold_is_refused_naming_it(api, alice, reason):
+    assert list(error_of(post(api, f"/api/resources/{alice.pk}/quarantine", {"reason": reason}), 400)
+                ["details"]["fields"]) == ["reason"]
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
+
+
+def test_a_blank_quarantine_reason_is_refused_in_the_callers_language(api, alice):
+    response = post(api, f"/api/resources/{alice.pk}/quarantine", {"reason": "  "}, HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "不能为空" in error_of(response, 400)["details"]["fields"]["reason"][0]
 
 
 def test_quarantine_needs_a_reason_and_unquarantine_ends_it(api, alice):
