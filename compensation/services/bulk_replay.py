@@ -26,7 +26,7 @@ from compensation.models import BulkReplay, DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
 from retryops.errors import BadInput, DomainError, IllegalTransition
-from retryops.inputs import flag, record_id
+from retryops.inputs import record_id
 
 MAX_RATE = 500
 # At least one replay a second, as SQS redrive: a slice waits out the slot of its last replay
@@ -114,8 +114,7 @@ def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_reso
     actor = actor_name(actor)
     canonical = parse_filter(filter)
     rate = _rate(rate)
-    any_resource = flag(any_resource, field="any_resource", error=BadInput)
-    if not canonical and not flag(everything, field="all", error=BadInput):
+    if not canonical and not everything:
         raise BadInput(_("an empty filter would replay every open dead letter: name a filter, or say that all "
                          "of them are meant"), field="filter")
     key = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()

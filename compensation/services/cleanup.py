@@ -31,7 +31,7 @@ from compensation.models import DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.choices import FailureCategory
 from retryops.errors import BadInput, DomainError
-from retryops.inputs import flag, whole_number
+from retryops.inputs import whole_number
 
 MAX_DAYS = 36500
 MAX_BATCH = 10000
@@ -157,9 +157,6 @@ def cleanup_dead_letters(*, older_than_days: int, states, actor: str, archive: I
     states, cutoff = _conditions(older_than_days, states)
     queryset = DeadLetter.objects.filter(state__in=states, died_at__lt=cutoff)
     batch_size = whole_number(batch_size, field="batch_size", maximum=MAX_BATCH, error=BadInput)
-    # Flags, not truth values: purge="no" must not purge.
-    purge, replay_retryable, dry_run = (flag(value, field=name, error=BadInput) for name, value in (
-        ("purge", purge), ("replay_retryable", replay_retryable), ("dry_run", dry_run)))
     if not (archive or purge or replay_retryable):
         raise BadInput("say what to do: archive to a file, purge, or replay the retryable ones", field="purge")
     result = Cleanup(dry_run=dry_run)

@@ -46,7 +46,7 @@ from compensation.selectors import sla_limits
 from compensation.work_orders.models import SLA_CLOCKS, SLA_START, WorkOrder
 from compensation.work_orders.services import join_work_order
 from retryops.errors import BadInput
-from retryops.inputs import flag, record_id
+from retryops.inputs import record_id
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,6 @@ def escalate(*, now: datetime | None = None, steps: Iterable[str] | str | None =
     again, mark SLA breaches. A step or a row that fails is logged and counted in `failures`;
     the rest still run. `dry_run` counts what it would do and changes nothing."""
     steps = parse_steps(steps)
-    dry_run = flag(dry_run, field="dry_run", error=BadInput)
     if now is None:
         now = timezone.now()
     elif not isinstance(now, datetime) or timezone.is_naive(now):

@@ -15,8 +15,7 @@ from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
 from resources.models import Resource
 from resources.selectors import describe_unavailability
-from retryops.errors import BadInput, IllegalTransition
-from retryops.inputs import flag
+from retryops.errors import IllegalTransition
 from scheduling.errors import InstanceSucceeded, TaskLive
 from scheduling.models import Task
 from scheduling.services import instance_to_run_again, replay_on_resource, start_replay
@@ -54,7 +53,6 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
     pool. One audit entry (dead_letter.replay) for the whole action."""
     actor = actor_name(actor)
     reason = text(reason, field="reason", max_length=2000)
-    any_resource = flag(any_resource, field="any_resource", error=BadInput)
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")
         if letter.state not in REPLAYABLE_STATES:

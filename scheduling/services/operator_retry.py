@@ -12,7 +12,6 @@ from resources.choices import ResourceState
 from resources.models import Resource
 from resources.selectors import describe_unavailability, when
 from retryops.errors import BadInput
-from retryops.inputs import flag
 from retryops.masking import keep_masked_secrets
 from scheduling.choices import TERMINAL_STATES, TaskState
 from scheduling.errors import InstanceSucceeded, TaskLive
@@ -131,7 +130,6 @@ def retry_resource(*, resource: Resource | int, actor: str, flow: str | None = N
     audit entry. A repeated `idempotency_key` (a form's token: a double click) returns the task
     the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
-    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
         task, previous, new_instance_of = _retry_on(resource=resource, actor=actor, flow=flow, payload=payload,
                                                     policy=policy, instance=instance, as_new_instance=as_new_instance,
@@ -217,7 +215,6 @@ def retry_on_resource_or_another(*, resource: Resource | int, actor: str, flow: 
     succeeded), in the transaction that starts it: as the strict retry is, `as_new_instance`
     included. A repeated `idempotency_key` returns the task the first request started."""
     actor = name_of(actor, field="actor", what=gettext_lazy("who asks for the retry"))
-    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     with transaction.atomic():
         current = resources.services.lock_resource(resource)
         started = _started_already(idempotency_key)

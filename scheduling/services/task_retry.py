@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass
 
 from retryops.errors import BadInput, DomainError
-from retryops.inputs import flag
 
 from scheduling.models import Task
 from scheduling.selectors import get_task
@@ -48,7 +47,6 @@ def retry_tasks(*, tasks: list[int], actor: str, as_new_instance: bool = False) 
     """retry_task for each id, in the order given, each in its own transaction: a refusal, or an
     error nobody expected (logged), is that id's outcome and the others are retried all the same."""
     actor = name_of(actor, field="actor", what="who asks for the retries")
-    as_new_instance = flag(as_new_instance, field="as_new_instance", error=BadInput)
     if not isinstance(tasks, list) or not 1 <= len(tasks) <= MAX_TASKS:
         raise BadInput(f"tasks must be a list of 1 to {MAX_TASKS} task ids, got {tasks!r}", field="tasks")
     if len(set(map(repr, tasks))) != len(tasks):

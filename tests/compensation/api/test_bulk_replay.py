@@ -52,7 +52,7 @@ def test_a_bulk_replay_is_cancelled_once(ops, letters):
     ({"filter": {"resource": "alice"}}, "filter.resource"),
     ({"filter": []}, "filter.non_field_errors"),
     ({"rate": 0}, "rate"), ({"rate": 501}, "rate"), ({"rate": 10 ** 400}, "rate"),
-    ({"dry_run": "true"}, "dry_run"),
+    ({"dry_run": "true"}, "dry_run"), ({"any_resource": "no"}, "any_resource"), ({"all": 1}, "all"),
 ])
 def test_a_bad_bulk_replay_body_is_400_naming_the_field(ops, db, body, field):
     error = error_of(post(ops, BULK, body), 400)

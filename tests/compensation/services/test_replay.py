@@ -8,7 +8,7 @@ from compensation.choices import DeadLetterState
 from compensation.errors import ReplayRefused
 from compensation.services.dead_letters import collect_dead_letters, follow_replays
 from compensation.services.replay import replay_dead_letter
-from retryops.errors import BadInput, IllegalTransition
+from retryops.errors import IllegalTransition
 from compensation.models import DeadLetter
 import resources.services
 from resources.choices import ResourceState
@@ -89,13 +89,6 @@ def test_a_replay_whose_death_is_not_collected_yet_stays_its_dead_letters_replay
     assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [letter.task_id]
 
 
-@pytest.mark.parametrize("any_resource", ["false", "no", 0, None])
-def test_any_resource_that_is_not_true_or_false_is_refused_and_nothing_starts(letter, any_resource):
-    tasks = Task.objects.count()
-    with pytest.raises(BadInput, match="any_resource must be true or false") as refused:
-        replay_dead_letter(dead_letter=letter, actor="ops:carol", any_resource=any_resource)
-    assert refused.value.details["field"] == "any_resource"
-    assert (Task.objects.count(), DeadLetter.objects.get(pk=letter.pk).state) == (tasks, DeadLetterState.OPEN)
 
 
 def test_replaying_a_dead_letter_that_is_replaying_names_its_state(letter):

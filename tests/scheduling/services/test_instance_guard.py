@@ -175,13 +175,6 @@ def test_a_new_instance_sends_its_own_idempotency_key_to_the_upstream(alice, bob
     assert started.context.idempotency_key == task.idempotency_key != dead.idempotency_key
 
 
-@pytest.mark.parametrize("value", ["yes", 1, None])
-def test_as_new_instance_must_be_true_or_false(alice, bob, default_policy, value):
-    dead = died_on(alice, default_policy)
-    run_of(dead, state=TaskState.SUCCEEDED, resource=bob)
-    with pytest.raises(DomainError) as refused:
-        services.retry_resource(resource=alice, actor="ops:carol", as_new_instance=value)
-    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", "as_new_instance")
 
 
 def test_a_run_of_an_earlier_new_instance_is_refused_while_a_newer_one_of_the_same_order_is_live(
