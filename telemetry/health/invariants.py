@@ -40,7 +40,7 @@ from compensation.work_orders.models import WorkOrder
 from resources.choices import EventKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
 from scheduling import jobs as scheduling_jobs
-from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind, TaskState
+from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind
 from scheduling.models import Attempt, Task, TaskEvent
 
 # The window the event-driven checks (dead letters, their audit rows) read back by default; `deep`
@@ -118,7 +118,6 @@ def _in(values) -> str:
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-_LIVE_TASK = _in((*WAITING_STATES, TaskState.RUNNING))
 _RUNNING = _in([AttemptOutcome.RUNNING])
 _IN_USE = _in([ResourceState.IN_USE])
 
@@ -133,9 +132,9 @@ def lease_holders(h: Horizons) -> list[Violation]:
     """Every in_use resource has a holder: the live task holding its lease (Task.held_lease_token,
     its attempt's while one runs) or the attempt running on it; a lease no task ever had (an API
     claim) is judged by its expiry alone. No lease stays expired past the sweeper's grace.
-    Reads the in_use resources by resource_in_use_idx; each lease is judged against the live tasks'
-    held leases (task_state_idx) and the running attempts (attempt_one_running_per_task), which the
-    planner hashes once rather than probe per lease; only a lease no live task holds looks for the
+    Reads the in_use resources by resource_in_use_idx; each lease is judged against the held
+    leases (task_held_lease_unique) and the running attempts (attempt_one_running_per_task), which
+    the planner hashes once rather than probe per lease; only a lease no live task holds looks for the
     task whose attempts ran on it (attempt_lease_token_idx), and that task's row is read only for a
     lease reported (a join would hash the whole task table: 490 ms at 1,000,000 attempts)."""
     rows = _rows(f"""
@@ -146,7 +145,8 @@ def lease_holders(h: Horizons) -> list[Violation]:
             -- The sweeper takes a lapsed lease a heartbeat interval (a third of the lease) after it first saw it.
             SELECT l.*, l.leased_until + make_interval(secs => l.lease_seconds / 3.0) < %(expired_before)s AS expired,
                    l.leased_at < %(fresh_before)s AND NOT (
-                       EXISTS (SELECT 1 FROM {_T} t WHERE t.state IN {_LIVE_TASK}
+                       -- Only a live task holds a lease (task_finished_holds_nothing).
+                       EXISTS (SELECT 1 FROM {_T} t WHERE t.held_lease_token IS NOT NULL
                                AND t.resource_id = l.id AND t.held_lease_token = l.lease_token)
                        OR EXISTS (SELECT 1 FROM {_A} a WHERE a.outcome IN {_RUNNING}
                                   AND a.resource_id = l.id AND a.lease_token = l.lease_token)) AS unheld
