@@ -18,7 +18,7 @@ from audit.services import record_audit
 from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.selectors import get_pool
 from retryops.errors import BadInput, DomainError
-from retryops.inputs import flag, record_id, whole_number
+from retryops.inputs import record_id, whole_number
 from retryops.jsonsafe import clean_text
 from retryops.masking import keep_masked_secrets
 from scheduling.errors import BadPolicy, too_long
@@ -142,23 +142,18 @@ _BATCH_CHECKS = {
     "policy": lambda value: get_policy(name_of(value, field="policy", what=gettext_lazy("a retry policy"))
                                        if not isinstance(value, models.Model) else value),
     "payload": parse_payload,
-    "enabled": lambda value: flag(value, field="enabled", error=BadInput),
     "tasks_per_tick": lambda value: _count(value, field="tasks_per_tick", minimum=1),
-    "retry_failed_first": lambda value: flag(value, field="retry_failed_first", error=BadInput),
     "recent_window_seconds": lambda value: _count(value, field="recent_window_seconds", minimum=0),
     "retryable_error_patterns": _batch_patterns,
 }
 
 
 def _batch_values(data: dict) -> dict:
-    if not isinstance(data, dict):
-        raise BadInput(_("data must be a mapping of batch config fields, got %(type)s") % {
-            "type": type(data).__name__}, field="data")
     unknown = sorted(map(str, set(data) - set(BATCH_FIELDS)))
     if unknown:
         raise BadInput(_("not a field an operator sets on a batch config: %(fields)s") % {
             "fields": ", ".join(unknown)}, field=unknown[0])
-    return {field: _BATCH_CHECKS[field](value) for field, value in data.items()}
+    return {field: _BATCH_CHECKS[field](value) if field in _BATCH_CHECKS else value for field, value in data.items()}
 
 
 def _shown(value):

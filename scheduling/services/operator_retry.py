@@ -50,7 +50,8 @@ def _live(task: Task, current: Resource | None, name: str, *, last: Task | None 
     else:
         doing = _("%(where)s: it is %(state)s and runs next at %(next)s; a retry now would run it twice: run that "
                   "task now or cancel it first")
-    holds = current is not None and current.state == ResourceState.IN_USE and current.lease_token == task.held_lease_token
+    holds = (current is not None and current.state == ResourceState.IN_USE
+             and current.lease_token == task.held_lease_token)
     return TaskLive(
         doing % {**names, "where": where % names},
         task_id=task.pk, state=task.state, next_run_at=task.next_run_at.isoformat() if task.next_run_at else None,

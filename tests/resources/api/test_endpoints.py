@@ -73,7 +73,8 @@ def test_a_taken_key_is_409_key_taken_naming_the_field(api, alice):
 
 @pytest.mark.parametrize(("body", "field"), [
     ('{"key": "a\\u0000b"}', "key"), ('{"key": "a\\ud800b"}', "key"), ('{"key": "%s"}' % ("k" * 201), "key"),
-    ('{"key": "k", "label": "%s"}' % ("l" * 201), "label"), ('{"key": "k", "attributes": {"n\\ud800": 1}}', "attributes"),
+    ('{"key": "k", "label": "%s"}' % ("l" * 201), "label"),
+    ('{"key": "k", "attributes": {"n\\ud800": 1}}', "attributes"),
     ('{"key": "k", "attributes": {"deep": %s}}' % ("[" * 700 + "]" * 700), "attributes"),
 ])
 def test_a_resource_no_column_can_hold_is_refused_naming_the_field_and_nothing_is_added(api, pool, body, field):

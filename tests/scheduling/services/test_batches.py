@@ -103,14 +103,6 @@ def test_a_new_batch_config_without_a_policy_is_refused_naming_it(pool):
     assert not BatchConfig.objects.exists()
 
 
-@pytest.mark.parametrize("field", ["enabled", "retry_failed_first"])
-def test_a_batch_config_flag_sent_as_text_is_refused_not_switched_on(pool, instant_policy, field):
-    config = services.save_batch_config(data={"name": "signups", "pool": pool, "flow": "demo", "policy": "instant",
-                                              "enabled": False}, actor="ops:carol")
-    with pytest.raises(DomainError) as refused:
-        services.save_batch_config(config=config, data={field: "no"}, actor="ops:carol")
-    assert (refused.value.code, refused.value.details["field"]) == ("bad_input", field)
-    assert BatchConfig.objects.get(pk=config.pk).enabled is False
 
 
 def test_batch_config_patterns_with_a_lone_surrogate_are_refused_naming_the_field(pool, instant_policy):
