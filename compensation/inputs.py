@@ -1,4 +1,6 @@
-"""Checks of what the operators hand the compensation services: names, texts, ids."""
+"""Checks of what the operators hand the compensation services: texts (the rules on their length and
+whether they may be empty) and ids. Who acts comes from the interface (a login, an API client, a
+command's cleaned --actor), unchecked here."""
 
 from django.db import models
 from django.utils.translation import gettext as _
@@ -8,7 +10,6 @@ from retryops.errors import BadInput, NotFound
 from retryops.inputs import record_id
 from retryops.jsonsafe import check_text
 
-NAME_LENGTH = 200
 
 # The fields an operator fills in, as a refusal names them in the operator's language; the
 # error's `field` detail stays the field's own name.
@@ -44,15 +45,6 @@ def field_name(field: str) -> str:
     return str(FIELD_NAMES.get(field, field))
 
 
-def actor_name(actor, *, field: str = "actor") -> str:
-    """Who acts: a non-empty line of text without NUL characters."""
-    if not isinstance(actor, str) or not actor.strip():
-        raise BadInput(_("%(field)s must name who acts, got %(value)r") % {"field": field_name(field), "value": actor},
-                       field=field)
-    problem = check_text(actor)
-    if problem:
-        raise BadInput(_("%(field)s %(problem)s") % {"field": field_name(field), "problem": problem}, field=field)
-    return actor.strip()[:NAME_LENGTH]
 
 
 def text(value, *, field: str, max_length: int | None = None, required: bool = False) -> str:

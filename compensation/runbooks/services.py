@@ -18,7 +18,7 @@ from audit.choices import AuditAction
 from audit.context import identity_of
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_LIVE, WorkOrderState, state_words
-from compensation.inputs import actor_name, locked, text
+from compensation.inputs import locked, text
 from compensation.runbooks.catalog import (
     ActionContext,
     ApprovalRequired,
@@ -93,7 +93,6 @@ def request_runbook_action(*, work_order: WorkOrder | int, runbook: str, action:
     action's JSON Schema). An external action waits for approval; an internal one is ready to
     run. Returns (run, first): the same `token` again returns the first run unchanged and False
     (a double click runs once); a token already used for something else is refused."""
-    actor = actor_name(actor)
     token = text(token, field="token", required=True)
     if not is_token(token):
         raise BadInput(_("token must be 1 to 100 letters, digits or ._:@/+=-, got %(value)r") % {"value": token},
@@ -139,7 +138,6 @@ def approve_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
     """A second operator approves an external action that waits for approval (also one marked
     external after it was requested); the requester cannot, whether as themselves or through an API
     client acting as them (four eyes compares identities; the database refuses it too)."""
-    actor = actor_name(actor)
     identity = identity_of(actor)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
@@ -183,7 +181,6 @@ def _acting(actor: str, identity: str) -> str:
 
 def reject_runbook_action(*, run: RunbookRun | int, actor: str, reason: str) -> RunbookRun:
     """Turn down (or withdraw) a run that has not started; `reason` says why."""
-    actor = actor_name(actor)
     reason = text(reason, field="reason", max_length=2000, required=True)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
@@ -207,7 +204,6 @@ def run_runbook_action(*, run: RunbookRun | int, actor: str) -> RunbookRun:
     outside any, then succeeded or failed with its result or error. A success moves an open or
     acknowledged work order to in progress (through start_work_order). An external action not
     yet approved, or a run that started already, is refused and nothing changes."""
-    actor = actor_name(actor)
     with transaction.atomic():
         run = locked(RunbookRun, run, kind="runbook_run")
         step = get_runbook(run.runbook).action(run.action)

@@ -21,7 +21,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import BulkReplayState, DeadLetterState, state_words
 from compensation.errors import BulkReplayRunning
-from compensation.inputs import actor_name, field_name, locked, text
+from compensation.inputs import field_name, locked, text
 from compensation.models import BulkReplay, DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.selectors import get_pool
@@ -111,7 +111,6 @@ def start_bulk_replay(*, filter, actor: str, rate: float | None = None, any_reso
     while one with the same filter runs. An empty filter replays every open dead letter: refused
     (BadInput on `filter`) unless `everything` says that is meant, so that a body lost on the way
     or a form left blank never widens a bulk replay to all of them."""
-    actor = actor_name(actor)
     canonical = parse_filter(filter)
     rate = _rate(rate)
     if not canonical and not everything:
@@ -148,7 +147,6 @@ def enqueue_bulk_replay(bulk_id: int) -> None:
 
 def cancel_bulk_replay(*, bulk_replay: BulkReplay | int, actor: str) -> BulkReplay:
     """Stop a running bulk replay; the replays it started go on."""
-    actor = actor_name(actor)
     with transaction.atomic():
         bulk = locked(BulkReplay, bulk_replay, kind="bulk_replay")
         if bulk.state != BulkReplayState.RUNNING:

@@ -26,7 +26,6 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import Target, record_audit
 from compensation.choices import DeadLetterState
-from compensation.inputs import actor_name
 from compensation.models import DeadLetter
 from compensation.services.replay import replay_dead_letter
 from resources.choices import FailureCategory
@@ -153,7 +152,6 @@ def cleanup_dead_letters(*, older_than_days: int, states, actor: str, archive: I
     open ones whose error is retryable (they are then replaying, and kept). `dry_run` counts only.
     Each batch's lines are on disk before the batch commits; after a crash, some may be archived
     twice (see the module's docstring)."""
-    actor = actor_name(actor)
     states, cutoff = _conditions(older_than_days, states)
     queryset = DeadLetter.objects.filter(state__in=states, died_at__lt=cutoff)
     batch_size = whole_number(batch_size, field="batch_size", maximum=MAX_BATCH, error=BadInput)

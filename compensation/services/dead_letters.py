@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import WORK_ORDER_TERMINAL, DeadLetterState, state_words
-from compensation.inputs import actor_name, locked, text
+from compensation.inputs import locked, text
 from compensation.models import DeadLetter
 from compensation.work_orders.services import join_work_order
 from retryops.errors import IllegalTransition
@@ -104,7 +104,6 @@ def follow_replays(*, limit: int = BATCH) -> int:
 
 
 def _settle(dead_letter: DeadLetter | int, *, to: str, action: str, actor: str, reason: str) -> DeadLetter:
-    actor = actor_name(actor)
     reason = text(reason, field="reason", max_length=2000)
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")

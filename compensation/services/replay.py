@@ -9,7 +9,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit
 from compensation.choices import REPLAYABLE_STATES, DeadLetterState, state_words
 from compensation.errors import ReplayRefused
-from compensation.inputs import actor_name, locked, text
+from compensation.inputs import locked, text
 from compensation.models import DeadLetter
 from resources.choices import ResourceState
 from resources.errors import ResourceUnavailable
@@ -51,7 +51,6 @@ def replay_dead_letter(*, dead_letter: DeadLetter | int, actor: str, any_resourc
     failed resource); a resource now quarantined, consumed or removed refuses with that reason
     (ReplayRefused) rather than replaying blindly. With `any_resource`, a non-strict task on the
     pool. One audit entry (dead_letter.replay) for the whole action."""
-    actor = actor_name(actor)
     reason = text(reason, field="reason", max_length=2000)
     with transaction.atomic():
         letter = locked(DeadLetter, dead_letter, kind="dead_letter")

@@ -16,7 +16,7 @@ from compensation.choices import (
     WorkOrderState,
     state_words,
 )
-from compensation.inputs import actor_name, locked, text
+from compensation.inputs import locked, text
 from compensation.models import DeadLetter
 from compensation.notifications.services import queue_notification, work_order_dedup_key
 from compensation.work_orders.models import WorkOrder
@@ -96,7 +96,6 @@ def join_work_order(*, flow: str, error_signature: str, pool_id: int, died: list
 def open_work_order(*, title: str, actor: str, flow: str = "", pool: ResourcePool | int | str | None = None,
                     runbook: str = "", notes: str = "", assignee: str = "") -> WorkOrder:
     """Open a work order by hand (POST /api/ops/workorders): a case no dead letter opened."""
-    actor = actor_name(actor)
     title = text(title, field="title", max_length=TITLE_LENGTH, required=True)
     flow = text(flow, field="flow", max_length=100)
     runbook = text(runbook, field="runbook", max_length=200)
@@ -113,7 +112,6 @@ def open_work_order(*, title: str, actor: str, flow: str = "", pool: ResourcePoo
 
 
 def _move(order: WorkOrder | int, *, action: str, actor: str, reason: str = "", **changes) -> WorkOrder:
-    actor = actor_name(actor)
     sources, target = TRANSITIONS[action]
     with transaction.atomic():
         order = locked(WorkOrder, order, kind="work_order")
@@ -189,7 +187,6 @@ def change_work_order(*, work_order: WorkOrder | int, actor: str, assignee: str 
                       resolution: str | None = None) -> WorkOrder:
     """Change who has a live work order, the runbook it follows, its notes or the resolution
     drafted for its compensation (None: unchanged)."""
-    actor = actor_name(actor)
     changes = {field: text(value, field=field, max_length=limit)
                for field, value, limit in (("assignee", assignee, 200), ("runbook", runbook, 200),
                                            ("notes", notes, 20000), ("resolution", resolution, 20000))
