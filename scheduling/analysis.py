@@ -186,6 +186,8 @@ _ROLLED_UP_SQL = f"""
 # business instance (Task.first_run) succeeding (that run's attempt). So the changed tasks are
 # those of the attempts finished and the events written meanwhile (attempt_finished_xid_idx,
 # task_event_kind_xid_idx), and the failures reached are those of every run of their instances.
+# A failure can also stop being one: an abandoned attempt whose flow's success arrives late and is
+# kept becomes a success (the task event says which attempt), so its own hour is reached too.
 CHANGED_HOURS_SQL = f"""
     WITH changed AS (
         SELECT task_id FROM {Attempt._meta.db_table}
@@ -200,16 +202,23 @@ CHANGED_HOURS_SQL = f"""
       UNION
         SELECT t.id FROM {Task._meta.db_table} t JOIN instance ON t.first_run_id = instance.id
     )
-    SELECT DISTINCT date_trunc('hour', a.started_at, 'UTC')
+    SELECT date_trunc('hour', a.started_at, 'UTC')
     FROM run JOIN {Attempt._meta.db_table} a ON a.task_id = run.id
     WHERE a.outcome IN (%(failed)s, %(abandoned)s) AND a.started_at >= %(since)s
+  UNION
+    SELECT date_trunc('hour', a.started_at, 'UTC')
+    FROM {TaskEvent._meta.db_table} e
+    JOIN {Attempt._meta.db_table} a ON a.task_id = e.task_id AND a.number = e.attempt_number
+    WHERE e.kind = %(late)s AND e.xid >= %(lo)s::xid8 AND (%(hi)s::xid8 IS NULL OR e.xid < %(hi)s::xid8)
+      AND a.started_at >= %(since)s
 """
 
 
 def sql_params(**params) -> dict:
     """The parameters every query of this module takes, with `params`."""
     return {"succeeded": TaskState.SUCCEEDED, "dead": TaskState.DEAD, "failed": AttemptOutcome.FAILED,
-            "abandoned": AttemptOutcome.ABANDONED, "kinds": list(TaskEventKind.values), "policy": None, **params}
+            "abandoned": AttemptOutcome.ABANDONED, "kinds": list(TaskEventKind.values),
+            "late": TaskEventKind.LATE_OUTCOME, "policy": None, **params}
 
 
 def changed_hours(cursor, *, lo: int, hi: int | None, since: datetime) -> set[datetime]:

@@ -11,6 +11,7 @@ from django.db import connection
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
+import resources.services
 from scheduling import services
 from scheduling.analysis import failure_counts, transient_errors
 from scheduling.selectors import (
@@ -20,7 +21,7 @@ from scheduling.selectors import (
     retry_starts,
     started_late,
 )
-from scheduling.choices import TaskState
+from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, AttemptRollupMark, FailureRollup, RetryRollup, Task, TaskEvent
 from scheduling.services.rollups import roll_up_attempts
 from tests.factories import ResourceFactory, RetryPolicyFactory
@@ -196,3 +197,21 @@ def test_lateness_counted_with_another_grace_is_counted_again(spread, settings):
     roll_up()
     assert RetryRollup.objects.aggregate(n=Sum("late"))["n"] == started
     assert_retry_figures_equal_raw()
+
+
+def test_an_abandoned_failure_whose_late_success_is_kept_leaves_its_hour_in_neither_read(spread, policies):
+    # An attempt given up as lost counts as a failure; its flow's success arriving afterwards (no
+    # retry started yet) turns it into a success: the hour it started in must no longer count it.
+    task = start(spread["alice"].pool, policies[0], spread["alice"])
+    lost = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=2))
+    services.recover_lost_attempts()
+    ago(task, hours=7)
+    roll_up()
+    assert Attempt.objects.get(pk=lost.attempt.pk).outcome == AttemptOutcome.ABANDONED
+    services.finish_attempt(attempt=lost.attempt, result={"late": True})
+    assert Attempt.objects.get(pk=lost.attempt.pk).outcome == AttemptOutcome.SUCCEEDED
+    assert_rollup_equals_raw()  # before the next pass
+    roll_up()
+    assert_rollup_equals_raw()  # and after it
