@@ -117,7 +117,12 @@ def roll_up_attempts(*, now: datetime | None = None) -> RollupPass:
             hours = sorted(changed_hours(cursor, lo=lo, hi=hi, since=kept_from)) if hi > lo else []
             cursor.execute(f"DELETE FROM {ROLLUP} WHERE period_hours = 1 AND period_start = ANY(%s::timestamptz[])",
                            [hours])
-            chunks = [[(hour, hour + timedelta(hours=1)) for hour in hours]] if hours else []
+            # A day's hours per statement, as on the first pass: a pass after a long lag (the ops
+            # process away, or pg_snapshot_xmin held back) recounts every hour it reached.
+            by_day: dict[datetime, list] = {}
+            for hour in hours:
+                by_day.setdefault(day_floor(hour), []).append((hour, hour + timedelta(hours=1)))
+            chunks = list(by_day.values())
         for ranges in chunks:
             starts, ends = merged(ranges)
             cursor.execute(_COUNT_HOURS_SQL, sql_params(lo=starts, hi=ends))

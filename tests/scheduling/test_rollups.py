@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
@@ -25,6 +26,7 @@ from scheduling.selectors import (
 from scheduling.choices import AttemptOutcome, TaskState
 from scheduling.models import Attempt, AttemptRollupMark, FailureRollup, RetryRollup, Task, TaskEvent
 from scheduling.services.rollups import roll_up_attempts
+from scheduling.watermark import day_floor
 from tests.factories import ResourceFactory, RetryPolicyFactory
 from tests.scheduling.test_analysis import run, slow, start
 
@@ -244,3 +246,17 @@ def test_a_retry_figure_takes_the_whole_hours_from_the_rollup(retried):
     hour = RetryRollup.objects.filter(period_start__lt=now - timedelta(hours=2), succeeded__gt=0).first()
     RetryRollup.objects.filter(pk=hour.pk).update(succeeded=F("succeeded") + 1000)
     assert retry_outcomes(since=now - timedelta(days=1), until=now) == {**before, "succeeded": before["succeeded"] + 1000}
+
+
+def test_a_pass_after_a_long_lag_counts_a_day_of_hours_per_statement(spread):
+    # Each statement stays within the ops process's statement timeout however long the lag was.
+    roll_up()
+    AttemptRollupMark.objects.update(below_xid=0)  # as if every row were written since the last pass
+    settled()
+    with CaptureQueriesContext(connection) as queries:
+        done = roll_up_attempts()
+    hours = FailureRollup.objects.filter(period_hours=1).values_list("period_start", flat=True)
+    days = {day_floor(hour) for hour in hours}
+    counted = [q for q in queries.captured_queries if "scheduling_failurerollup" in q["sql"] and "date_trunc('hour'" in q["sql"]]
+    assert (done.hours, len(counted)) == (len(hours), len(days)) and len(days) > 1
+    assert_rollup_equals_raw()
