@@ -3,11 +3,12 @@
 failure of the window gives, before a pass, after it, and after changes that reach old failures.
 Transactional: the rollup's mark is a transaction id, which only committed rows pass."""
 
+import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.db.models import Count, F, Sum
 from django.utils import timezone
@@ -259,4 +260,33 @@ def test_a_pass_after_a_long_lag_counts_a_day_of_hours_per_statement(spread):
     days = {day_floor(hour) for hour in hours}
     counted = [q for q in queries.captured_queries if "scheduling_failurerollup" in q["sql"] and "date_trunc('hour'" in q["sql"]]
     assert (done.hours, len(counted)) == (len(hours), len(days)) and len(days) > 1
+    assert_rollup_equals_raw()
+
+
+def test_a_change_whose_transaction_is_open_across_a_pass_is_counted_once_it_commits(spread):
+    roll_up()
+    written, commit = threading.Event(), threading.Event()
+
+    def change():
+        try:
+            with transaction.atomic():
+                # The task of 90 minutes ago fails twice more and dies: its first failure's retry is
+                # wasted now. Written, not committed.
+                assert run(run(spread["waiting"], slow()), slow()).state == TaskState.DEAD
+                written.set()
+                assert commit.wait(30)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=change)
+    worker.start()
+    assert written.wait(30)
+    done = roll_up_attempts()  # the open transaction holds the pass's horizon below it
+    assert not done.skipped
+    assert_rollup_equals_raw()
+    commit.set()
+    worker.join(30)
+    assert Attempt.objects.filter(task=spread["waiting"]).count() == 3
+    assert_rollup_equals_raw()  # above the mark: its hours read from the attempts
+    roll_up()
     assert_rollup_equals_raw()
