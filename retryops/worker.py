@@ -17,11 +17,16 @@ import logging
 import time
 
 from django.db import DatabaseError, connection
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.job import Job
+from rq.queue import Queue
+from rq.scheduler import RQScheduler
 from rq.worker import Worker as ForkingWorker
 
 from retryops.redis_wait import WaitsForRedis
 from scheduling import runner
 from scheduling.jobs import run_attempt_job
+from scheduling.queueing import SCHEDULER_POLL
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +93,49 @@ class _LeaseKeeper:
         return ""
 
 
+class DueScheduler(RQScheduler):
+    """RQ's scheduler, looking every SCHEDULER_POLL seconds instead of every second, and moving a
+    job once this host's clock has reached its score to the fraction of a second (RQ's compares
+    whole seconds): scheduling.queueing keeps the due time in the score. Never early by this
+    host's clock; whether the attempt is due is then PostgreSQL's call (begin_attempt)."""
+
+    def work(self):
+        # RQ's loop, looking every SCHEDULER_POLL seconds; its heartbeat, which renews the locks and
+        # the scheduler's hash for whole seconds past the interval, stays once an interval.
+        self._install_signal_handlers()
+        self.register_birth()
+        next_beat = 0.0
+        while not self._stop_requested:
+            if self.should_reacquire_locks:
+                self.acquire_locks()
+            if time.monotonic() >= next_beat:
+                self.heartbeat()
+                next_beat = time.monotonic() + self.interval
+            self.enqueue_scheduled_jobs()
+            time.sleep(SCHEDULER_POLL)
+        self.stop()
+
+    def enqueue_scheduled_jobs(self):
+        # RQ's enqueue_scheduled_jobs with time.time() for its whole-second current_timestamp().
+        self._status = self.Status.WORKING
+        if not self._scheduled_job_registries and self._acquired_locks:
+            self.prepare_registries()
+        for registry in self._scheduled_job_registries:
+            job_ids = registry.get_jobs_to_schedule(time.time())
+            if not job_ids:
+                continue
+            queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)
+            with self.connection.pipeline() as pipeline:
+                jobs = Job.fetch_many(job_ids, connection=self.connection, serializer=self.serializer)
+                for job in jobs:
+                    if job is not None:
+                        queue._enqueue_job(job, pipeline=pipeline, at_front=job.should_enqueue_at_front())
+                for job_id in job_ids:
+                    registry.remove(job_id, pipeline=pipeline)
+                pipeline.execute()
+        self._status = self.Status.STARTED
+
+
 class Worker(WaitsForRedis, ForkingWorker):
     """RQ's forking worker that keeps its work horse's attempt lease (see the module) and outlasts a
     Redis outage (retryops.redis_wait)."""
@@ -96,6 +144,25 @@ class Worker(WaitsForRedis, ForkingWorker):
         kwargs.setdefault("job_monitoring_interval", MONITOR_SLICE)
         super().__init__(*args, **kwargs)
         self._lease: _LeaseKeeper | None = None
+
+    def _start_scheduler(self, burst=False, logging_level="INFO", date_format=DEFAULT_LOGGING_DATE_FORMAT,
+                         log_format=DEFAULT_LOGGING_FORMAT):
+        # RQ's, with DueScheduler in place of RQScheduler (RQ names no class to override).
+        self.scheduler = DueScheduler(
+            self.queues, connection=self.connection, serializer=self.serializer, date_format=date_format,
+            log_format=log_format, logging_level=logging_level if logging_level is not None else self.log.level)
+        self.scheduler.acquire_locks()
+        if not self.scheduler.acquired_locks:
+            return
+        if not burst:
+            self.scheduler.start()
+            return
+        try:
+            self.scheduler.register_birth()
+            self.scheduler.enqueue_scheduled_jobs()
+        finally:
+            self.scheduler.release_locks()
+            self.scheduler.register_death()
 
     def main_work_horse(self, job, queue):
         # In the work horse only: the runner then starts no heartbeat thread of its own.

@@ -20,11 +20,10 @@ from scheduling.services.attempts import EarlyWakeup, begin_attempt, finish_atte
 log = logging.getLogger(__name__)
 
 
-# RQ's scheduler stores whole seconds (truncated) and looks once a second, so a retry's job may
-# start up to a second before next_run_at; a retry due within half a second is queued at once
-# (queueing.IMMEDIATE_WITHIN). Waiting out that much here keeps deliveries equal to attempts and
-# lateness under a second; deferring through RQ again would add one to two more. Anything earlier
-# is deferred.
+# A wake-up may come a little early: one due within queueing.IMMEDIATE_WITHIN is queued at once,
+# and a scheduler on a host whose clock runs ahead of the database's moves it early by the
+# difference. Waiting out that much here keeps deliveries equal to attempts; deferring through RQ
+# again would add a scheduler pass. Anything earlier is deferred.
 MAX_EARLY_WAIT = 1.5
 
 

@@ -1,7 +1,7 @@
 """scheduling.queueing: how wake-ups reach the workers, on the real Redis."""
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import django_rq
 import pytest
@@ -60,3 +60,34 @@ def test_a_wakeup_early_by_the_databases_clock_goes_back_on_the_queue_for_what_i
     [job_id] = ScheduledJobRegistry(FLOW_QUEUE, connection=redis_conn).get_job_ids()
     at = ScheduledJobRegistry(FLOW_QUEUE, connection=redis_conn).get_scheduled_time(job_id)
     assert 18 <= (at - timezone.now()).total_seconds() <= 21
+
+
+def test_the_flow_workers_scheduler_moves_a_wakeup_once_it_is_due_and_not_a_whole_second_early(redis_conn):
+    import math
+
+    from retryops.worker import DueScheduler, Worker
+    from scheduling.queueing import RETRY_QUEUE, enqueue_attempt
+
+    # Due at .5 of a second: RQ's own scheduler, which compares whole seconds, moves it half a second
+    # early (whole-second scores) or late (exact ones).
+    due = math.ceil(time.time()) + 1.5
+    job_id = enqueue_attempt(task_id=1, attempt_number=2, at=datetime.fromtimestamp(due, tz=UTC))
+    queue = django_rq.get_queue(RETRY_QUEUE)
+    worker = django_rq.get_worker(*WORKER_QUEUES, worker_class=Worker)
+    while job_id not in queue.job_ids:
+        assert time.time() < due + 5, "never moved"
+        worker._start_scheduler(burst=True)  # one pass of the worker's scheduler
+        moved_at = time.time()
+        time.sleep(0.01)
+    assert isinstance(worker.scheduler, DueScheduler)
+    assert due <= moved_at < due + 0.4
+
+
+def test_a_finished_wakeup_is_left_to_expire_in_redis_not_deleted_job_by_job(redis_conn, alice, instant_policy):
+    from scheduling.queueing import RESULT_TTL
+
+    task = services.start_task(flow="noop", pool_name=alice.pool, created_by="test", policy="instant")
+    job_id = Task.objects.get(pk=task.pk).rq_job_id
+    burst_worker().work(burst=True)
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+    assert 0 < redis_conn.ttl(f"rq:job:{job_id}") <= RESULT_TTL

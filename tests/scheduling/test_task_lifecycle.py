@@ -74,7 +74,8 @@ def test_a_retry_waits_the_policy_delay_holding_its_resource(redis_conn, alice, 
     assert task.next_run_at - failed.finished_at == timedelta(seconds=120)
     scheduled = django_rq.get_queue("retries").scheduled_job_registry
     assert scheduled.get_job_ids() == [task.rq_job_id]
-    assert -1 < scheduled.get_scheduled_time(task.rq_job_id).timestamp() - task.next_run_at.timestamp() <= 0
+    # Its due time to the millisecond, not RQ's whole second (scheduling.queueing._schedule).
+    assert abs(scheduled.get_scheduled_time(task.rq_job_id).timestamp() - task.next_run_at.timestamp()) < 0.001
     # Held for the retry: neither claim_next nor anyone else can take it meanwhile.
     row = Resource.objects.get(pk=alice.pk)
     assert (row.state, row.lease_holder) == (ResourceState.IN_USE, f"task {task.pk}")
