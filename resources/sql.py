@@ -50,8 +50,9 @@ _LEASE_COLUMNS = f"""
     lease_kind = %(lease_kind)s::text, fencing_token = r.fencing_token + 1, lapse_seen_at = NULL
 """
 
+_CLAIMED_EVENT = _append_events("claimed", kind=_q(EventKind.CLAIMED))
 _CLAIM_EVENT = f"""
-    , {_append_events("claimed", kind=_q(EventKind.CLAIMED))}
+    , {_CLAIMED_EVENT}
     SELECT * FROM claimed
 """
 
@@ -64,10 +65,17 @@ AVAILABLE_BOUNDS = f"""
 # Start the scan at a random id of the pool, so concurrent claimers spread over the pool instead
 # of queueing on its first rows. Scanning forward from there (and once from the start when
 # nothing lies past it) costs the same whatever the pool's size.
-CLAIM_NEXT = f"""
-    WITH pick AS (
+def claim_next_ctes(*, pool_id: str = "%(pool_id)s::bigint", start_id: str | None = "%(start_id)s::bigint") -> str:
+    """CLAIM_NEXT's CTEs (`pick`, `claimed` with the resource's columns, and its timeline `event`),
+    for a statement of a higher layer that claims as part of its own change; `pool_id` and
+    `start_id` are SQL expressions, and start_id None starts at a random available id of the pool
+    (AVAILABLE_BOUNDS's probes, in the statement). Its parameters are CLAIM_NEXT's."""
+    if start_id is None:
+        start_id = (f"(SELECT coalesce(min(id) + floor(random() * (max(id) - min(id) + 1))::bigint, 0) FROM {_R}"
+                    f" WHERE pool_id = {pool_id} AND state = {AVAILABLE})")
+    return f"""pick AS (
         SELECT r.id FROM {_R} r
-        WHERE r.pool_id = %(pool_id)s::bigint AND r.state = {AVAILABLE} AND r.id >= %(start_id)s::bigint
+        WHERE r.pool_id = {pool_id} AND r.state = {AVAILABLE} AND r.id >= {start_id}
         ORDER BY r.pool_id, r.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED
@@ -76,8 +84,12 @@ CLAIM_NEXT = f"""
         FROM pick, {_P} p
         WHERE r.id = pick.id AND p.id = r.pool_id
         RETURNING {_RETURNING}
-    )
-    {_CLAIM_EVENT}
+    ), {_CLAIMED_EVENT}"""
+
+
+CLAIM_NEXT = f"""
+    WITH {claim_next_ctes()}
+    SELECT * FROM claimed
 """
 
 # A named resource: waits for a concurrent claimer's row lock, then re-checks the state, so
@@ -95,15 +107,23 @@ CLAIM_BY_ID = f"""
 
 _HELD = f"r.id = %(resource_id)s::bigint AND r.state = {IN_USE} AND r.lease_token = %(token)s::uuid"
 
-RELEASE_SUCCESS = f"""
-    WITH released AS (
+
+def release_success_ctes(*, only_if: str = "TRUE") -> str:
+    """RELEASE_SUCCESS's CTEs (`released`, with the resource's columns, and its timeline `event`),
+    for a statement of a higher layer that releases as part of its own change, when the SQL
+    condition `only_if` holds. Its parameters are RELEASE_SUCCESS's."""
+    return f"""released AS (
         UPDATE {_R} r SET
             state = CASE WHEN p.consume_on_success THEN {DONE} ELSE {AVAILABLE} END, {_NO_LEASE},
             success_count = r.success_count + 1, consecutive_failures = 0, last_success_at = now()
         FROM {_P} p
-        WHERE {_HELD} AND p.id = r.pool_id
+        WHERE {_HELD} AND p.id = r.pool_id AND {only_if}
         RETURNING {_RETURNING}
-    ), {_append_events("released", kind=_q(EventKind.RELEASED_SUCCESS))}
+    ), {_append_events("released", kind=_q(EventKind.RELEASED_SUCCESS))}"""
+
+
+RELEASE_SUCCESS = f"""
+    WITH {release_success_ctes()}
     SELECT * FROM released
 """
 

@@ -46,6 +46,11 @@ def flow(name: str):
     return register
 
 
+def loaded_flows() -> list[str]:
+    """The flows get_flow finds without importing anything (decorated, or imported once already)."""
+    return list(_registry)
+
+
 def known_flows() -> list[str]:
     return sorted(set(_registry) | set(getattr(settings, "RETRYOPS_FLOWS", {})))
 

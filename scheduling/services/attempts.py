@@ -2,6 +2,7 @@
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -9,9 +10,10 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 import resources.services
-from resources.choices import FailureCategory, Outcome
+import resources.sql
+from resources.choices import FailureCategory, LeaseKind
 from resources.classification import Classification
-from resources.errors import LeaseMismatch, PoolExhausted, ResourceUnavailable
+from resources.errors import PoolExhausted, ResourceUnavailable
 from resources.models import Resource, ResourcePool
 from retryops.masking import mask_secrets
 from scheduling.choices import (
@@ -19,9 +21,10 @@ from scheduling.choices import (
     AttemptOutcome,
     PatternAction,
     TaskEventKind,
+    TaskState,
 )
 from scheduling.errors import FlowNotFound
-from scheduling.flows import FlowContext, get_flow
+from scheduling.flows import FlowContext, get_flow, loaded_flows
 from scheduling.models import Attempt, Task
 from scheduling.policies import Verdict, judge
 from scheduling.services.claims import claim_failure_verdict, claim_for
@@ -53,6 +56,9 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
     Returns None when there is nothing to run (a duplicate delivery, a failed claim), and an
     EarlyWakeup when the attempt is not due yet: whether it is due is PostgreSQL's clock's call,
     not the worker host's (the caller waits, or enqueues it again that many seconds later)."""
+    started = _start_at_once(task_id=task_id, attempt_number=attempt_number, worker=worker, rq_job_id=rq_job_id)
+    if started is not None:
+        return started
     with transaction.atomic():
         task = Task.objects.select_for_update(of=("self",)).filter(pk=task_id).annotate(db_now=Now()).first()
         if task is None or task.state not in WAITING_STATES or task.attempt_count + 1 != attempt_number:
@@ -79,9 +85,14 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
         _record_start(attempt)
         instance_key = task.idempotency_key if task.first_run_id is None else \
             Task.objects.filter(pk=task.first_run_id).values_list("idempotency_key", flat=True).first()
+    return _started(task, attempt, lease, flow, now, instance_key)
+
+
+def _started(task: Task, attempt: Attempt, lease: Resource, flow, now: datetime,
+             instance_key: str | None) -> StartedAttempt:
     resource_id, token = lease.pk, lease.lease_token
     context = FlowContext(
-        task_id=task.pk, attempt=attempt_number, payload=task.payload, resource_key=lease.key,
+        task_id=task.pk, attempt=attempt.number, payload=task.payload, resource_key=lease.key,
         resource_attributes=lease.attributes, idempotency_key=instance_key or task.idempotency_key,
         lease_token=str(token), fencing_token=lease.fencing_token,
         heartbeat=lambda: resources.services.extend_lease(resource=resource_id, lease_token=token),
@@ -89,6 +100,85 @@ def begin_attempt(*, task_id: int, attempt_number: int, worker: str = "",
     )
     lease_seconds = (lease.leased_until - now).total_seconds()
     return StartedAttempt(attempt=attempt, context=context, flow=flow, lease_seconds=lease_seconds)
+
+
+def _columns(model) -> list[str]:
+    return [field.column for field in model._meta.concrete_fields]
+
+
+def _from_row(model, values: list):
+    """A model instance from its concrete columns' values in field order, jsonb decoded as Django does."""
+    fields = model._meta.concrete_fields
+    values = [field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+              for field, value in zip(fields, values)]
+    return model.from_db(connection.alias, [field.attname for field in fields], values)
+
+
+# The start of an attempt that needs nothing but a free resource of its pool (no lease held or
+# reserved for it, no resource named, not a probe, a flow loaded already), in one statement: lock
+# the task if this attempt is the one due, claim (resources.sql.claim_next_ctes, from a random
+# available id), record the attempt and make the task running, as _START_SQL does. Outside a
+# transaction the statement is one, so the transaction's BEGIN and COMMIT round trips go too; its
+# commit does not wait for the WAL flush either (see _START_SQL). No row: anything else (not due, a
+# duplicate, a held or named resource, nothing free past the random start), which begin_attempt's
+# transaction then sorts out.
+_TASK_COLUMNS, _RESOURCE_COLUMNS = _columns(Task), _columns(Resource)
+_FAST_START_SQL = f"""
+    WITH task AS (
+        SELECT {", ".join(f"t.{column}" for column in _TASK_COLUMNS)}, now() AS db_now FROM {Task._meta.db_table} t
+        WHERE t.id = %(task)s AND t.state IN {tuple(str(state) for state in WAITING_STATES)}
+              AND t.attempt_count + 1 = %(number)s AND t.next_run_at <= now() AND t.held_lease_token IS NULL
+              AND t.pinned_resource_id IS NULL AND NOT t.is_probe AND t.flow = ANY(%(flows)s)
+        FOR UPDATE OF t
+    ), {resources.sql.claim_next_ctes(pool_id="(SELECT pool_id FROM task)", start_id=None)},
+    attempt AS (
+        INSERT INTO {Attempt._meta.db_table}
+            (task_id, number, resource_id, lease_token, fencing_token, worker, rq_job_id, started_at, scheduled_for,
+             outcome, error_class, error_message, error_signature, category, action)
+        SELECT task.id, %(number)s, claimed.id, claimed.lease_token, claimed.fencing_token, %(worker)s, %(job)s,
+               task.db_now, task.next_run_at, 'running', '', '', '', '', ''
+        FROM task, claimed
+        RETURNING id
+    ), started AS (
+        UPDATE {Task._meta.db_table} t
+        SET state = 'running', attempt_count = %(number)s, resource_id = claimed.id, held_lease_token = claimed.lease_token
+        FROM claimed WHERE t.id = %(task)s
+    ), relaxed AS (
+        SELECT set_config('synchronous_commit', 'off', true)  -- for this statement's transaction only
+    )
+    SELECT attempt.id, task.db_now, {", ".join(f"task.{column}" for column in _TASK_COLUMNS)},
+           {", ".join(f"claimed.{column}" for column in _RESOURCE_COLUMNS)}
+    FROM attempt, task, claimed, relaxed
+"""
+
+
+def _start_at_once(*, task_id: int, attempt_number: int, worker: str, rq_job_id: str) -> StartedAttempt | None:
+    if connection.in_atomic_block:
+        return None  # the caller's transaction would hold the claim's locks: the general path is as good
+    holder = Task(pk=task_id).holder
+    with connection.cursor() as cursor:
+        cursor.execute(_FAST_START_SQL, {
+            "task": task_id, "number": attempt_number, "flows": loaded_flows(), "worker": worker[:200],
+            "job": rq_job_id, "token": uuid.uuid4(), "holder": holder, "lease_seconds": None, "actor": holder,
+            "details": "{}", "lease_kind": LeaseKind.USE,
+        })
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    attempt_id, now, values = row[0], row[1], list(row[2:])
+    task = _from_row(Task, values[:len(_TASK_COLUMNS)])
+    lease = _from_row(Resource, values[len(_TASK_COLUMNS):])
+    task.state, task.attempt_count = TaskState.RUNNING, attempt_number
+    task.resource_id, task.held_lease_token = lease.pk, lease.lease_token
+    attempt = Attempt(
+        pk=attempt_id, task=task, number=attempt_number, resource=lease, lease_token=lease.lease_token,
+        fencing_token=lease.fencing_token, worker=worker[:200], rq_job_id=rq_job_id, started_at=now,
+        scheduled_for=task.next_run_at, outcome=AttemptOutcome.RUNNING,
+    )
+    attempt._state.adding = False
+    instance_key = None if task.first_run_id is None else \
+        Task.objects.filter(pk=task.first_run_id).values_list("idempotency_key", flat=True).first()
+    return _started(task, attempt, lease, get_flow(task.flow), now, instance_key)
 
 
 # Every attempt passes through here and through _succeed, so each is one statement (insert the
@@ -124,6 +214,9 @@ _START_SQL = f"""
 # the task is still waiting for the retry the abandonment scheduled, which this cancels (a waiting
 # task that is no longer waiting is skipped by begin_attempt). Running the flow again would repeat
 # a side effect that has happened. `kept_late` says which of the two it was.
+# The same statement gives the resource back (resources.sql.release_success_ctes), only once the
+# success is recorded: a success dropped as too late must not release a lease a newer attempt may
+# hold under the same token (a hold for the retry keeps it). `released` says whether it did.
 _SUCCESS_SQL = f"""
     WITH before AS (
         -- Both rows locked, and the condition checked again on the rows as they are once locked
@@ -139,12 +232,14 @@ _SUCCESS_SQL = f"""
             error_class = '', error_message = '', error_signature = '', category = '', action = ''
         FROM before WHERE a.id = before.id
         RETURNING before.outcome = 'abandoned' AS kept_late
-    )
-    UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = now(), result = %(result)s::jsonb,
-        held_lease_token = NULL, last_error = '', last_error_signature = '', last_error_category = ''
-    FROM attempt
-    WHERE id = %(task)s
-    RETURNING attempt.kept_late, finished_at
+    ), task AS (
+        UPDATE {Task._meta.db_table} SET state = 'succeeded', finished_at = now(), result = %(result)s::jsonb,
+            held_lease_token = NULL, last_error = '', last_error_signature = '', last_error_category = ''
+        FROM attempt
+        WHERE id = %(task)s
+        RETURNING attempt.kept_late, finished_at
+    ), {resources.sql.release_success_ctes(only_if="EXISTS (SELECT FROM task)")}
+    SELECT task.kept_late, task.finished_at, EXISTS (SELECT FROM released) FROM task
 """
 
 
@@ -208,7 +303,9 @@ def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
     with connection.cursor() as cursor:
         # One statement: the attempt's row (locked first), then the task's.
         cursor.execute(_SUCCESS_SQL, {"attempt": attempt.pk, "task": task.pk, "ms": int(duration * 1000),
-                                      "result": json.dumps(result)})
+                                      "result": json.dumps(result), "resource_id": attempt.resource_id,
+                                      "token": attempt.lease_token, "actor": task.holder,
+                                      "details": json.dumps({"attempt": attempt.number})})
         recorded = cursor.fetchone()
     if recorded is None:  # given up as lost, and a newer attempt has started (or the task ended) since
         current = Attempt.objects.get(pk=attempt.pk)
@@ -218,17 +315,14 @@ def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
             emit(task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number, outcome=AttemptOutcome.SUCCEEDED,
                  kept=False)
         return current
-    kept_late, now = recorded
+    kept_late, now, released = recorded
     if kept_late:
         log.warning("%s succeeded after it was given up as lost; no newer attempt had started, so the success "
                     "stands and the retry is cancelled", attempt)
         emit(task, TaskEventKind.LATE_OUTCOME, attempt_number=attempt.number, outcome=AttemptOutcome.SUCCEEDED,
              kept=True)
-    try:
-        resources.services.release(resource=attempt.resource_id, lease_token=attempt.lease_token,
-                                   outcome=Outcome.SUCCESS, actor=task.holder, details={"attempt": attempt.number})
-    except LeaseMismatch as exc:
-        log.warning("%s succeeded but its lease was gone: %s", attempt, exc)
+    if not released:
+        log.warning("%s succeeded but its lease was gone (swept, or released by its worker)", attempt)
     attempt.outcome, attempt.finished_at, attempt.duration_ms = AttemptOutcome.SUCCEEDED, now, int(duration * 1000)
     if attempt.number > 1:
         emit(task, TaskEventKind.RETRY_SUCCEEDED, attempt_number=attempt.number, resource=attempt.resource_id)

@@ -216,3 +216,24 @@ def test_the_heartbeat_keeps_a_long_flow_from_being_swept(redis_conn, instant_po
     task.refresh_from_db()
     assert task.result == {"swept": 0}  # without the heartbeat, the 1 s lease would have run out
     assert task.state == TaskState.SUCCEEDED and task.attempt_count == 1
+
+
+def test_an_attempt_on_any_resource_of_its_pool_costs_two_statements(redis_conn, alice, instant_policy):
+    from scheduling.runner import run_attempt
+
+    task = services.start_task(flow="noop", pool_name=alice.pool, created_by="test", policy="instant")
+    sent = []
+
+    def count(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        attempt = run_attempt(task_id=task.pk, attempt_number=1, due=None)
+    # One statement starts it (lock, claim, attempt row), a transaction of one statement ends it
+    # (success, release): four round trips, where it took five statements in two transactions.
+    assert attempt.outcome == AttemptOutcome.SUCCEEDED
+    assert len(sent) == 2
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
+    assert list(ResourceEvent.objects.filter(resource=alice).order_by("id").values_list("kind", flat=True)) == [
+        EventKind.CLAIMED, EventKind.RELEASED_SUCCESS]
