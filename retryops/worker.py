@@ -26,7 +26,7 @@ from rq.worker import Worker as ForkingWorker
 from retryops.redis_wait import WaitsForRedis
 from scheduling import runner
 from scheduling.jobs import run_attempt_job
-from scheduling.queueing import SCHEDULER_POLL
+from scheduling.queueing import SCHEDULER_LEAD, SCHEDULER_POLL
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,9 @@ class _LeaseKeeper:
 
 class DueScheduler(RQScheduler):
     """RQ's scheduler, looking every SCHEDULER_POLL seconds instead of every second, and moving a
-    job once this host's clock has reached its score to the fraction of a second (RQ's compares
-    whole seconds): scheduling.queueing keeps the due time in the score. Never early by this
-    host's clock; whether the attempt is due is then PostgreSQL's call (begin_attempt)."""
+    job SCHEDULER_LEAD before this host's clock reaches its score, to the fraction of a second (RQ's
+    compares whole seconds): scheduling.queueing keeps the due time in the score. The runner waits
+    out the lead; whether the attempt is due is then PostgreSQL's call (begin_attempt)."""
 
     def work(self):
         # RQ's loop, looking every SCHEDULER_POLL seconds; its heartbeat, which renews the locks and
@@ -116,12 +116,12 @@ class DueScheduler(RQScheduler):
         self.stop()
 
     def enqueue_scheduled_jobs(self):
-        # RQ's enqueue_scheduled_jobs with time.time() for its whole-second current_timestamp().
+        # RQ's enqueue_scheduled_jobs with time.time() and the lead for its whole-second current_timestamp().
         self._status = self.Status.WORKING
         if not self._scheduled_job_registries and self._acquired_locks:
             self.prepare_registries()
         for registry in self._scheduled_job_registries:
-            job_ids = registry.get_jobs_to_schedule(time.time())
+            job_ids = registry.get_jobs_to_schedule(time.time() + SCHEDULER_LEAD)
             if not job_ids:
                 continue
             queue = Queue(registry.name, connection=self.connection, serializer=self.serializer)

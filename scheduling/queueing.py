@@ -31,6 +31,11 @@ WORKER_QUEUES = (RETRY_QUEUE, FLOW_QUEUE, "default")
 # come due: a due retry waits at most this long for it, plus a worker's pick-up. RQ's own looks
 # once a second, and keeps whole seconds, so its wake-ups came up to a second early or late.
 SCHEDULER_POLL = 0.1
+# ...and moves a wake-up this long before its due time, about what a work horse's start costs (a
+# fork, a new database connection): the horse spends it before the due time instead of after,
+# and the runner waits out what is left (runner.MAX_EARLY_WAIT). The attempt never starts before
+# next_run_at by PostgreSQL's clock (begin_attempt).
+SCHEDULER_LEAD = 0.1
 
 # How long RQ keeps a finished wake-up's job and return value (the outcome itself lives in the
 # Attempt row). Not 0: RQ deletes a job with result_ttl=0 at once, in nine more Redis round trips

@@ -20,9 +20,9 @@ from scheduling.services.attempts import EarlyWakeup, begin_attempt, finish_atte
 log = logging.getLogger(__name__)
 
 
-# A wake-up may come a little early: one due within queueing.IMMEDIATE_WITHIN is queued at once,
-# and a scheduler on a host whose clock runs ahead of the database's moves it early by the
-# difference. Waiting out that much here keeps deliveries equal to attempts; deferring through RQ
+# A wake-up comes a little early: the scheduler moves it queueing.SCHEDULER_LEAD ahead (a work
+# horse's start), one due within queueing.IMMEDIATE_WITHIN is queued at once, and a scheduler on a
+# host whose clock runs ahead of the database's moves it early by the difference. Waiting out that much here keeps deliveries equal to attempts; deferring through RQ
 # again would add a scheduler pass. Anything earlier is deferred.
 MAX_EARLY_WAIT = 1.5
 
