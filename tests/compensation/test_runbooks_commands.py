@@ -121,3 +121,13 @@ def test_bad_input_is_an_error_naming_the_field(order):
 def test_an_approval_needs_an_actor(order):
     with pytest.raises(CommandError, match="approve needs --actor"):
         runbook("approve", 1)
+
+
+def test_an_approvers_actor_is_kept_as_the_audit_log_cleans_it(order):
+    runbook("run", "refund-failed-charges", "request_refund", "--work-order", order.pk, "--input",
+            json.dumps(REFUND), "--token", "cli-6", "--actor", "ops:carol")
+    run = RunbookRun.objects.get()
+    runbook("approve", run.pk, "--actor", "  ops:" + "d" * 300, "--no-run")
+    run.refresh_from_db()
+    assert (run.state, run.approved_by) == ("approved", ("ops:" + "d" * 300)[:200])
+    assert AuditEntry.objects.get(action=AuditAction.RUNBOOK_APPROVE).actor == run.approved_by

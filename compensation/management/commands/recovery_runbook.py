@@ -138,6 +138,7 @@ class Command(AuditedCommand):
     def do_approve(self, *, run_id, no_run, dry_run, actor=None, **options):
         if not actor:
             raise CommandError("approve needs --actor: who approves (not who requested it)")
+        actor = current().actor  # the option as the audit context cleaned it (trimmed, NUL-free, 200 at most)
         if dry_run:
             _rolled_back(lambda: approve_runbook_action(run=run_id, actor=actor))
             self.stdout.write(f"dry run: {actor} may approve runbook run {run_id}; nothing changed")
