@@ -6,6 +6,7 @@ ResourcePageExtension (scheduling adds "retry this resource"): resources may imp
 
 import json
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied
@@ -148,6 +149,11 @@ class ResourcePoolAdmin(EditsWhatThePageShowed, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False  # no service deletes a pool, so a delete here would leave no audit entry
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name == "lease_seconds":  # the service's bounds, said under the field (not a 500 from save_model)
+            kwargs.update(min_value=1, max_value=settings.RETRYOPS_MAX_LEASE_SECONDS)
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def save_model(self, request, obj, form, change):
         actor = request.user.get_username()

@@ -212,6 +212,21 @@ def test_a_pool_added_in_the_admin_is_created(staff, db):
     assert ResourcePool.objects.get(name="keys").lease_seconds == 60
 
 
+@pytest.mark.parametrize("lease_seconds", [0, 86400 * 365])
+def test_a_pool_lease_no_lease_may_last_is_a_form_error_and_no_pool_is_added(staff, settings, db, lease_seconds):
+    response = staff.post(reverse("admin:resources_resourcepool_add"), {
+        "name": "keys", "description": "", "resource_noun": "key", "lease_seconds": lease_seconds})
+    assert response.status_code == 200 and "lease_seconds" in response.context["adminform"].form.errors
+    assert not ResourcePool.objects.filter(name="keys").exists()
+
+
+def test_a_pool_edit_to_a_lease_no_lease_may_last_is_a_form_error_and_changes_nothing(staff, pool):
+    url = reverse("admin:resources_resourcepool_change", args=[pool.pk])
+    response = staff.post(url, submitted(staff.get(url), lease_seconds=86400 * 365))
+    assert response.status_code == 200 and "lease_seconds" in response.context["adminform"].form.errors
+    assert ResourcePool.objects.get(pk=pool.pk).lease_seconds == pool.lease_seconds
+
+
 # list pages
 
 
