@@ -37,7 +37,7 @@ from compensation.models import DeadLetter
 from compensation.services.cleanup import RETENTION_DAYS
 from compensation.services.escalation import orphaned_dead_letters
 from compensation.work_orders.models import WorkOrder
-from resources.choices import EventKind, ResourceState
+from resources.choices import EventKind, LeaseKind, ResourceState
 from resources.models import Resource, ResourceEvent, ResourcePool
 from scheduling import jobs as scheduling_jobs
 from scheduling.choices import WAITING_STATES, AttemptOutcome, TaskEventKind
@@ -120,6 +120,7 @@ def _in(values) -> str:
 
 _RUNNING = _in([AttemptOutcome.RUNNING])
 _IN_USE = _in([ResourceState.IN_USE])
+_USE = _in([LeaseKind.USE])
 
 
 def _rows(sql: str, params: dict) -> list[tuple]:
@@ -131,7 +132,9 @@ def _rows(sql: str, params: dict) -> list[tuple]:
 def lease_holders(h: Horizons) -> list[Violation]:
     """Every in_use resource has a holder: the live task holding its lease (Task.held_lease_token,
     its attempt's while one runs) or the attempt running on it; a lease no task ever had (an API
-    claim) is judged by its expiry alone. No lease stays expired past the sweeper's grace.
+    claim) is judged by its expiry alone. A reservation, a probe's lease or a hold is taken for a
+    task only (an API claim is a use), so one that no task holds is reported even before any attempt
+    ran on it. No lease stays expired past the sweeper's grace.
     Reads the in_use resources by resource_in_use_idx; each lease is judged against the held
     leases (task_held_lease_unique) and the running attempts (attempt_one_running_per_task), which
     the planner hashes once rather than probe per lease; only a lease no live task holds looks for the
@@ -156,14 +159,20 @@ def lease_holders(h: Horizons) -> list[Violation]:
                        SELECT a.task_id FROM {_A} a WHERE a.lease_token = j.lease_token AND a.resource_id = j.id
                        ORDER BY a.id DESC LIMIT 1) END AS task_id
             FROM judged j WHERE j.expired OR j.unheld
+        ), reported AS (
+            SELECT s.*, s.unheld AND (s.task_id IS NOT NULL OR s.lease_kind NOT IN {_USE}) AS orphaned FROM suspect s
         )
         SELECT s.id, s.lease_holder, s.lease_kind, s.leased_until, s.task_id,
-               (SELECT t.state FROM {_T} t WHERE t.id = s.task_id), s.expired, s.task_id IS NOT NULL
-        FROM suspect s WHERE s.expired OR s.task_id IS NOT NULL
+               (SELECT t.state FROM {_T} t WHERE t.id = s.task_id), s.expired, s.orphaned
+        FROM reported s WHERE s.expired OR s.orphaned
         ORDER BY s.id""", {"expired_before": h.now - h.sweep_grace, "fresh_before": h.now - h.fresh_lease})
     found = []
     for resource_id, holder, kind, until, task_id, task_state, expired, unheld in rows:
-        if unheld:
+        if unheld and task_id is None:
+            found.append(Violation({"resource": resource_id, "task": None},
+                                   f"is leased ({kind}) to {holder!r}, a lease only a task takes, and no task holds "
+                                   f"it or ran on it"))
+        elif unheld:
             found.append(Violation({"resource": resource_id, "task": task_id},
                                    f"is leased ({kind}) to {holder!r}, which ({task_state}) ran on that lease and "
                                    f"neither runs an attempt on it nor holds it"))

@@ -96,6 +96,13 @@ def test_a_lease_its_task_no_longer_holds_is_reported(system):
     assert found("lease_holders") == [{"resource": carol.pk, "task": held.pk}]
 
 
+def test_a_reservation_its_task_no_longer_holds_is_reported_before_any_attempt_ran_on_it(system):
+    erin = ResourceFactory(pool=system["carol"].pool, key="erin@x")
+    retry = services.retry_resource(resource=erin, actor="ops:carol", flow="demo")  # reserved, not run yet
+    Task.objects.filter(pk=retry.pk).update(held_lease_token=None)
+    assert found("lease_holders") == [{"resource": erin.pk, "task": None}]
+
+
 def test_a_lease_is_judged_by_its_token_not_by_its_holders_name(system):
     carol, dave = system["carol"], system["dave"]
     Resource.objects.filter(pk=carol.pk).update(lease_holder="billing-sync")
