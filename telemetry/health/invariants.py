@@ -184,20 +184,24 @@ def lease_holders(h: Horizons) -> list[Violation]:
 
 
 def double_leases(h: Horizons) -> list[Violation]:
-    """No resource has two open leases: the running attempts (attempt_one_running_per_task, a few
-    rows), and the current lease of each resource they run on, hold one lease token per resource.
-    Each lease is named by its running attempt's task, else by the resource's holder."""
+    """No resource has two holders at once: the tasks of its running attempts
+    (attempt_one_running_per_task, a few rows) and the holder of its current lease name one task.
+    The lease is named by the task holding its token (task_held_lease_unique), else by the
+    task of an attempt running on it, else by the resource's holder text (an API claim): so two
+    tasks running on one token are two holders, and a renamed holder text is none."""
     rows = _rows(f"""
         WITH running AS (
             SELECT a.resource_id, a.lease_token, a.task_id FROM {_A} a
             WHERE a.outcome IN {_RUNNING} AND a.resource_id IS NOT NULL
         ), holders AS (
-            SELECT DISTINCT ON (resource_id, lease_token) resource_id, holder FROM (
-                SELECT resource_id, lease_token, 'task ' || task_id AS holder, 0 AS named_by FROM running
-                UNION ALL
-                SELECT r.id, r.lease_token, r.lease_holder, 1 FROM {_R} r
-                WHERE r.id IN (SELECT resource_id FROM running) AND r.state IN {_IN_USE}
-            ) lease ORDER BY resource_id, lease_token, named_by
+            SELECT resource_id, 'task ' || task_id AS holder FROM running
+            UNION
+            SELECT r.id, COALESCE(
+                (SELECT 'task ' || t.id FROM {_T} t WHERE t.held_lease_token = r.lease_token),
+                (SELECT 'task ' || x.task_id FROM running x WHERE x.resource_id = r.id
+                 AND x.lease_token = r.lease_token ORDER BY x.task_id LIMIT 1),
+                r.lease_holder)
+            FROM {_R} r WHERE r.id IN (SELECT resource_id FROM running) AND r.state IN {_IN_USE}
         )
         SELECT resource_id, array_agg(holder ORDER BY holder) FROM holders
         GROUP BY resource_id HAVING count(*) > 1 ORDER BY resource_id""",

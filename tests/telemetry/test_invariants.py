@@ -129,6 +129,19 @@ def test_a_second_running_attempt_on_a_held_resource_is_reported(system):
         {"resource": carol.pk, "holders": ",".join(sorted([f"task {other.task_id}", f"task {held.pk}"]))}]
 
 
+def test_another_tasks_running_attempt_on_a_held_lease_is_reported(system):
+    carol, held = Resource.objects.get(pk=system["carol"].pk), system["held"]
+    other = AttemptFactory(resource=carol, lease_token=carol.lease_token)
+    assert found("double_leases") == [
+        {"resource": carol.pk, "holders": ",".join(sorted([f"task {other.task_id}", f"task {held.pk}"]))}]
+
+
+def test_an_attempt_running_on_the_resources_lease_is_its_one_holder_whatever_the_holder_text(system):
+    dave = Resource.objects.get(pk=system["dave"].pk)  # its holder text reads "billing-sync"
+    AttemptFactory(resource=dave, lease_token=dave.lease_token)
+    assert found("double_leases") == []
+
+
 def test_counters_that_disagree_with_the_timeline_are_reported_by_a_deep_check_only(system):
     alice = Resource.objects.get(key="alice@x")
     Resource.objects.filter(pk=alice.pk).update(success_count=F("success_count") + 1)
