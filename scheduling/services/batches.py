@@ -42,8 +42,10 @@ class BatchTicks:
 def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]:
     """One tick of a batch config: start up to tasks_per_tick tasks, each on a resource claimed
     now. With retry_failed_first, recently failed retryable resources go first; quarantined ones
-    never."""
+    never. last_tick_at is when the tick began: the cadence run_batches keeps is start to start,
+    as the ops process's, so a long tick does not make the next one look early."""
     now = now or timezone.now()
+    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=Now())
     started: list[Task] = []
     candidates = failed_first_candidates(config=config, now=now) if config.retry_failed_first else []
     while len(started) < config.tasks_per_tick and candidates:
@@ -59,7 +61,7 @@ def run_batch(*, config: BatchConfig, now: datetime | None = None) -> list[Task]
                 started.append(start_batch_task(config=config))
         except PoolExhausted:
             break
-    BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=Now(), last_error="")
+    BatchConfig.objects.filter(pk=config.pk).update(last_error="")
     return started
 
 
@@ -82,7 +84,7 @@ def run_batches(*, now: datetime | None = None, every: float = 0) -> BatchTicks:
                 log.exception("batch config %s failed", config.name)
             message = clean_text(f"{exc}" if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}")[:4000]
             ticks.failed[config.name] = message
-            BatchConfig.objects.filter(pk=config.pk).update(last_tick_at=Now(), last_error=message)
+            BatchConfig.objects.filter(pk=config.pk).update(last_error=message)  # last_tick_at: its start
     return ticks
 
 

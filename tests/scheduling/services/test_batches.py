@@ -1,5 +1,6 @@
 """Batch ticks: one bad config never stops the others; a waiting task keeps its resource."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -146,3 +147,23 @@ def test_a_run_a_cadence_after_the_last_tick_ticks_again(redis_conn, pool, insta
     services.run_batches(every=60)
 
     assert Task.objects.filter(created_by="batch steady").count() == 2
+
+
+def test_a_tick_that_takes_a_tenth_of_the_cadence_still_ticks_at_the_next_cadence(redis_conn, pool, instant_policy,
+                                                                                 monkeypatch):
+    ResourceFactory.create_batch(4, pool=pool)
+    BatchConfig.objects.create(name="slow", pool=pool, flow="demo", policy=instant_policy, tasks_per_tick=1)
+    start = services.batches.start_batch_task
+
+    def slow_start(**kwargs):  # a tick as long as a busy database makes a big one
+        time.sleep(0.4)
+        return start(**kwargs)
+
+    monkeypatch.setattr(services.batches, "start_batch_task", slow_start)
+    began = time.monotonic()
+    services.run_batches(every=2)
+    time.sleep(max(0.0, began + 2 - time.monotonic()))  # the ops process's cadence: start to start
+
+    services.run_batches(every=2)
+
+    assert Task.objects.filter(created_by="batch slow").count() == 2
