@@ -34,26 +34,39 @@ def collect_dead_letters(*, limit: int = BATCH) -> list[DeadLetter]:
     makes nothing (the one-to-one); a dead replay task is its dead letter's (follow_replays reopens
     it), not a dead letter of its own."""
     with transaction.atomic():
-        claimed = {t.pk: t for t in claim_dead_tasks(limit=limit)}
-        if not claimed:
-            return []
-        known = set(DeadLetter.objects.filter(task_id__in=claimed).values_list("task_id", flat=True))
-        known |= set(DeadLetter.objects.filter(replay_task_id__in=claimed).values_list("replay_task_id", flat=True))
-        tasks = [t for pk, t in claimed.items() if pk not in known]
-        def key(t):
-            return t.flow, t.last_error_signature
-        made = []
-        # Work orders locked in one order (flow, signature), so two collectors never wait on each other in a cycle.
-        for (flow, signature), group in groupby(sorted(tasks, key=lambda t: (*key(t), t.pk)), key=key):
-            group = list(group)
-            try:
-                with transaction.atomic():  # a savepoint: a group the database refuses holds up no other
-                    made += _make_dead_letters(flow=flow, signature=signature, group=group)
-            except DatabaseError:
-                log.exception("dead letters of flow %s, signature %r refused by the database; their %d tasks "
-                              "stay in the queue", flow, signature, len(group))
-                leave_dead_tasks_uncollected(task_ids=[t.pk for t in group])
+        made, after = [], 0
+        # A batch the database refused whole goes back in the queue, still at its head: the next
+        # batch is claimed past it, so that poison as long as a batch holds up no death behind it.
+        while claimed := {t.pk: t for t in claim_dead_tasks(limit=limit, after=after)}:
+            made_now, refused = _collect(claimed)
+            made += made_now
+            if made or not refused:
+                break
+            after = max(claimed)
         return made
+
+
+def _collect(claimed: dict[int, Task]) -> tuple[list[DeadLetter], bool]:
+    """The dead letters of the claimed tasks, group by group, and whether the database refused any group."""
+    known = set(DeadLetter.objects.filter(task_id__in=claimed).values_list("task_id", flat=True))
+    known |= set(DeadLetter.objects.filter(replay_task_id__in=claimed).values_list("replay_task_id", flat=True))
+    tasks = [t for pk, t in claimed.items() if pk not in known]
+
+    def key(t):
+        return t.flow, t.last_error_signature
+    made, refused = [], False
+    # Work orders locked in one order (flow, signature), so two collectors never wait on each other in a cycle.
+    for (flow, signature), group in groupby(sorted(tasks, key=lambda t: (*key(t), t.pk)), key=key):
+        group = list(group)
+        try:
+            with transaction.atomic():  # a savepoint: a group the database refuses holds up no other
+                made += _make_dead_letters(flow=flow, signature=signature, group=group)
+        except DatabaseError:
+            log.exception("dead letters of flow %s, signature %r refused by the database; their %d tasks "
+                          "stay in the queue", flow, signature, len(group))
+            leave_dead_tasks_uncollected(task_ids=[t.pk for t in group])
+            refused = True
+    return made, refused
 
 
 def _make_dead_letters(*, flow: str, signature: str, group: list[Task]) -> list[DeadLetter]:

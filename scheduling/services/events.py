@@ -18,8 +18,9 @@ def emit(task: Task, kind: str, *, attempt_number: int | None = None, **details)
                   "attempt_number": attempt_number, "created_at": row.created_at, "details": details})
 
 
-def claim_dead_tasks(*, limit: int) -> list[Task]:
-    """The dead tasks not collected yet (at most `limit`, oldest first), marked collected in the
+def claim_dead_tasks(*, limit: int, after: int = 0) -> list[Task]:
+    """The dead tasks not collected yet (at most `limit`, oldest first, with ids above `after`:
+    past those the consumer put back in this transaction), marked collected in the
     caller's transaction: call it inside the consumer's `transaction.atomic()`, make what each
     death needs, and commit. A consumer that crashes before it commits leaves them for the next
     claim; a task another claimer holds is skipped (SKIP LOCKED), not waited for, and is gone from
@@ -29,7 +30,7 @@ def claim_dead_tasks(*, limit: int) -> list[Task]:
                           "so a crash before the commit leaves them uncollected", code="needs_transaction")
     # of=self: the pool and policy rows the consumer reads are not locked with the tasks.
     tasks = list(Task.objects.select_for_update(of=("self",), skip_locked=True)
-                 .filter(state=TaskState.DEAD, collected_at__isnull=True).order_by("id")[:limit])
+                 .filter(state=TaskState.DEAD, collected_at__isnull=True, pk__gt=after).order_by("id")[:limit])
     Task.objects.filter(pk__in=[t.pk for t in tasks]).update(collected_at=timezone.now())
     return tasks
 

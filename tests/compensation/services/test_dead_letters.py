@@ -52,20 +52,38 @@ def test_a_collection_that_fails_before_its_commit_leaves_the_death_for_the_next
     assert DeadLetter.objects.get(task=task).work_order.dead_letter_count == 1
 
 
+def refuse_dead_letters_signed(signature: str) -> None:
+    """A row the database will not take, whatever the cause."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                       f"IF NEW.error_signature = '{signature}' THEN RAISE EXCEPTION 'refused'; END IF; "
+                       f"RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON {DeadLetter._meta.db_table} "
+                       "FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+
 @pytest.mark.django_db
 def test_a_group_the_database_refuses_stays_queued_and_holds_up_no_other(pool, instant_policy):
     [refused] = dead_tasks(pool=pool, policy=instant_policy, signature="ValueError: refused")
     [taken] = dead_tasks(pool=pool, policy=instant_policy, signature="TimeoutError: slow")
-    with connection.cursor() as cursor:  # a row the database will not take, whatever the cause
-        cursor.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                       "IF NEW.error_signature = 'ValueError: refused' THEN RAISE EXCEPTION 'refused'; END IF; "
-                       f"RETURN NEW; END $$; CREATE TRIGGER refuse BEFORE INSERT ON {DeadLetter._meta.db_table} "
-                       "FOR EACH ROW EXECUTE FUNCTION refuse()")
+    refuse_dead_letters_signed("ValueError: refused")
 
     collect_dead_letters()
 
     assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [taken.pk]
     assert Task.objects.get(pk=refused.pk).collected_at is None
+
+
+@pytest.mark.django_db
+def test_a_refused_group_as_big_as_a_batch_holds_up_no_death_behind_it(pool, instant_policy):
+    refused = dead_tasks(pool=pool, policy=instant_policy, n=2, signature="ValueError: refused")
+    [taken] = dead_tasks(pool=pool, policy=instant_policy, signature="TimeoutError: slow")
+    refuse_dead_letters_signed("ValueError: refused")
+
+    for _ in range(3):  # the ops process's passes, each a batch of two
+        collect_dead_letters(limit=2)
+
+    assert list(DeadLetter.objects.values_list("task_id", flat=True)) == [taken.pk]
+    assert [t.collected_at for t in Task.objects.filter(pk__in=[t.pk for t in refused])] == [None, None]
 
 
 @pytest.mark.django_db
