@@ -13,6 +13,8 @@ from compensation.runbooks.catalog import (
     runbooks,
     suggest_runbooks,
 )
+from compensation.runbooks.services import check_runbook_request
+from retryops.errors import BadInput
 
 GOOD = """---
 name: good
@@ -124,3 +126,10 @@ def test_a_signature_match_ranks_above_a_flow_match(tmp_path):
                                  file="b.md")
     suggested = suggest_runbooks(flow="demo", error_signature="TimeoutError: timed out", books=[by_flow, by_signature])
     assert [book.name for book in suggested] == ["timeouts", "good"]
+
+
+@pytest.mark.django_db
+def test_the_shipped_quarantine_refuses_a_blank_reason_as_the_quarantine_does():
+    with pytest.raises(BadInput, match="reason"):
+        check_runbook_request(runbook="quarantine-banned-accounts", action="quarantine_resources",
+                              input={"reason": "   "})

@@ -11,7 +11,7 @@ def quarantine_resources(context: ActionContext) -> dict:
     """Quarantine the resources of the work order's dead letters (a banned account, a revoked
     key), so no new task takes them; `reason` is kept on each resource. One already quarantined
     or in use is skipped with its state, and the others go on."""
-    reason = context.input["reason"]
+    reason = context.input["reason"].strip()  # as the console's and the API's reasons are
     ids = (DeadLetter.objects.filter(work_order_id=context.work_order_id, resource__isnull=False)
            .values_list("resource_id", flat=True).distinct())
     done, skipped = [], {}
