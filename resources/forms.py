@@ -9,6 +9,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from resources.models import Resource
+from resources.services import MAX_REASON_LENGTH
 from retryops.errors import BadInput
 from retryops.jsonsafe import UnstorableValue, check_text, refuse_unstorable, storable_text
 from retryops.masking import keep_masked_secrets, mask_secrets
@@ -95,7 +96,7 @@ class ResourceActionForm(forms.Form):
     resources listed on the confirmation page, refused here if no column can store it."""
 
     reason = forms.CharField(label=_("Reason"), required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-                             validators=[storable_text])
+                             max_length=MAX_REASON_LENGTH, validators=[storable_text])
 
     def __init__(self, *args, reason_required: bool = False, **kwargs):
         super().__init__(*args, **kwargs)

@@ -75,7 +75,8 @@ STEPS = (
     Step("prune_stream", audit.prune_stream_job, audit.PRUNE_STREAM_EVERY),
     Step("prune_idempotency_keys", audit.prune_idempotency_keys_job, audit.PRUNE_IDEMPOTENCY_KEYS_EVERY),
     Step("metrics_rollup", metrics.roll_up_metrics_job, metrics.ROLL_UP_METRICS_EVERY),
-    Step("attempt_rollups", scheduling.roll_up_attempts_job, scheduling.ROLL_UP_ATTEMPTS_EVERY),
+    # Its first pass counts the whole kept history in one transaction: an hour, not ten minutes, is hung.
+    Step("attempt_rollups", scheduling.roll_up_attempts_job, scheduling.ROLL_UP_ATTEMPTS_EVERY, budget=3600),
     Step("figures_refresh", figures_services.refresh_figures_job, figures.REFRESH_FIGURES_EVERY),
     Step("alerts", alerts.evaluate_alerts_job, alerts.EVALUATE_ALERTS_EVERY),
     Step("invariants", readiness.check_invariants_job, readiness.INVARIANTS_EVERY),

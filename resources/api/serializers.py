@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
+from resources.services import MAX_REASON_LENGTH
 from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
 from retryops.api.schema import NOT_BLANK
 
@@ -122,8 +123,9 @@ class HeartbeatSerializer(Input):
 
 
 class ReasonSerializer(Input):
-    reason = Text(allow_blank=True, default="", help_text="Why, for the timeline and the audit log.")
+    reason = Text(allow_blank=True, default="", max_length=MAX_REASON_LENGTH,
+                  help_text="Why, for the timeline and the audit log.")
 
 
 class QuarantineSerializer(Input):
-    reason = Text(help_text="Why it is taken out of rotation.")
+    reason = Text(max_length=MAX_REASON_LENGTH, help_text="Why it is taken out of rotation.")

@@ -422,6 +422,14 @@ def test_a_quarantine_reason_no_column_can_hold_is_refused_naming_it(api, alice,
     assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
 
 
+@pytest.mark.parametrize("action", ["quarantine", "reset"])
+def test_a_reason_longer_than_the_timeline_keeps_is_refused_naming_it(api, alice, action):
+    Resource.objects.filter(pk=alice.pk).update(state=ResourceState.FAILED)
+    error = error_of(post(api, f"/api/resources/{alice.pk}/{action}", {"reason": "x" * 2001}), 400)
+    assert list(error["details"]["fields"]) == ["reason"]
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.FAILED
+
+
 def test_a_blank_quarantine_reason_is_refused_in_the_callers_language(api, alice):
     response = post(api, f"/api/resources/{alice.pk}/quarantine", {"reason": "  "}, HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert "不能为空" in error_of(response, 400)["details"]["fields"]["reason"][0]
