@@ -15,9 +15,10 @@ class AuditAction(models.TextChoices):
     """Every operator action the audit log knows, as "<noun>.<verb>". One list, so the admin can
     filter by action without a DISTINCT over the table, and a typo fails in the first test that
     records it. The field itself carries no choices: adding an action here needs no migration.
-    Workers' routine claims and releases are not here: they belong to the resource timeline; the
-    API's claims, releases and heartbeats are (resource.claim, .release, .heartbeat), because an
-    external system's every change is audited under its client's name."""
+    Claims and releases are recorded by the resource's timeline row, the API's too (it names the
+    client, its key's prefix and the request); resource.claim and .release name the API's entries
+    written before that, which the log keeps. An API heartbeat writes no timeline row and is
+    audited (resource.heartbeat)."""
 
     # resources
     POOL_CREATE = "pool.create", _("Pool created")

@@ -19,7 +19,7 @@ from django.contrib.auth.models import Group
 from django.db import connection, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
-from audit import context
+from audit import context, keycache
 from audit.choices import AuditAction, Channel
 from audit.management.base import os_user
 from audit.services import record_audit
@@ -186,3 +186,9 @@ def connect() -> None:
         signal.connect(receiver, sender=model, dispatch_uid=f"audit.{receiver.__name__}")
     for through in M2M_OF:
         m2m_changed.connect(_m2m_changed, sender=through, dispatch_uid=f"audit.m2m_changed.{through._meta.label}")
+    # The API's cache of authenticated clients carries their users' permissions and whether they
+    # are active: a change to who may do what empties this process's at once (audit.keycache).
+    for signal, model in [(post_save, User), (post_delete, User), (post_save, Group), (post_delete, Group)]:
+        signal.connect(keycache.forget, sender=model, dispatch_uid=f"audit.keycache.{signal is post_save}.{model.__name__}")
+    for through in M2M_OF:
+        m2m_changed.connect(keycache.forget, sender=through, dispatch_uid=f"audit.keycache.{through._meta.label}")

@@ -2,6 +2,7 @@
 
 import functools
 import hmac
+import time
 from dataclasses import dataclass
 
 from django.contrib.auth.models import Group, Permission
@@ -10,6 +11,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
+from audit import keycache
 from audit.models import ApiClient, AuditEntry
 from audit.services import KEY_LENGTH, KEY_TAG, PREFIX_LENGTH, hash_key
 
@@ -95,6 +97,25 @@ def api_client_for_key(key: str) -> KeyCheck:
     # Where django.contrib.auth's ModelBackend keeps a user's permissions once it has read them.
     client.user._perm_cache = set(client.permissions)
     return KeyCheck(client)
+
+
+def cached_api_client_for_key(key: str) -> KeyCheck:
+    """api_client_for_key, answered from this process's cache when it read the same key's client
+    less than keycache.KEY_CACHE_SECONDS ago (the REST API's authentication: a query per request
+    was most of an API call's fixed cost). Only active clients are kept; a refusal is read anew.
+    The client and its user are shared by the requests the entry answers: nothing changes them
+    but note_api_client_use's last_used_at."""
+    if not isinstance(key, str):
+        return api_client_for_key(key)
+    key_hash = hash_key(key)
+    cached = keycache.get(key_hash)
+    if cached is not None:
+        return cached
+    read_at = time.monotonic()
+    check = api_client_for_key(key)
+    if check.client is not None:
+        keycache.put(key_hash, check, read_at)
+    return check
 
 
 def api_clients(*, include_revoked: bool = False) -> QuerySet[ApiClient]:

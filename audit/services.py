@@ -17,7 +17,7 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone, translation
 
-from audit import context
+from audit import context, keycache
 from audit.choices import AuditAction, IdempotencyState
 from audit.errors import IdempotencyKeyInProgress, IdempotencyKeyReused
 from retryops.errors import BadInput, DomainError, IllegalTransition, NotFound
@@ -206,6 +206,11 @@ def revoke_api_client(*, client: ApiClient | int | str, actor: str | None = None
         current.save(update_fields=["revoked_at"])
         record_audit(action=AuditAction.API_CLIENT_REVOKE, target=current, before={"revoked_at": None},
                      after={"revoked_at": current.revoked_at}, reason=reason, actor=actor)
+        # This process stops answering from its cache at once, and again once the revocation is
+        # visible (a request meanwhile may have read the row as it was); every other process within
+        # keycache.KEY_CACHE_SECONDS.
+        keycache.forget()
+        transaction.on_commit(keycache.forget)
     return current
 
 

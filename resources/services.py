@@ -22,6 +22,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext, pgettext, pgettext_lazy
 
+from audit import context as audit_context
 from audit.choices import AuditAction
 from audit.services import record_audit
 from resources import sql
@@ -300,35 +301,51 @@ def extend_lease(*, resource: Resource | int, lease_token: uuid.UUID | str, seco
     return current
 
 
-# An external system's lease calls (the API): each change and its audit entry commit together.
+# An external system's lease calls (the API). A claim's and a release's record is its timeline
+# row, written by the one statement that changes the resource: it names who (the actor,
+# "api:<client>"), when (the statement's time), with which key (its prefix) and in which request,
+# so no audit entry repeats it (two more inserts and a transaction per call). A heartbeat writes no
+# timeline row, and stays audited.
 
-def client_claim_next(*, pool: ResourcePool | int | str, holder: str, actor: str, lease_seconds: int | None = None,
-                      details: dict | None = None) -> Resource:
-    """An external system's claim_next, audited as RESOURCE_CLAIM."""
-    with transaction.atomic():
-        claimed = claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor, details=details)
-        return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"state": ResourceState.AVAILABLE}, actor=actor)
+# The key of a claim's or a release's details under which the API's own facts are kept.
+API_REQUEST_DETAILS = "api_request"
 
 
-def client_claim_by_id(*, resource_id: int, holder: str, actor: str, strict: bool = True,
+def _with_api_request(details: dict | None, *, key_prefix: str, **facts) -> dict | None:
+    """The caller's details with the API's facts added under API_REQUEST_DETAILS."""
+    if details is not None and not isinstance(details, dict):
+        return details  # refused by _details, naming the field
+    if API_REQUEST_DETAILS in (details or {}):
+        raise BadInput(gettext("%(field)s.%(key)s is written by the service (which key, which request): "
+                               "name yours otherwise") % {"field": "details", "key": API_REQUEST_DETAILS},
+                       field="details")
+    recorded = {"key_prefix": key_prefix, "request_id": audit_context.current().request_id, **facts}
+    return {**(details or {}), API_REQUEST_DETAILS: recorded}
+
+
+def client_claim_next(*, pool: ResourcePool | int | str, holder: str, actor: str, key_prefix: str = "",
+                      lease_seconds: int | None = None, details: dict | None = None) -> Resource:
+    """An external system's claim_next, recorded by its timeline row with the key's prefix and the
+    request id (API_REQUEST_DETAILS)."""
+    return claim_next(pool=pool, holder=holder, lease_seconds=lease_seconds, actor=actor,
+                      details=_with_api_request(details, key_prefix=key_prefix))
+
+
+def client_claim_by_id(*, resource_id: int, holder: str, actor: str, key_prefix: str = "", strict: bool = True,
                        lease_seconds: int | None = None, details: dict | None = None) -> Resource:
-    """An external system's claim_by_id, audited as RESOURCE_CLAIM (`before` says what it asked for)."""
-    with transaction.atomic():
-        claimed = claim_by_id(holder=holder, resource_id=resource_id, strict=strict, lease_seconds=lease_seconds,
-                              actor=actor, details=details)
-        return _audited(AuditAction.RESOURCE_CLAIM, claimed, before={"asked_for": resource_id, "strict": strict},
-                        actor=actor)
+    """An external system's claim_by_id, recorded as client_claim_next's; one that is not strict
+    also says which resource it asked for (it may have been given another)."""
+    asked = {} if strict else {"asked_for": resource_id}
+    return claim_by_id(holder=holder, resource_id=resource_id, strict=strict, lease_seconds=lease_seconds,
+                       actor=actor, details=_with_api_request(details, key_prefix=key_prefix, **asked))
 
 
 def client_release(*, resource: Resource | int, lease_token: uuid.UUID | str, outcome: str, actor: str,
-                   error: str | None = None, details: dict | None = None) -> Resource:
-    """An external system's release, audited as RESOURCE_RELEASE with the outcome and the failure's reason."""
-    with transaction.atomic():
-        released = release(resource=resource, lease_token=lease_token, outcome=outcome, error=error, actor=actor,
-                           details=details)
-        reason = released.last_failure_reason if outcome == Outcome.FAILURE else ""
-        return _audited(AuditAction.RESOURCE_RELEASE, released,
-                        before={"state": ResourceState.IN_USE, "outcome": outcome}, actor=actor, reason=reason)
+                   key_prefix: str = "", error: str | None = None, details: dict | None = None) -> Resource:
+    """An external system's release, recorded by its timeline row (the outcome is its kind, a
+    failure's error its reason) as client_claim_next's."""
+    return release(resource=resource, lease_token=lease_token, outcome=outcome, error=error, actor=actor,
+                   details=_with_api_request(details, key_prefix=key_prefix))
 
 
 def client_heartbeat(*, resource: Resource | int, lease_token: uuid.UUID | str, actor: str,

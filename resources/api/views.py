@@ -25,7 +25,7 @@ from resources.api.serializers import (
 from resources.filtersets import ResourceFilterSet, ResourcePoolFilterSet
 from resources.models import Resource, ResourcePool
 from resources.selectors import get_pool, get_resource
-from retryops.api.authentication import actor_of
+from retryops.api.authentication import actor_of, key_prefix_of
 from retryops.api.schema import error_response
 from retryops.api.views import ApiView
 
@@ -186,7 +186,8 @@ class Claim(ResourceAction):
     required_permissions = {"POST": [CLAIM]}
 
     def act(self, resource, actor, data):
-        return services.client_claim_by_id(resource_id=resource.pk, actor=actor, **data)
+        return services.client_claim_by_id(resource_id=resource.pk, actor=actor, key_prefix=key_prefix_of(self.request),
+                                           **data)
 
 
 class ClaimNext(ApiView):
@@ -199,7 +200,7 @@ class ClaimNext(ApiView):
     def post(self, request):
         data = _body(ClaimNextSerializer, request)
         pool = get_pool(data.pop("pool"))
-        lease = services.client_claim_next(pool=pool, actor=actor_of(request), **data)
+        lease = services.client_claim_next(pool=pool, actor=actor_of(request), key_prefix=key_prefix_of(request), **data)
         lease.pool = pool  # the row the claim returns does not carry it
         return Response(LeaseSerializer(lease).data)
 
@@ -215,7 +216,8 @@ class Release(ResourceAction):
 
     def act(self, resource, actor, data):
         return services.client_release(resource=resource.pk, lease_token=data["lease_token"], outcome=data["outcome"],
-                                       error=data.get("error") or None, details=data.get("details"), actor=actor)
+                                       error=data.get("error") or None, details=data.get("details"), actor=actor,
+                                       key_prefix=key_prefix_of(self.request))
 
 
 class Heartbeat(ResourceAction):

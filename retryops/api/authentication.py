@@ -4,7 +4,7 @@ decide what it may do, and the audit log names the client ("api:<name>")."""
 
 from rest_framework import authentication, exceptions
 
-from audit.selectors import api_client_for_key
+from audit.selectors import cached_api_client_for_key
 from audit.services import note_api_client_use
 
 API_KEY_HEADER = "X-API-Key"
@@ -31,7 +31,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         if not key:
             raise exceptions.AuthenticationFailed("the API key is empty")
-        check = api_client_for_key(key)
+        check = cached_api_client_for_key(key)
         if check.client is None:
             raise exceptions.AuthenticationFailed(check.problem)
         client = check.client
@@ -54,3 +54,10 @@ def actor_of(request) -> str:
     """Who acts, as services record it: "api:<client name>", else the session user's name."""
     client = api_client_of(request)
     return client.actor if client is not None else request.user.get_username()
+
+
+def key_prefix_of(request) -> str:
+    """The prefix of the key the request came with ("rok_1a2b3c4d"), "" for a session user: a
+    claim's and a release's timeline row keeps it (resources.services.client_claim_next)."""
+    client = api_client_of(request)
+    return client.key_prefix if client is not None else ""

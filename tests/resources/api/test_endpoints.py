@@ -9,7 +9,7 @@ import pytest
 from audit.models import AuditEntry
 from resources import services
 from resources.choices import ResourceState
-from resources.models import Resource, ResourcePool
+from resources.models import Resource, ResourceEvent, ResourcePool
 from tests.api_helpers import error_of, ok, post
 from tests.factories import ResourceFactory
 
@@ -278,9 +278,32 @@ def test_claim_next_leases_a_resource_and_answers_its_token(api, alice):
     row = Resource.objects.get(pk=alice.pk)
     assert (lease["id"], lease["state"], lease["lease_holder"]) == (alice.pk, "in_use", "worker-1")
     assert lease["lease_token"] == str(row.lease_token)
-    entry = AuditEntry.objects.get(action="resource.claim")
-    assert (entry.actor, entry.target_id, entry.after["lease_holder"]) == ("api:billing", str(alice.pk), "worker-1")
-    assert lease["lease_token"] not in str(entry.after)
+
+
+def test_a_claims_record_is_its_timeline_row_naming_the_client_its_key_and_the_request(api, alice, operator_key):
+    response = post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "worker-1", "details": {"job": 7}},
+                    HTTP_X_REQUEST_ID="ext-42")
+    event = ResourceEvent.objects.get(resource=alice, kind="claimed")
+    assert (event.actor, event.lease_token, event.created_at is not None) == (
+        "api:billing", uuid.UUID(ok(response)["lease_token"]), True)
+    assert event.details == {"job": 7, "api_request": {"key_prefix": operator_key[:12], "request_id": "ext-42"}}
+    assert not AuditEntry.objects.filter(target_type="resources.resource").exists()
+
+
+def test_a_release_is_recorded_by_its_timeline_row_with_the_key_and_the_request(api, claimed_alice, operator_key):
+    ok(post(api, f"/api/resources/{claimed_alice.pk}/release", {"lease_token": str(claimed_alice.lease_token),
+                                                                "outcome": "success"}, HTTP_X_REQUEST_ID="ext-43"))
+    event = ResourceEvent.objects.get(resource=claimed_alice, kind="released_success")
+    assert (event.actor, event.lease_token, event.details["api_request"]) == (
+        "api:billing", claimed_alice.lease_token, {"key_prefix": operator_key[:12], "request_id": "ext-43"})
+    assert not AuditEntry.objects.filter(target_type="resources.resource").exists()
+
+
+def test_details_that_name_the_services_own_key_are_bad_input_and_nothing_is_claimed(api, alice):
+    error = error_of(post(api, "/api/resources/claim_next",
+                          {"pool": "accounts", "holder": "w", "details": {"api_request": "mine"}}), 400)
+    assert error["details"]["field"] == "details"
+    assert Resource.objects.get(pk=alice.pk).state == ResourceState.AVAILABLE
 
 
 def test_each_claim_answers_a_higher_fencing_token(api, alice):
@@ -306,7 +329,7 @@ def test_a_field_a_request_does_not_take_is_refused_in_the_callers_language(api,
 def test_claim_next_of_an_exhausted_pool_is_409_with_its_counts(api, claimed_alice):
     error = error_of(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}), 409)
     assert (error["code"], error["details"]["counts"]) == ("pool_exhausted", {"in_use": 1})
-    assert not AuditEntry.objects.filter(action="resource.claim").exists()
+    assert not ResourceEvent.objects.filter(kind="claimed").exclude(actor="task 812").exists()
 
 
 def test_claim_next_of_an_unknown_pool_is_404(api, db):
@@ -355,8 +378,8 @@ def test_a_release_with_failure_records_the_error_and_leaves_the_resource_failed
                    {"lease_token": str(claimed_alice.lease_token), "outcome": "failure",
                     "error": "ConnectionResetError: peer reset"}))
     assert (body["state"], body["failure_count"], body["last_failure_category"]) == ("failed", 1, "retryable")
-    entry = AuditEntry.objects.get(action="resource.release")
-    assert (entry.before["outcome"], entry.reason) == ("failure", "ConnectionResetError: peer reset")
+    event = ResourceEvent.objects.get(resource=claimed_alice, kind="released_failure")
+    assert (event.actor, event.reason) == ("api:billing", "ConnectionResetError: peer reset")
 
 
 def test_a_release_with_success_frees_the_resource(api, claimed_alice):
