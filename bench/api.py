@@ -1,6 +1,6 @@
 """The REST API under load: gunicorn on loopback, beside the same work done in-process.
 
-    .venv/bin/python bench/api.py [--seconds 8] [--clients 1,4] [--workers 2] [--threads 4]
+    .venv/bin/python bench/api.py [--seconds 8] [--clients 1,4] [--workers 2] [--threads N]
 
 1. GET /api/resources/{id}/retry_history (its first page, 50 entries) of a resource with 10,000
    attempts and 20,000 timeline events: requests per second and p50 / p99 latency as a client
@@ -10,8 +10,10 @@
    resources.services in-process, by as many processes, in the same run; the ratio is what HTTP,
    authentication, permissions, throttling, idempotency-free JSON and the audit entries cost.
 Each at each client count (closed loop: a client sends its next request when the last answered),
-every client a process of its own. gunicorn serves with its production settings (connections
-kept, throttling on at rates no client reaches). Runs in a database of its own beside the app's
+every client a process of its own. gunicorn serves as deployed (deploy/gunicorn.conf.py: its
+worker class, connections kept, a JSON access line a request, written to a file beside the
+database's name in the temporary folder) with `--workers` and `--threads` (default: the deployed
+ones), and the API's throttle on at rates no client reaches (bench/api_settings.py). Runs in a database of its own beside the app's
 (`<app>_bench`, see bench/common.py; pools named bench-api-*) and Redis database 14. Prints the
 machine's load average before and after: the machine is shared, and the figures say so.
 """
@@ -21,6 +23,7 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -202,7 +205,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="Length of each timed run.")
     parser.add_argument("--clients", default="1,4", help="Comma-separated client counts (one process each).")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes.")
-    parser.add_argument("--threads", type=int, default=4, help="Threads per gunicorn worker.")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="Threads per gunicorn worker (default: deploy/gunicorn.conf.py's).")
     add_json_option(parser)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
@@ -212,9 +216,10 @@ def main() -> None:
     resource, pool, key = history_resource(), claim_pool(), api_key()
     print(f"resource {resource.pk}: {Attempt.objects.filter(resource=resource).count():,} attempts, "
           f"{ResourceEvent.objects.filter(resource=resource).count():,} events; claims from a pool of "
-          f"{CLAIM_POOL_SIZE:,}; gunicorn {args.workers} workers x {args.threads} threads")
-    env = {**os.environ, "REDIS_URL": bench_redis_url(), "DJANGO_SETTINGS_MODULE": "bench.settings"}
-    server, base = gunicorn(args.workers, args.threads, env)
+          f"{CLAIM_POOL_SIZE:,}; gunicorn {args.workers} workers x {args.threads or 'the deployed'} threads")
+    env = {**os.environ, "REDIS_URL": bench_redis_url(), "DJANGO_SETTINGS_MODULE": "bench.api_settings"}
+    log = open(Path(tempfile.gettempdir()) / f"{connection.settings_dict['NAME']}-api-gunicorn.log", "w")
+    server, base = gunicorn(args.workers, args.threads, env, log, deployed=True)
     try:
         for clients in counts:
             print(f"\n{clients} client{'s' if clients > 1 else ''}, {args.seconds:g} s each")
@@ -232,6 +237,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        log.close()
     write_figures(args.json, seconds=args.seconds, workers=args.workers, threads=args.threads)
     print(f"\nload average after: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
 

@@ -237,20 +237,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gunicorn(workers: int, threads: int, env: dict, log=None) -> tuple:
+def gunicorn(workers: int, threads: int | None, env: dict, log=None, deployed: bool = False) -> tuple:
     """The app under gunicorn on a free loopback port, `env` its environment (the database and
     Redis of the benchmark), its stderr to the file `log` if given (a long run must not fill a
-    pipe nobody reads): (the process, its base URL) once /readyz answers."""
+    pipe nobody reads): (the process, its base URL) once /readyz answers. `deployed`: with
+    deploy/gunicorn.conf.py (its worker, its threads unless `threads` says, its JSON access line)."""
     import subprocess
     import time
 
     import httpx
 
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "retryops.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(workers), "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
+    if deployed:
+        command = ["--config", "deploy/gunicorn.conf.py", "retryops.wsgi:application"]
+        env = {**env, "WEB_CONCURRENCY": str(workers),
+               "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{port}" + (f" --threads {threads}" if threads else "")}
+    else:
+        command = ["retryops.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                   "--threads", str(threads), "--worker-class", "gthread", "--log-level", "warning"]
+    server = subprocess.Popen([sys.executable, "-m", "gunicorn", *command], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=log or subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:

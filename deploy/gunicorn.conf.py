@@ -14,9 +14,16 @@ from retryops.startup import read_settings_or_exit, refuse_bad_configuration
 read_settings_or_exit()
 from django.conf import settings  # noqa: E402 - read once read_settings_or_exit has checked them
 
-# Threads, not more processes: a request mostly waits on PostgreSQL, and each thread holds its own
-# database connection (see docs/deployment.md, "Database connections"). gunicorn's gthread worker, answering a request it
-# refuses by the limits below (414, 431) in the API's JSON error shape rather than as an HTML page.
+# gthread, a process per core (WEB_CONCURRENCY, 2 for the 2-core hosts we size for) of 2 threads:
+# an API request is now mostly Python (authentication from a cache, one statement per claim), so
+# a second thread only has to run while the first waits on PostgreSQL or Redis; more threads per
+# process queue on the GIL, and every thread that waits for it behind a busy one adds its switch
+# interval to its request (8 threads per process: 0.11 of the in-process claim pair at 4 clients,
+# 2 threads: 0.22, bench/api.py on a busy 2-core machine). Not the sync worker: it closes every
+# connection after one request (the API's clients keep theirs), and one slow client holds a whole
+# process; gthread parks idle and slow connections in its poller, not in a thread. Each thread holds
+# its own database connection (docs/deployment.md, "Database connections"). The worker answers a
+# request it refuses by the limits below (414, 431) in the API's JSON error shape, not as HTML.
 worker_class = "retryops.gunicorn_worker.Worker"
 from retryops.gunicorn_worker import HEADER_FIELD_BYTES, HEADER_FIELDS, REQUEST_LINE_BYTES  # noqa: E402
 
@@ -26,7 +33,7 @@ limit_request_field_size = HEADER_FIELD_BYTES
 with refuse_bad_configuration():
     # WEB_CONCURRENCY is the name Heroku-style platforms (and gunicorn itself) use for the process count.
     workers = env_int("WEB_CONCURRENCY", 2, minimum=1, maximum=256)
-threads = 8
+threads = 2
 bind = "0.0.0.0:8000"
 # A request longer than this is killed with its worker; the API answers in milliseconds.
 timeout = 60

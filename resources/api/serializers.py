@@ -8,7 +8,7 @@ from rest_framework import serializers
 from resources.choices import Outcome
 from resources.models import Resource, ResourcePool
 from resources.services import MAX_REASON_LENGTH
-from retryops.api.fields import Flag, Input, JsonObject, MaskedJson, Text
+from retryops.api.fields import FieldsBuiltOnce, Flag, Input, JsonObject, MaskedJson, Text
 from retryops.api.schema import NOT_BLANK
 
 
@@ -18,7 +18,7 @@ def _seconds(help_text: str) -> serializers.IntegerField:
                                     help_text=help_text)
 
 
-class PoolSerializer(serializers.ModelSerializer):
+class PoolSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     class Meta:
         model = ResourcePool
         fields = ["id", "name", "description", "resource_noun", "lease_seconds", "consume_on_success", "created_at"]
@@ -34,7 +34,7 @@ class PoolCreateSerializer(Input):
     consume_on_success = Flag(required=False, help_text="A resource used successfully is done, not returned.")
 
 
-class ResourceSerializer(serializers.ModelSerializer):
+class ResourceSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     """A resource as anyone who may read it sees it; never its lease token (the holder's to
     release with)."""
 

@@ -81,3 +81,31 @@ def test_an_anonymous_caller_cannot_dodge_its_limit_by_writing_its_own_forwarded
     request = APIRequestFactory().get("/api/schema/", HTTP_X_FORWARDED_FOR="10.9.9.9", REMOTE_ADDR="192.0.2.7")
 
     assert AnonRateThrottle().get_ident(request) == "192.0.2.7"
+
+
+def test_a_busy_client_far_from_its_limit_is_counted_in_redis_once_a_batch(billing, settings, monkeypatch):
+    from redis.connection import Connection
+
+    settings.RETRYOPS_API_READ_RATE = "1000/min"  # a batch of 10
+    sent = []
+    send = Connection.send_packed_command
+    monkeypatch.setattr(Connection, "send_packed_command", lambda self, *a, **k: sent.append(a) or send(self, *a, **k))
+    assert {billing.get("/api/probe/").status_code for _ in range(20)} == {200}
+    assert len(sent) == 2
+    [key] = cache._cache.get_client().keys("*throttle:read:*")
+    assert int(cache._cache.get_client().get(key)) == 20
+
+
+def test_one_process_counting_in_batches_lets_exactly_its_limit_through():
+    from retryops.api.throttles import _Pending
+
+    pending, in_redis, allowed, round_trips = _Pending(), 0, 0, 0
+    for _ in range(1100):
+        adding, known = pending.add("throttle:write:client:1:60", 7, batch=10, limit=1000)
+        if adding:
+            in_redis += adding
+            known, round_trips = in_redis, round_trips + 1
+            pending.heard("throttle:write:client:1:60", 7, known)
+        allowed += known <= 1000
+    assert allowed == 1000
+    assert round_trips < 250
