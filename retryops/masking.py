@@ -11,6 +11,7 @@ Free text has no keys: an upstream's error that echoes the request carries the p
 message. scrub_secret_values replaces the values themselves (secret_values: those of an
 attempt's payload and resource attributes) in such text before it is stored or logged."""
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -42,10 +43,28 @@ def mask_secrets(value):
         return MASK
 
 
+# Keys up to this long have their verdict remembered: a log line's keys (every request's access
+# line has a dozen) and most JSON's are a few names seen again and again, and the regex was half
+# the cost of writing a line. A longer key is searched each time, so no client can fill the memory.
+_REMEMBERED_KEY_LENGTH = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_secret_key(key: str) -> bool:
+    return SECRET_KEYS.search(key) is not None
+
+
+def _is_secret_key(key, secret: re.Pattern) -> bool:
+    if not isinstance(key, str):
+        return False
+    if secret is SECRET_KEYS and len(key) <= _REMEMBERED_KEY_LENGTH:
+        return _remembered_secret_key(key)
+    return secret.search(key) is not None
+
+
 def _masked(value, secret: re.Pattern):
     if isinstance(value, dict):
-        return {key: MASK if isinstance(key, str) and secret.search(key) else _masked(item, secret)
-                for key, item in value.items()}
+        return {key: MASK if _is_secret_key(key, secret) else _masked(item, secret) for key, item in value.items()}
     if isinstance(value, list):
         return [_masked(item, secret) for item in value]
     if isinstance(value, tuple):  # a log line's exc_info stays a tuple
