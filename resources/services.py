@@ -188,8 +188,8 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
                actor: str | None = None, details: dict | None = None, reserve: bool = False) -> Resource:
     """Take one available resource of the pool; concurrent claimers never wait or collide (SKIP LOCKED).
     With `reserve`, the lease is taken ahead of the attempt that will use it: until extend_lease(use=True)
-    says it is in use, the sweeper takes it back without counting a failure. A worker's routine
-    claims are in the resource's timeline only; an external system's are client_claim_next."""
+    says it is in use, the sweeper takes it back without counting a failure. Its record is the
+    timeline row it writes; an external system's (client_claim_next) also names the key and request."""
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
     # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
