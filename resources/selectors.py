@@ -44,7 +44,7 @@ def record_id(value, *, field: str) -> int:
     return inputs.record_id(value, field=field, error=BadInput)
 
 
-def _lookup_text(value, *, field: str) -> str:
+def lookup_text(value, *, field: str) -> str:
     # A name looked up, not stored, still goes to PostgreSQL: a NUL or a lone surrogate in it
     # fails the query (psycopg refuses to send it) instead of finding nothing.
     problem = check_text(value)
@@ -69,7 +69,7 @@ def get_pool(pool: ResourcePool | int | str) -> ResourcePool:
     if isinstance(pool, ResourcePool):
         return pool
     if isinstance(pool, str):
-        lookup = {"name": _lookup_text(pool, field="pool")}
+        lookup = {"name": lookup_text(pool, field="pool")}
     else:
         lookup = {"pk": record_id(pool, field="pool")}
     try:
@@ -119,7 +119,7 @@ def get_resource(*, resource_id: int | None = None, pool: ResourcePool | int | s
         raise BadInput(gettext("%(field)s must be text, got %(type)s") % {
             "field": "key", "type": type(key).__name__}, field="key")
     try:
-        return queryset.get(pool=pool, key=_lookup_text(key, field="key"))
+        return queryset.get(pool=pool, key=lookup_text(key, field="key"))
     except Resource.DoesNotExist:
         raise ResourceNotFound(gettext("pool %(pool)s has no %(noun)s with key %(key)s") % {
             "pool": pool.name, "noun": pool.resource_noun, "key": repr(key)}, pool=pool.name, key=key) from None

@@ -43,6 +43,7 @@ from resources.selectors import (
     get_pool,
     get_resource,
     listing,
+    lookup_text,
     no_such_resource,
     not_a_uuid_sentence,
     pool_id_of,
@@ -123,19 +124,21 @@ def _token(lease_token: uuid.UUID | str, resource_id: int) -> uuid.UUID:
 # job with an empty cache, so its claims spread anyway. A stale start is harmless: the scan runs
 # forward from it without an upper bound, and falls back to the pool's beginning.
 BOUNDS_TTL = 30.0
-_pool_starts: dict[int, tuple[int, float]] = {}
+_pool_starts: dict[int | str, tuple[int, float]] = {}
 
 
-def _random_start(pool_id: int) -> int:
+def _random_start(pool: dict) -> int:
+    """Where this process's claims in the pool start; `pool` names it as the statements do
+    ({"pool_id": ..., "pool_name": ...}, one of them None)."""
     now = time.monotonic()
-    cached = _pool_starts.get(pool_id)
+    cached = _pool_starts.get(pool["pool_id"] or pool["pool_name"])
     if cached is None or now - cached[1] > BOUNDS_TTL:
         with connection.cursor() as cursor:
-            cursor.execute(sql.AVAILABLE_BOUNDS, [pool_id])
+            cursor.execute(sql.AVAILABLE_BOUNDS, pool)
             low, high = cursor.fetchone()
         if low is None:
             return 0
-        cached = _pool_starts[pool_id] = (random.randint(low, high), now)
+        cached = _pool_starts[pool["pool_id"] or pool["pool_name"]] = (random.randint(low, high), now)
     return cached[0]
 
 
@@ -145,15 +148,18 @@ _DECODED = [(n, f) for n, f in enumerate(Resource._meta.concrete_fields) if hasa
 
 
 def _one(statement: str, params: dict) -> Resource | None:
+    """The row a hot statement changed, with its pool (its name loaded, the rest read when asked for)."""
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    values = list(row)
+    values, pool_name = list(row[:-1]), row[-1]
     for n, field in _DECODED:
         values[n] = field.from_db_value(values[n], None, connection)
-    return Resource.from_db(connection.alias, sql.COLUMNS, values)
+    resource = Resource.from_db(connection.alias, sql.COLUMNS, values)
+    resource.pool = ResourcePool.from_db(connection.alias, ["id", "name"], [resource.pool_id, pool_name])
+    return resource
 
 
 def _resource_id(resource: Resource | int) -> int:
@@ -192,17 +198,19 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
     timeline row it writes; an external system's (client_claim_next) also names the key and request."""
     params = _claim_params(holder=holder, lease_seconds=lease_seconds, actor=actor, details=details,
                            reserve=reserve)
-    # A pool id goes straight into the statement; an unknown one is diagnosed after it finds nothing.
-    pool_id = pool_id_of(pool)
-    params = {**params, "pool_id": pool_id, "start_id": _random_start(pool_id)}
+    # A pool id or name goes straight into the statement; an unknown one is diagnosed after it
+    # finds nothing.
+    named = {"pool_id": None, "pool_name": lookup_text(pool, field="pool")} if isinstance(pool, str) else \
+        {"pool_id": pool_id_of(pool), "pool_name": None}
+    params = {**params, **named, "start_id": _random_start(named)}
     resource = _one(sql.CLAIM_NEXT, params)
     if resource is None:
         # Everything past the random start was taken or locked: scan from the pool's beginning,
         # and draw another start for the next claim.
-        _pool_starts.pop(pool_id, None)
+        _pool_starts.pop(named["pool_id"] or named["pool_name"], None)
         resource = _one(sql.CLAIM_NEXT, {**params, "start_id": 0})
     if resource is None:
-        raise describe_exhaustion(pool_id)
+        raise describe_exhaustion(named["pool_id"] or get_pool(pool).pk)
     return resource
 
 

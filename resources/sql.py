@@ -50,22 +50,34 @@ _LEASE_COLUMNS = f"""
     lease_kind = %(lease_kind)s::text, fencing_token = r.fencing_token + 1, lapse_seen_at = NULL
 """
 
+
+
+def _with_pool_name(source: str) -> str:
+    """The final SELECT of a hot statement: the changed row's columns (COLUMNS), then its pool's
+    name, which every answer of the API shows (an index probe here, a query of its own after)."""
+    return f"SELECT {source}.*, (SELECT p.name FROM {_P} p WHERE p.id = {source}.pool_id) FROM {source}"
+
+
 _CLAIMED_EVENT = _append_events("claimed", kind=_q(EventKind.CLAIMED))
 _CLAIM_EVENT = f"""
     , {_CLAIMED_EVENT}
-    SELECT * FROM claimed
+    {_with_pool_name("claimed")}
 """
+
+# A pool is named by its id, or (the id null) by its name, looked up in the statement itself: the
+# API's claim_next then reads nothing before its claim.
+_POOL = f"coalesce(%(pool_id)s::bigint, (SELECT id FROM {_P} WHERE name = %(pool_name)s::text))"
 
 # The lowest and highest available id of a pool: two probes of resource_available_idx (pool_id, id),
 # whatever the size of the pool or of the pools whose ids lie around it.
 AVAILABLE_BOUNDS = f"""
-    SELECT min(id), max(id) FROM {_R} WHERE pool_id = %s::bigint AND state = {AVAILABLE}
+    SELECT min(id), max(id) FROM {_R} WHERE pool_id = {_POOL} AND state = {AVAILABLE}
 """
 
 # Start the scan at a random id of the pool, so concurrent claimers spread over the pool instead
 # of queueing on its first rows. Scanning forward from there (and once from the start when
 # nothing lies past it) costs the same whatever the pool's size.
-def claim_next_ctes(*, pool_id: str = "%(pool_id)s::bigint", start_id: str | None = "%(start_id)s::bigint") -> str:
+def claim_next_ctes(*, pool_id: str = _POOL, start_id: str | None = "%(start_id)s::bigint") -> str:
     """CLAIM_NEXT's CTEs (`pick`, `claimed` with the resource's columns, and its timeline `event`),
     for a statement of a higher layer that claims as part of its own change; `pool_id` and
     `start_id` are SQL expressions, and start_id None starts at a random available id of the pool
@@ -89,7 +101,7 @@ def claim_next_ctes(*, pool_id: str = "%(pool_id)s::bigint", start_id: str | Non
 
 CLAIM_NEXT = f"""
     WITH {claim_next_ctes()}
-    SELECT * FROM claimed
+    {_with_pool_name("claimed")}
 """
 
 # A named resource: waits for a concurrent claimer's row lock, then re-checks the state, so
@@ -124,7 +136,7 @@ def release_success_ctes(*, only_if: str = "TRUE") -> str:
 
 RELEASE_SUCCESS = f"""
     WITH {release_success_ctes()}
-    SELECT * FROM released
+    {_with_pool_name("released")}
 """
 
 # The failure, and the quarantine when it led to one, in that order.
@@ -147,7 +159,7 @@ RELEASE_FAILURE = f"""
         WHERE {_HELD}
         RETURNING {_RETURNING}
     ), {_RELEASE_FAILURE_EVENTS}
-    SELECT * FROM released
+    {_with_pool_name("released")}
 """
 
 # A used lease that ran out is a failure (its holder died or hung). An unused one (a reservation or

@@ -101,15 +101,17 @@ def test_timeline_lists_a_resources_events_newest_first(alice):
     assert [e.kind for e in selectors.timeline_page(resource=alice.pk, page=1, per_page=1)] == [EventKind.RESET]
 
 
-def test_the_available_bounds_read_uses_the_available_index(pool):
+@pytest.mark.parametrize("by", ["id", "name"])
+def test_the_available_bounds_read_uses_the_available_index(pool, by):
     from django.db import connection
 
     from resources import sql
 
     ResourceFactory.create_batch(3, pool=pool)
+    named = {"pool_id": pool.pk, "pool_name": None} if by == "id" else {"pool_id": None, "pool_name": pool.name}
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + sql.AVAILABLE_BOUNDS, [pool.pk])
+        cursor.execute("EXPLAIN " + sql.AVAILABLE_BOUNDS, named)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "resource_available_idx" in plan
 

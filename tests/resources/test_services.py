@@ -705,3 +705,9 @@ def test_a_heartbeat_cannot_push_a_lease_past_the_longest_allowed(alice, setting
         services.extend_lease(resource=alice.pk, lease_token=lease.lease_token, seconds=601)
     assert refused.value.field == "seconds"
     assert services.extend_lease(resource=alice.pk, lease_token=lease.lease_token, seconds=600).leased_until
+
+
+def test_claim_next_by_a_pool_name_with_a_nul_is_bad_input_naming_the_pool(db):
+    with pytest.raises(BadInput) as refused:
+        services.claim_next(pool="acc\x00ounts", holder="w")
+    assert refused.value.field == "pool"

@@ -395,6 +395,34 @@ def test_a_release_with_a_token_that_does_not_hold_the_resource_is_409_saying_wh
     assert (error["code"], error["details"]["why"]) == ("lease_mismatch", why)
 
 
+def test_a_release_of_an_unknown_resource_is_404(api, db):
+    error = error_of(post(api, "/api/resources/987654321/release", {"lease_token": str(uuid.uuid4()),
+                                                                     "outcome": "success"}), 404)
+    assert error["code"] == "resource_not_found"
+
+
+def test_a_release_by_id_is_one_statement_with_its_pool_once_the_key_was_read(api, claimed_alice,
+                                                                                django_assert_num_queries):
+    ok(post(api, "/api/pools/", {"name": "warm-up"}), 201)  # the key's client is read, and kept a moment
+    with django_assert_num_queries(1):
+        body = ok(post(api, f"/api/resources/{claimed_alice.pk}/release",
+                       {"lease_token": str(claimed_alice.lease_token), "outcome": "success"}))
+    assert (body["pool"], body["state"]) == ("accounts", "available")
+
+
+def test_claim_next_by_the_pools_name_reads_nothing_before_its_claim_once_the_key_and_start_were_read(
+        api, alice, bob):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    first = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}))
+    with CaptureQueriesContext(connection) as captured:
+        second = ok(post(api, "/api/resources/claim_next", {"pool": "accounts", "holder": "w"}))
+    # The claim's statement (twice when the process's start lay past the one resource left).
+    assert {query["sql"].split()[:2] == ["WITH", "pick"] for query in captured.captured_queries} == {True}
+    assert {first["id"], second["id"]} == {alice.pk, bob.pk} and second["pool"] == "accounts"
+
+
 def test_a_second_release_is_409_already_released(api, claimed_alice):
     body = {"lease_token": str(claimed_alice.lease_token), "outcome": "success"}
     post(api, f"/api/resources/{claimed_alice.pk}/release", body)
