@@ -113,33 +113,28 @@ def _token(lease_token: uuid.UUID | str, resource_id: int) -> uuid.UUID:
                             resource_id=resource_id, lease_token=str(lease_token)) from None
 
 
-# pool id -> (where this process's claims start, when drawn). The start is a random id between
-# the pool's lowest and highest available one, read with two probes of resource_available_idx
-# (cheap whatever the size of this pool or its neighbours) and drawn again every BOUNDS_TTL
-# seconds. Concurrent processes start at different points and do not queue on the pool's first
-# rows; one process keeps its point meanwhile, so its next claim takes again the row (and the
-# index pages) its last release freed, instead of dirtying new pages on every claim (each one a
-# full-page image in the WAL after a checkpoint, as much WAL again as the claim itself; and
-# bench/claim.py then ran at 0.6 of the raw loop at 16 processes). A forking worker starts each
-# job with an empty cache, so its claims spread anyway. A stale start is harmless: the scan runs
-# forward from it without an upper bound, and falls back to the pool's beginning.
+# pool id -> (lowest available id, highest available id, when read). The random start needs the
+# pool's id range. The read is two probes of resource_available_idx, cheap whatever the size of
+# this pool or its neighbours; the cache only saves its round trip in a long-lived process (a
+# forking worker starts each job with an empty one). Stale bounds are harmless: the scan runs
+# forward from the start without an upper bound, and falls back to the pool's beginning.
 BOUNDS_TTL = 30.0
-_pool_starts: dict[int | str, tuple[int, float]] = {}
+_pool_bounds: dict[int | str, tuple[int, int, float]] = {}
 
 
 def _random_start(pool: dict) -> int:
-    """Where this process's claims in the pool start; `pool` names it as the statements do
-    ({"pool_id": ..., "pool_name": ...}, one of them None)."""
+    """A random start for a claim in the pool, drawn per claim so that a pool's resources share the
+    work; `pool` names it as the statements do ({"pool_id": ..., "pool_name": ...}, one of them None)."""
     now = time.monotonic()
-    cached = _pool_starts.get(pool["pool_id"] or pool["pool_name"])
-    if cached is None or now - cached[1] > BOUNDS_TTL:
+    cached = _pool_bounds.get(pool["pool_id"] or pool["pool_name"])
+    if cached is None or now - cached[2] > BOUNDS_TTL:
         with connection.cursor() as cursor:
             cursor.execute(sql.AVAILABLE_BOUNDS, pool)
             low, high = cursor.fetchone()
         if low is None:
             return 0
-        cached = _pool_starts[pool["pool_id"] or pool["pool_name"]] = (random.randint(low, high), now)
-    return cached[0]
+        cached = _pool_bounds[pool["pool_id"] or pool["pool_name"]] = (low, high, now)
+    return random.randint(cached[0], cached[1])
 
 
 # Fields whose database value needs decoding (Django loads jsonb as text and leaves the
@@ -205,9 +200,7 @@ def claim_next(*, pool: ResourcePool | int | str, holder: str, lease_seconds: in
     params = {**params, **named, "start_id": _random_start(named)}
     resource = _one(sql.CLAIM_NEXT, params)
     if resource is None:
-        # Everything past the random start was taken or locked: scan from the pool's beginning,
-        # and draw another start for the next claim.
-        _pool_starts.pop(named["pool_id"] or named["pool_name"], None)
+        # Everything past the random start was taken or locked: scan from the pool's beginning.
         resource = _one(sql.CLAIM_NEXT, {**params, "start_id": 0})
     if resource is None:
         raise describe_exhaustion(named["pool_id"] or get_pool(pool).pk)
