@@ -21,7 +21,7 @@ def reports(make_api_client):
     return make_api_client("reports", *VIEW)
 
 
-def test_a_key_read_a_moment_ago_is_authenticated_without_a_query(reports, django_assert_num_queries):
+def test_a_key_read_a_moment_ago_is_authenticated_without_a_query(reports, keys_kept, django_assert_num_queries):
     client, key = reports
     assert cached_api_client_for_key(key).client == client
     with django_assert_num_queries(0):

@@ -401,7 +401,7 @@ def test_a_release_of_an_unknown_resource_is_404(api, db):
     assert error["code"] == "resource_not_found"
 
 
-def test_a_release_by_id_is_one_statement_with_its_pool_once_the_key_was_read(api, claimed_alice,
+def test_a_release_by_id_is_one_statement_with_its_pool_once_the_key_was_read(api, claimed_alice, keys_kept,
                                                                                 django_assert_num_queries):
     ok(post(api, "/api/pools/", {"name": "warm-up"}), 201)  # the key's client is read, and kept a moment
     with django_assert_num_queries(1):
@@ -411,7 +411,7 @@ def test_a_release_by_id_is_one_statement_with_its_pool_once_the_key_was_read(ap
 
 
 def test_claim_next_by_the_pools_name_reads_nothing_before_its_claim_once_the_key_and_start_were_read(
-        api, alice, bob):
+        api, alice, bob, keys_kept):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

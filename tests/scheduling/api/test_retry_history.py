@@ -140,7 +140,7 @@ def queries_of_a_page(api, resource) -> list[str]:
     return [query["sql"] for query in captured.captured_queries]
 
 
-def test_a_page_costs_the_same_three_queries_however_long_the_history(api, alice):
+def test_a_page_costs_the_same_three_queries_however_long_the_history(api, alice, keys_kept):
     fail_on(alice)
     history(api, f"/api/resources/{alice.pk}/retry_history")  # the key's last use is written once a minute
     short = queries_of_a_page(api, alice)
