@@ -1,4 +1,5 @@
-"""The audit log: one append-only row per operator, API or command action."""
+"""The audit log: one append-only row per operator, API or command action (a claim's or a release's
+record is its resource's timeline row instead)."""
 
 from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex
