@@ -11,6 +11,8 @@ that a re-read twice a second costs."""
 import threading
 import time
 
+from django.db import connection, transaction
+
 # Well under 1 s: a key revoked in another process stops working at most this long after the
 # revocation committed (tests/audit/test_key_cache.py shows it with two processes).
 KEY_CACHE_SECONDS = 0.5
@@ -45,7 +47,15 @@ def put(key_hash: str, check, read_at: float) -> None:
 
 
 def forget(*args, **kwargs) -> None:
-    """Empty this process's cache: a key was revoked, or who may do what changed. (Takes any
-    arguments, so it can receive a model signal too.)"""
+    """Empty this process's cache: a key was revoked, or who may do what changed. Now, and again
+    when the change's transaction commits: until then another thread's request still reads the
+    rows as they were, and would keep them. (Takes any arguments, so it can receive a model
+    signal too.)"""
+    _clear()
+    if connection.in_atomic_block:
+        transaction.on_commit(_clear)
+
+
+def _clear() -> None:
     with _lock:
         _entries.clear()

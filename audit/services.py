@@ -206,11 +206,9 @@ def revoke_api_client(*, client: ApiClient | int | str, actor: str | None = None
         current.save(update_fields=["revoked_at"])
         record_audit(action=AuditAction.API_CLIENT_REVOKE, target=current, before={"revoked_at": None},
                      after={"revoked_at": current.revoked_at}, reason=reason, actor=actor)
-        # This process stops answering from its cache at once, and again once the revocation is
-        # visible (a request meanwhile may have read the row as it was); every other process within
-        # keycache.KEY_CACHE_SECONDS.
+        # This process stops answering from its cache at once (and again at the commit); every
+        # other process within keycache.KEY_CACHE_SECONDS.
         keycache.forget()
-        transaction.on_commit(keycache.forget)
     return current
 
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from audit import keycache
-from audit.selectors import cached_api_client_for_key
-from audit.services import revoke_api_client
+from audit.selectors import KeyCheck, cached_api_client_for_key
+from audit.services import hash_key, revoke_api_client
 from tests.api_fixtures import VIEW, grant
 from tests.http_server import gunicorn
 
@@ -41,6 +41,22 @@ def test_a_permission_granted_in_this_process_counts_at_the_next_use(reports):
     assert not cached_api_client_for_key(key).client.user.has_perm("resources.claim_resource")
     grant(client.user, "resources.claim_resource")
     assert cached_api_client_for_key(key).client.user.has_perm("resources.claim_resource")
+
+
+def test_a_permission_removed_in_this_process_is_refused_once_committed_though_a_request_read_it_before(
+        reports, django_capture_on_commit_callbacks):
+    client, key = reports
+    with django_capture_on_commit_callbacks(execute=True):
+        client.user.user_permissions.clear()
+        # Another thread of the process authenticates the key between the change and its commit:
+        # it still reads the permission, and keeps what it read.
+        keycache.put(hash_key(key), KeyCheck(client=_with_permissions(client, VIEW)), time.monotonic())
+    assert not cached_api_client_for_key(key).client.user.has_perm(VIEW[0])
+
+
+def _with_permissions(client, codenames):
+    client.user._perm_cache = set(codenames)
+    return client
 
 
 def test_an_unknown_key_is_never_kept(reports):
