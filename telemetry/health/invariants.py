@@ -11,7 +11,8 @@ layer: it reads resources, scheduling, compensation and audit, and writes nothin
 
 Not checked: operator retries' and cancellations' task.start / task.cancel / resource.retry
 entries (their targets are tasks and resources, and nothing on the task says an operator made
-it); API claims' resource.claim entries (an external holder's lease is checked for expiry only).
+it). An API claim writes no audit entry (its record is its timeline row); an external holder's
+lease is checked for expiry only.
 """
 
 import time
