@@ -32,6 +32,10 @@ VIEW = [
     "scheduling.view_attempt",
     "scheduling.view_taskevent",
     "scheduling.view_batchconfig",
+    # No admin page (the analytics' rollups): granted so that viewers view every model.
+    "scheduling.view_failurerollup",
+    "scheduling.view_retryrollup",
+    "scheduling.view_attemptrollupmark",
     "compensation.view_workorder",
     "compensation.view_deadletter",
     "compensation.view_bulkreplay",
