@@ -49,8 +49,11 @@ def horse_stopped(pid: int) -> bool:
 class _LeaseKeeper:
     """One attempt's lease, kept from the worker process while the horse runs it."""
 
-    def __init__(self, task_id: int, attempt_number: int):
+    def __init__(self, task_id: int, attempt_number: int, *, worker: str, rq_job_id: str):
+        # The execution is this worker's horse's, from this job: a duplicate wake-up's horse must
+        # not keep, nor give up, the attempt another horse runs.
         self.task_id, self.attempt_number = task_id, attempt_number
+        self.worker, self.rq_job_id = worker, rq_job_id
         self.next_renewal = time.monotonic() + MONITOR_SLICE
         self.quarter_lease: float | None = None
         self.stopped_since: float | None = None
@@ -72,7 +75,8 @@ class _LeaseKeeper:
         from scheduling.services.attempts import keep_attempt_lease
 
         try:
-            kept = keep_attempt_lease(task_id=self.task_id, attempt_number=self.attempt_number)
+            kept = keep_attempt_lease(task_id=self.task_id, attempt_number=self.attempt_number, worker=self.worker,
+                                      rq_job_id=self.rq_job_id)
         except DatabaseError:
             # The database is away: keep trying every slice; the horse retries its outcome's
             # write meanwhile, and the sweeper gives this renewal a heartbeat once it is back.
@@ -170,7 +174,8 @@ class Worker(WaitsForRedis, ForkingWorker):
         return super().main_work_horse(job, queue)
 
     def execute_job(self, job, queue):
-        self._lease = _LeaseKeeper(job.args[0], job.args[1]) if job.func_name == RUN_ATTEMPT else None
+        self._lease = _LeaseKeeper(job.args[0], job.args[1], worker=self.name, rq_job_id=job.id) \
+            if job.func_name == RUN_ATTEMPT else None
         connection.close()  # see below
         try:
             super().execute_job(job, queue)
@@ -201,7 +206,7 @@ class Worker(WaitsForRedis, ForkingWorker):
                   if self._lease.kill_reason else f"worker lost: its work horse died (wait status {ret_val})")
         try:
             abandon_stopped_attempt(task_id=self._lease.task_id, attempt_number=self._lease.attempt_number,
-                                    reason=reason)
+                                    worker=self._lease.worker, rq_job_id=self._lease.rq_job_id, reason=reason)
         except DatabaseError:
             log.warning("task %s attempt %s: could not give up the attempt of a dead work horse; the lease "
                         "sweeper will", self._lease.task_id, self._lease.attempt_number, exc_info=True)

@@ -330,11 +330,13 @@ def _succeed(attempt: Attempt, result, duration: float) -> Attempt:
 
 
 # The attempt's lease, renewed on PostgreSQL's clock by the worker that watches the work horse
-# (retryops.worker), in one round trip: it finds the attempt by the unique (task, number) index.
+# (retryops.worker), in one round trip: it finds the attempt by the unique (task, number) index,
+# if that worker's work horse started it from that job: a duplicate wake-up's horse (on another
+# worker, or of the same job run twice) does not keep, nor lose, an attempt another horse runs.
 _KEEP_LEASE_SQL = f"""
     WITH attempt AS (
         SELECT a.outcome, a.resource_id, a.lease_token, a.fencing_token FROM {Attempt._meta.db_table} a
-        WHERE a.task_id = %(task)s AND a.number = %(number)s
+        WHERE a.task_id = %(task)s AND a.number = %(number)s AND a.worker = %(worker)s AND a.rq_job_id = %(job)s
     ), renewed AS (
         -- The lease in use by this attempt only (its fencing token): not the hold its failure has
         -- just made of it (same lease token, kept until the retry), nor the next attempt's use of it.
@@ -359,18 +361,20 @@ class LeaseKept:
     lease_seconds: int | None = None
 
 
-# not_started: no attempt row yet (begin_attempt has not committed), or it was never made;
+# not_started: no attempt row yet (begin_attempt has not committed), it was never made, or another
+# worker or job started it (a duplicate wake-up);
 # renewed: running and still holding its lease; lost: running without its lease (swept), or
 # given up as lost already: whatever it does now, another attempt may hold the resource;
 # ended: it recorded its outcome.
 
 
-def keep_attempt_lease(*, task_id: int, attempt_number: int) -> LeaseKept:
+def keep_attempt_lease(*, task_id: int, attempt_number: int, worker: str, rq_job_id: str) -> LeaseKept:
     """Renew the lease of a task's attempt for its pool's lease length from now, if the attempt is
-    running and still holds it. What the worker process does every quarter lease while its work
-    horse runs the flow (retryops.worker)."""
+    running and still holds it, and was started by `worker` from the job `rq_job_id`. What the worker
+    process does every quarter lease while its work horse runs the flow (retryops.worker)."""
     with connection.cursor() as cursor:
-        cursor.execute(_KEEP_LEASE_SQL, {"task": task_id, "number": attempt_number})
+        cursor.execute(_KEEP_LEASE_SQL, {"task": task_id, "number": attempt_number, "worker": worker[:200],
+                                         "job": rq_job_id})
         row = cursor.fetchone()
     if row is None:
         return LeaseKept("not_started")

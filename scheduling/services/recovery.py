@@ -71,13 +71,17 @@ def recover_lost_attempts(*, now: datetime | None = None, failed: list[int] | No
     return abandoned
 
 
-def abandon_stopped_attempt(*, task_id: int, attempt_number: int, reason: str) -> Attempt | None:
+def abandon_stopped_attempt(*, task_id: int, attempt_number: int, worker: str, rq_job_id: str,
+                            reason: str) -> Attempt | None:
     """Give up a running attempt whose execution is known to have stopped (its worker killed its
     work horse, or saw it die, and reaped it), and its resource back as a retryable failure, at
     once: nothing can act under its lease any more, so there is no need to wait for it to run out.
-    None if the attempt is not running (it recorded its outcome, or was given up already)."""
-    attempt_id = Attempt.objects.filter(task_id=task_id, number=attempt_number,
-                                        outcome=AttemptOutcome.RUNNING).values_list("pk", flat=True).first()
+    None if the attempt is not running (it recorded its outcome, or was given up already), or if
+    that horse did not start it (`worker`, `rq_job_id`): a duplicate wake-up's horse that dies
+    before it found the attempt started elsewhere leaves the attempt another horse runs alone."""
+    attempt_id = Attempt.objects.filter(task_id=task_id, number=attempt_number, worker=worker[:200],
+                                        rq_job_id=rq_job_id, outcome=AttemptOutcome.RUNNING,
+                                        ).values_list("pk", flat=True).first()
     return None if attempt_id is None else _abandon(attempt_id, reason=reason, stopped=True)
 
 

@@ -116,13 +116,52 @@ def test_a_stopped_process_is_told_from_a_running_one():
 @pytest.mark.django_db
 def test_keeping_an_attempts_lease_says_whether_it_is_held(redis_conn, alice, instant_policy):
     task = services.start_task(flow="demo", pool_name=alice.pool, created_by="test", policy="instant")
-    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "not_started"
-    started = services.begin_attempt(task_id=task.pk, attempt_number=1)
-    kept = keep_attempt_lease(task_id=task.pk, attempt_number=1)
+
+    def keep(worker="w.1", rq_job_id="job-1"):
+        return keep_attempt_lease(task_id=task.pk, attempt_number=1, worker=worker, rq_job_id=rq_job_id)
+
+    assert keep().state == "not_started"
+    started = services.begin_attempt(task_id=task.pk, attempt_number=1, worker="w.1", rq_job_id="job-1")
+    kept = keep()
     assert (kept.state, kept.lease_seconds) == ("renewed", alice.pool.lease_seconds)
+    # Another worker's horse, or another job's, started nothing: a duplicate wake-up's.
+    assert keep(worker="w.2").state == keep(rq_job_id="job-2").state == "not_started"
     Resource.objects.filter(pk=alice.pk).update(lease_token=None, state=ResourceState.FAILED, lease_holder="",
                                                 leased_at=None, leased_until=None, lease_kind="")
-    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "lost"
+    assert keep().state == "lost"
     Attempt.objects.filter(pk=started.attempt.pk).update(outcome=AttemptOutcome.FAILED,
                                                         finished_at=started.attempt.started_at)
-    assert keep_attempt_lease(task_id=task.pk, attempt_number=1).state == "ended"
+    assert keep().state == "ended"
+
+
+def test_a_duplicate_wakeups_stopped_horse_gives_up_nothing_that_another_worker_runs(redis_conn, instant_policy):
+    from scheduling.jobs import run_attempt_job
+    from scheduling.queueing import FLOW_QUEUE
+
+    pool = ResourcePoolFactory(name="leases", lease_seconds=8)
+    alice = ResourceFactory(pool=pool, key="alice@x")
+    task = services.start_task(flow="demo", pool_name=pool, created_by="test", policy="instant")
+    # Attempt 1 runs on another host's worker; this worker gets a second wake-up for it (Redis
+    # flushed and the dispatcher re-enqueuing, a scheduler that moved it twice), due a second on,
+    # and its horse is stopped while it waits for that.
+    running = services.begin_attempt(task_id=task.pk, attempt_number=1, worker="host-a.1", rq_job_id="job-a")
+    queue = django_rq.get_queue(FLOW_QUEUE)
+    queue.empty()
+    queue.enqueue(run_attempt_job, task.pk, 1, time.time() + 1.5, job_id="duplicate")
+    worker = forking_worker()
+
+    def stop_the_horse():
+        while not worker.horse_pid:
+            time.sleep(0.01)
+        os.kill(worker.horse_pid, signal.SIGSTOP)
+
+    connection.close()
+    stopper = in_thread(stop_the_horse)
+    worker.work(burst=True, max_jobs=1)
+    stopper.join(10)
+
+    # The horse that was killed never started anything: host-a's attempt runs on, on its lease.
+    assert Attempt.objects.get(pk=running.attempt.pk).outcome == AttemptOutcome.RUNNING
+    row = Resource.objects.get(pk=alice.pk)
+    assert (row.state, row.lease_token) == (ResourceState.IN_USE, running.attempt.lease_token)
+    assert Task.objects.get(pk=task.pk).state == TaskState.RUNNING

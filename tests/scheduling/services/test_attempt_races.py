@@ -117,7 +117,7 @@ def test_the_workers_renewal_racing_its_attempts_failure_leaves_the_hold_for_the
     def keep():
         try:
             from scheduling.services.attempts import keep_attempt_lease
-            out["keep"] = keep_attempt_lease(task_id=task.pk, attempt_number=1)
+            out["keep"] = keep_attempt_lease(task_id=task.pk, attempt_number=1, worker="", rq_job_id="")
         finally:
             connection.close()
 
