@@ -242,6 +242,30 @@ def test_clocks_skewed_between_hosts_hold_nothing_twice(deployment, lease_multip
     assert deployment.upstream.stale_fencing_tokens(run.task_ids) == []
 
 
+
+# The flow worker that schedules the retries (host-a's: its scheduler moves them on its own clock)
+# runs ahead of PostgreSQL's: it moves every wake-up early by the difference, and no retry may start
+# before its due time on PostgreSQL's clock (Attempt.started_at and scheduled_for are both its).
+@pytest.mark.parametrize("skew", [2, 8], ids=["2 s", "8 s"])
+def test_a_worker_clock_ahead_of_the_databases_starts_no_retry_early(deployment, skew):
+    cluster = deployment.cluster
+    cluster.restart({"host-a worker": skewed(f"+{skew}s")})
+    try:
+        run = FaultRun(deployment, f"worker clock +{skew}s, retries", delay=2, settle_timeout=60)
+        deployment.upstream.switch("mixed")
+        run.start(8)
+        since = time.monotonic()
+        result = run.settle(since=since)
+    finally:
+        cluster.restart({"host-a worker": {}})
+
+    assert_promise_kept(result)
+    retries = Attempt.objects.filter(task_id__in=run.task_ids, number__gt=1)
+    assert retries.exists(), "no task was retried"
+    early = [(a.task_id, a.number, (a.scheduled_for - a.started_at).total_seconds())
+             for a in retries if a.started_at < a.scheduled_for]
+    assert early == [], f"retries started before their due time on PostgreSQL's clock (task, attempt, s): {early}"
+
 def test_worker_killed_mid_attempt_loses_nothing_and_runs_nothing_twice(deployment):
     run = FaultRun(deployment, "worker SIGKILL")
     deployment.upstream.switch("slow", delay=2.0)
