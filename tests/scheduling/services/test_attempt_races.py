@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 import resources.services
@@ -173,3 +173,69 @@ def test_two_new_instances_of_one_order_asked_at_once_from_two_instances_make_on
     assert waited
     assert outcomes["ops:dave"] == "task_live"
     assert Task.objects.exclude(state__in=TERMINAL_STATES).filter(payload={"order": 42}).count() == 1
+
+
+def lock_waiters() -> int:
+    with connection.cursor() as c:
+        c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+        return c.fetchone()[0]
+
+
+def racing_on_the_task_row(task_id: int, first, second) -> None:
+    """Run `first`, then `second`, each on a connection of its own, both queued on the task's row
+    lock (held meanwhile by a third transaction): PostgreSQL grants it to them in that order."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():
+        with transaction.atomic():
+            Task.objects.select_for_update().filter(pk=task_id).first()
+            locked.set()
+            release.wait(20)
+
+    holder = in_thread(hold)
+    assert locked.wait(10)
+    threads = []
+    for waiters, work in enumerate((first, second), start=1):
+        threads.append(in_thread(work))
+        deadline = time.monotonic() + 10
+        while lock_waiters() < waiters:
+            assert time.monotonic() < deadline, "never waited on the task's row"
+            time.sleep(0.02)
+    release.set()
+    for thread in (holder, *threads):
+        thread.join(20)
+
+
+@pytest.mark.parametrize("first_in", ["retry", "late success"])
+def test_a_late_success_racing_its_retrys_one_statement_start_leaves_one_of_them(redis_conn, alice, bob,
+                                                                                  first_in, monkeypatch):
+    RetryPolicyFactory(name="elsewhere", max_attempts=3, initial_delay_seconds=0, same_resource_on_retry=False)
+    task = start(alice.pool, policy="elsewhere")
+    first = services.begin_attempt(task_id=task.pk, attempt_number=1)
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=1))
+    resources.services.sweep_expired_leases(now=timezone.now() + timedelta(hours=2))
+    services.recover_lost_attempts()
+    # Retried on any resource of the pool: its start is the one statement (lock, claim, attempt).
+    assert Task.objects.filter(pk=task.pk, state=TaskState.RETRYING, pinned_resource=None).exists()
+    monkeypatch.setattr("scheduling.services.attempts.claim_for", lambda t: pytest.fail("claimed in the transaction"))
+    out = {}
+
+    def retry():
+        out["retry"] = services.begin_attempt(task_id=task.pk, attempt_number=2)
+
+    def late():
+        out["late"] = services.finish_attempt(attempt=first.attempt, result={"late": True})
+
+    racing_on_the_task_row(task.pk, *((retry, late) if first_in == "retry" else (late, retry)))
+
+    task.refresh_from_db()
+    attempts = dict(Attempt.objects.filter(task=task).values_list("number", "outcome"))
+    held = list(Resource.objects.filter(pool=alice.pool, state="in_use").values_list("lease_token", flat=True))
+    if first_in == "retry":
+        assert out["late"].outcome == AttemptOutcome.ABANDONED
+        assert attempts == {1: AttemptOutcome.ABANDONED, 2: AttemptOutcome.RUNNING}
+        assert task.state == TaskState.RUNNING and held == [out["retry"].attempt.lease_token]
+    else:
+        assert out["late"].outcome == AttemptOutcome.SUCCEEDED and out["retry"] is None
+        assert attempts == {1: AttemptOutcome.SUCCEEDED}
+        assert task.state == TaskState.SUCCEEDED and held == []
