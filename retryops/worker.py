@@ -25,6 +25,8 @@ from rq.worker import Worker as ForkingWorker
 
 from retryops.redis_wait import WaitsForRedis
 from scheduling import runner
+from scheduling.errors import FlowNotFound
+from scheduling.flows import get_flow, known_flows
 from scheduling.jobs import run_attempt_job
 from scheduling.queueing import SCHEDULER_LEAD, SCHEDULER_POLL
 
@@ -148,6 +150,18 @@ class Worker(WaitsForRedis, ForkingWorker):
         kwargs.setdefault("job_monitoring_interval", MONITOR_SLICE)
         super().__init__(*args, **kwargs)
         self._lease: _LeaseKeeper | None = None
+
+    def work(self, *args, **kwargs):
+        # Every flow imported here, before any fork: a work horse starts with this process's flow
+        # registry, and begin_attempt's one-statement start takes only flows loaded already
+        # (scheduling.flows.loaded_flows). Imported in each horse instead, every flow named in
+        # settings took the transaction's path, one statement more, and no import was saved.
+        for name in known_flows():
+            try:
+                get_flow(name)
+            except FlowNotFound as exc:
+                log.warning("flow %s not loaded: %s; its attempts will say so", name, exc)
+        return super().work(*args, **kwargs)
 
     def _start_scheduler(self, burst=False, logging_level="INFO", date_format=DEFAULT_LOGGING_DATE_FORMAT,
                          log_format=DEFAULT_LOGGING_FORMAT):

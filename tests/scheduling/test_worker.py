@@ -165,3 +165,25 @@ def test_a_duplicate_wakeups_stopped_horse_gives_up_nothing_that_another_worker_
     row = Resource.objects.get(pk=alice.pk)
     assert (row.state, row.lease_token) == (ResourceState.IN_USE, running.attempt.lease_token)
     assert Task.objects.get(pk=task.pk).state == TaskState.RUNNING
+
+
+def test_a_work_horse_starts_an_attempt_of_a_flow_named_in_settings_in_one_statement(redis_conn, alice, instant_policy,
+                                                                                      monkeypatch, tmp_path):
+    import scheduling.flows
+    from scheduling.services import attempts
+
+    task = services.start_task(flow="noop", pool_name=alice.pool, created_by="test", policy="instant")
+    # As a worker process starts: no flow imported yet (start_task's check imported it here).
+    monkeypatch.setattr(scheduling.flows, "_registry", {})
+    in_transaction, claim_for = tmp_path / "claimed in the transaction", attempts.claim_for
+
+    def claim_in_the_transaction(t):  # runs in the work horse, a fork of this process
+        in_transaction.touch()
+        return claim_for(t)
+
+    monkeypatch.setattr(attempts, "claim_for", claim_in_the_transaction)
+    connection.close()
+    forking_worker().work(burst=True)
+
+    assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
+    assert not in_transaction.exists(), "the horse took the transaction's path: its flow was not loaded before it forked"
