@@ -239,3 +239,26 @@ def test_a_late_success_racing_its_retrys_one_statement_start_leaves_one_of_them
         assert out["late"].outcome == AttemptOutcome.SUCCEEDED and out["retry"] is None
         assert attempts == {1: AttemptOutcome.SUCCEEDED}
         assert task.state == TaskState.SUCCEEDED and held == []
+
+
+@pytest.mark.parametrize("first_in", ["transaction", "one statement"])
+def test_two_deliveries_of_one_attempt_one_through_each_start_start_it_once(redis_conn, alice, bob, instant_policy,
+                                                                           first_in):
+    task = start(alice.pool)
+    out = {}
+
+    def in_transaction():  # a caller's transaction: begin_attempt takes its transaction's path
+        with transaction.atomic():
+            out["transaction"] = services.begin_attempt(task_id=task.pk, attempt_number=1, rq_job_id="a")
+
+    def one_statement():
+        out["one statement"] = services.begin_attempt(task_id=task.pk, attempt_number=1, rq_job_id="b")
+
+    starts = {"transaction": in_transaction, "one statement": one_statement}
+    racing_on_the_task_row(task.pk, starts[first_in], *(work for name, work in starts.items() if name != first_in))
+
+    second_in = next(name for name in starts if name != first_in)
+    assert out[first_in] is not None and out[second_in] is None
+    assert Attempt.objects.filter(task=task).count() == 1
+    held = list(Resource.objects.filter(pool=alice.pool, state="in_use").values_list("lease_token", flat=True))
+    assert held == [out[first_in].attempt.lease_token]
