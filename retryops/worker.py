@@ -14,6 +14,8 @@ after that (resources.sql.SWEEP).
 """
 
 import logging
+import os
+import signal
 import time
 
 from django.db import DatabaseError, connection
@@ -197,6 +199,18 @@ class Worker(WaitsForRedis, ForkingWorker):
             self._lease = None
             # Never fork a horse with this process's connection open: the two would share its socket.
             connection.close()
+
+    def kill_horse(self, sig=signal.SIGKILL):
+        # RQ's kills the horse's process group, which the horse makes its own (setpgrp) only once
+        # it runs: a horse stopped before that (a pause right after the fork) shares this
+        # process's group, and RQ's kill took the worker, its scheduler and its group with it.
+        try:
+            if os.getpgid(self.horse_pid) != self.horse_pid:
+                os.kill(self.horse_pid, sig)
+                return
+        except ProcessLookupError:
+            return  # gone already
+        super().kill_horse(sig)
 
     def maintain_heartbeats(self, job):
         super().maintain_heartbeats(job)

@@ -151,7 +151,7 @@ def test_a_duplicate_wakeups_stopped_horse_gives_up_nothing_that_another_worker_
     worker = forking_worker()
 
     def stop_the_horse():
-        while not worker.horse_pid:
+        while not worker.horse_pid or os.getpgid(worker.horse_pid) != worker.horse_pid:
             time.sleep(0.01)
         os.kill(worker.horse_pid, signal.SIGSTOP)
 
@@ -187,3 +187,32 @@ def test_a_work_horse_starts_an_attempt_of_a_flow_named_in_settings_in_one_state
 
     assert Task.objects.get(pk=task.pk).state == TaskState.SUCCEEDED
     assert not in_transaction.exists(), "the horse took the transaction's path: its flow was not loaded before it forked"
+
+
+KILL_A_HORSE_STOPPED_AT_ITS_FORK = """
+import os, signal, sys, time
+import django
+django.setup()
+from retryops.worker import Worker
+pid = os.fork()
+if pid == 0:  # a horse stopped before it made its own process group
+    time.sleep(60)
+    os._exit(0)
+os.kill(pid, signal.SIGSTOP)
+worker = Worker.__new__(Worker)
+worker._horse_pid, worker.log = pid, __import__("logging").getLogger("test")
+worker.kill_horse()
+_, status = os.waitpid(pid, 0)
+sys.exit(0 if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL else 3)
+"""
+
+
+def test_killing_a_horse_stopped_before_it_had_its_own_process_group_kills_only_the_horse():
+    import subprocess
+    import sys
+
+    # In a process of its own (and session): what the kill must not take is the process killing.
+    done = subprocess.run([sys.executable, "-c", KILL_A_HORSE_STOPPED_AT_ITS_FORK], start_new_session=True,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "retryops.settings"}, timeout=60,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"the worker killed itself with its horse (exit {done.returncode}): {done.stderr[-500:]}"
