@@ -143,12 +143,10 @@ _FAST_START_SQL = f"""
         UPDATE {Task._meta.db_table} t
         SET state = 'running', attempt_count = %(number)s, resource_id = claimed.id, held_lease_token = claimed.lease_token
         FROM claimed WHERE t.id = %(task)s
-    ), relaxed AS (
-        SELECT set_config('synchronous_commit', 'off', true)  -- for this statement's transaction only
     )
     SELECT attempt.id, task.db_now, {", ".join(f"task.{column}" for column in _TASK_COLUMNS)},
            {", ".join(f"claimed.{column}" for column in _RESOURCE_COLUMNS)}
-    FROM attempt, task, claimed, relaxed
+    FROM attempt, task, claimed
 """
 
 
@@ -185,11 +183,9 @@ def _start_at_once(*, task_id: int, attempt_number: int, worker: str, rq_job_id:
 # attempt and move the task, in one round trip) rather than two ORM writes. A success clears the
 # task's copy of its latest error (an earlier attempt's); the attempts keep their own.
 #
-# The start's commit does not wait for its WAL flush (synchronous_commit off for this one
-# transaction; about a fifth of a task's time, see docs/benchmarks.md). What that risks: a PostgreSQL crash
-# within a fraction of a second of a start forgets it, and the dispatcher runs that attempt again,
-# which is what a worker crash does anyway (delivery is at least once). Nothing else is at risk:
-# outcomes commit synchronously, and a flushed outcome implies its start was flushed before it.
+# The start's commit waits for its WAL flush: a start forgotten by a PostgreSQL crash would forget
+# its claim too, while its flow runs on, and the resource (with the same fencing token, which the
+# crash rolled back as well) could go to a second flow.
 _START_SQL = f"""
     WITH attempt AS (
         INSERT INTO {Attempt._meta.db_table}
@@ -202,10 +198,8 @@ _START_SQL = f"""
         UPDATE {Task._meta.db_table}
         SET state = 'running', attempt_count = %(number)s, resource_id = %(resource)s, held_lease_token = %(token)s
         WHERE id = %(task)s
-    ), relaxed AS (
-        SELECT set_config('synchronous_commit', 'off', true)  -- for this transaction only
     )
-    SELECT id FROM attempt, relaxed
+    SELECT id FROM attempt
 """
 
 
