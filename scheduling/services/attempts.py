@@ -119,7 +119,7 @@ def _from_row(model, values: list):
 # the task if this attempt is the one due, claim (resources.sql.claim_next_ctes, from a random
 # available id), record the attempt and make the task running, as _START_SQL does. Outside a
 # transaction the statement is one, so the transaction's BEGIN and COMMIT round trips go too; its
-# commit does not wait for the WAL flush either (see _START_SQL). No row: anything else (not due, a
+# commit waits for the WAL flush, as _START_SQL's does. No row: anything else (not due, a
 # duplicate, a held or named resource, nothing free past the random start), which begin_attempt's
 # transaction then sorts out.
 _TASK_COLUMNS, _RESOURCE_COLUMNS = _columns(Task), _columns(Resource)
